@@ -1,0 +1,1 @@
+"""The thin ASGI layer over caiplatform's services."""
