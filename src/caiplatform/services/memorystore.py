@@ -1,0 +1,374 @@
+"""MemoryStoreService: the memory store API's rules, over a provisioner port.
+
+Members list, read, read stats and create; project admins also delete and rotate credentials. The
+password is generated here, handed to the provisioner, and returned exactly twice: by create and by
+rotate. Reads return the credential secret's name only.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+
+from caiplatform.domain.memorystore import (
+    DEFAULT_EVICTION_POLICY,
+    DEFAULT_PERSISTENCE_SIZE,
+    DEFAULT_SIZE_CLASS,
+    EVICTION_POLICIES,
+    MAX_CREATE_BODY_BYTES,
+    NAME_MAX,
+    NAME_PATTERN,
+    SIZE_CLASSES,
+    STATS_BUDGET_SECONDS,
+    USERNAME,
+    Instance,
+    InstanceSpec,
+    State,
+    connection_uri,
+    parse_quantity,
+    stats_from_info,
+)
+from caiplatform.errors import (
+    BadGateway,
+    BadRequest,
+    Conflict,
+    NotFound,
+    PayloadTooLarge,
+    PlatformError,
+    Unavailable,
+)
+from caiplatform.ports.memorystore import MemoryStoreProvisioner, ProvisionerHealth
+from caiplatform.principal import Principal
+
+NOT_FOUND = "memorystore not found"
+NAME_TAKEN = "a memorystore with that name already exists in this project"
+NOT_PROVISIONED = "the memorystore is not provisioned yet; poll it until ready is true, then retry"
+NAME_RULE = (
+    "name must be 1 to 40 characters of lowercase letters, digits and hyphens, "
+    "starting with a letter and ending with a letter or digit"
+)
+SIZE_CLASS_RULE = "sizeClass must be one of small, medium, large"
+POLICY_RULE = "maxmemoryPolicy must be one of " + ", ".join(EVICTION_POLICIES)
+BODY_TOO_LARGE = f"request body is larger than {MAX_CREATE_BODY_BYTES // 1024} KiB"
+STATS_UNREACHABLE = "could not reach this memorystore to read its stats; "
+
+CREATE_NOTE = (
+    "store this password now: it is returned only by create and rotate-credential; later reads name the "
+    "credential secret only. The instance is Provisioning; poll it until ready is true before connecting."
+)
+ROTATE_NOTE = (
+    "the new password takes effect when the platform restarts the instance; until then the previous "
+    "password stays in force. Store the new one now: it is not shown again."
+)
+DELETE_NOTE = "the instance and its volume are being destroyed; this cannot be undone"
+
+
+@dataclass(frozen=True)
+class ProjectRef:
+    id: str
+    short: str
+
+
+class ProjectAccess(Protocol):
+    """Resolves a project for a caller: NotFound (missing, malformed or not theirs), Forbidden (needs admin)."""
+
+    async def require(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef: ...
+
+
+class PageCodec(Protocol):
+    """Opaque page tokens bound to one list: `decode` raises BadRequest for a foreign or forged token."""
+
+    def encode(self, list_id: str, cursor: str) -> str: ...
+
+    def decode(self, list_id: str, token: str) -> str: ...
+
+
+HealthCheck = Callable[[], Awaitable[ProvisionerHealth]]
+
+
+def new_password() -> str:
+    """24 random bytes, base64url without padding."""
+    return secrets.token_urlsafe(24)
+
+
+class MemoryStoreService:
+    def __init__(
+        self,
+        provisioner: MemoryStoreProvisioner,
+        projects: ProjectAccess,
+        pages: PageCodec,
+        *,
+        checks: Mapping[str, HealthCheck] | None = None,
+        stats_budget: float = STATS_BUDGET_SECONDS,
+    ):
+        self.provisioner = provisioner
+        self._projects = projects
+        self._pages = pages
+        self._checks = dict(checks or {})
+        self._stats_budget = stats_budget
+
+    # ------------------------------------------------------------------------------------ helpers
+
+    async def _instance(self, principal: Principal, project_id: str, name: str, *, admin: bool = False):
+        project = await self._projects.require(principal, project_id, admin=admin)
+        if not isinstance(name, str) or len(name) > NAME_MAX or not NAME_PATTERN.match(name):
+            raise NotFound(NOT_FOUND)
+        instance = await self.provisioner.get(project.id, name)
+        if instance is None:
+            raise NotFound(NOT_FOUND)
+        return project, instance
+
+    @staticmethod
+    def _credential(instance: Instance, password: str) -> dict[str, Any]:
+        credential: dict[str, Any] = {
+            "username": USERNAME,
+            "password": password,
+            "uri": connection_uri(instance.host, instance.port, password),
+        }
+        if instance.spec.external_exposure and instance.externally_reachable and instance.external_endpoint:
+            credential["external_uri"] = f"rediss://{USERNAME}:{password}@{instance.external_endpoint}/0"
+        return credential
+
+    @staticmethod
+    def _summary(instance: Instance) -> dict[str, Any]:
+        return {"name": instance.spec.name, "state": instance.state.value, "ready": instance.ready}
+
+    # ------------------------------------------------------------------------------------ create
+
+    def parse_create(self, project: ProjectRef, body: bytes | Mapping[str, Any] | None) -> InstanceSpec:
+        if body is None or isinstance(body, bytes | bytearray | str):
+            raw = body.encode() if isinstance(body, str) else (body or b"")
+            if len(raw) > MAX_CREATE_BODY_BYTES:
+                raise PayloadTooLarge(BODY_TOO_LARGE)
+            try:
+                body = json.loads(raw) if raw.strip() else None
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise BadRequest(f"invalid JSON body: {exc}") from None
+        if not isinstance(body, Mapping):
+            raise BadRequest("invalid JSON body: expected a JSON object")
+
+        def pick(*keys: str) -> Any:
+            for key in keys:
+                if key in body and body[key] is not None:
+                    return body[key]
+            return None
+
+        name = pick("name")
+        if name is None or name == "":
+            raise BadRequest("name is required")
+        if not isinstance(name, str) or len(name) > NAME_MAX or not NAME_PATTERN.match(name):
+            raise BadRequest(NAME_RULE)
+
+        size_class = pick("size_class", "sizeClass")
+        if size_class is None or size_class == "":
+            size_class = DEFAULT_SIZE_CLASS
+        if not isinstance(size_class, str) or size_class not in SIZE_CLASSES:
+            raise BadRequest(SIZE_CLASS_RULE)
+
+        policy = pick("maxmemory_policy", "maxmemoryPolicy")
+        if policy is None or policy == "":
+            policy = DEFAULT_EVICTION_POLICY
+        if not isinstance(policy, str) or policy not in EVICTION_POLICIES:
+            raise BadRequest(POLICY_RULE)
+
+        version = pick("version")
+        if version is None:
+            version = ""
+        if not isinstance(version, str):
+            raise BadRequest("version must be a string; leave it blank for the platform default")
+        version = version.strip()
+        if version:
+            supported = self.provisioner.versions()
+            if not any(v == version or v.startswith(version + ".") for v in supported):
+                raise BadRequest(
+                    f"version {version!r} is not available; leave it blank for the platform default "
+                    f"or choose one of: {', '.join(supported)}"
+                )
+
+        exposure = pick("external_exposure", "externalExposure")
+        if exposure is None:
+            exposure = False
+        if not isinstance(exposure, bool):
+            raise BadRequest("external_exposure must be true or false")
+
+        persistence = pick("persistence")
+        if persistence is None:
+            persistence = {}
+        if not isinstance(persistence, Mapping):
+            raise BadRequest("persistence must be an object")
+        enabled = persistence.get("enabled")
+        if enabled is None:
+            enabled = True  # off only when `enabled: false` is sent explicitly
+        if not isinstance(enabled, bool):
+            raise BadRequest("persistence.enabled must be true or false")
+        size = persistence.get("size")
+        if size is None or size == "":
+            size = DEFAULT_PERSISTENCE_SIZE
+        if not isinstance(size, str) or not parse_quantity(size):
+            raise BadRequest(f"persistence.size {size!r} is not a valid quantity (for example 2Gi)")
+        storage_class = persistence.get("storage_class_name", persistence.get("storageClassName")) or ""
+        if not isinstance(storage_class, str):
+            raise BadRequest("persistence.storage_class_name must be a string")
+
+        return InstanceSpec(
+            project_id=project.id,
+            project_short=project.short,
+            name=name,
+            size_class=size_class,
+            version=version,
+            maxmemory_policy=policy,
+            external_exposure=exposure,
+            persistence_enabled=enabled,
+            persistence_size=size,
+            storage_class_name=storage_class,
+        )
+
+    async def create(
+        self, principal: Principal, project_id: str, body: bytes | Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """201 body: `{memorystore: {name, state, ready}, credential, note}`; the password is shown here once."""
+        project = await self._projects.require(principal, project_id)
+        spec = self.parse_create(project, body)
+        if await self.provisioner.get(project.id, spec.name) is not None:
+            raise Conflict(NAME_TAKEN)
+        password = new_password()
+        try:
+            instance = await self.provisioner.create(spec, password)
+        except PlatformError:
+            raise
+        except Exception as exc:  # an engine or cluster failure
+            raise BadGateway(f"could not create the memorystore: {exc}") from exc
+        return {
+            "memorystore": self._summary(instance),
+            "credential": self._credential(instance, password),
+            "note": CREATE_NOTE,
+        }
+
+    # ------------------------------------------------------------------------------------ reads
+
+    async def list(
+        self, principal: Principal, project_id: str, *, page_size: int | None = None, page_token: str | None = None
+    ) -> dict[str, Any]:
+        project = await self._projects.require(principal, project_id)
+        size = 50 if page_size is None else page_size
+        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 200:
+            raise BadRequest("page_size must be between 1 and 200")
+        list_id = f"memorystores:{project.id}"
+        after = self._pages.decode(list_id, page_token) if page_token else ""
+        instances = [i for i in await self.provisioner.list(project.id) if i.spec.name > after]
+        page = instances[:size]
+        next_token = ""
+        if len(instances) > size:
+            next_token = self._pages.encode(list_id, page[-1].spec.name)
+        return {"memorystores": [i.to_json() for i in page], "next_page_token": next_token}
+
+    async def get(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+        _, instance = await self._instance(principal, project_id, name)
+        return instance.to_json()
+
+    async def stats(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+        project, instance = await self._instance(principal, project_id, name)
+        if instance.state is State.PROVISIONING:
+            raise Conflict(NOT_PROVISIONED)
+        try:
+            with anyio.fail_after(self._stats_budget):
+                raw = await self.provisioner.info(project.id, name)
+        except TimeoutError:
+            raise Unavailable(
+                STATS_UNREACHABLE + f"it did not answer within {self._stats_budget:g} s; retry shortly"
+            ) from None
+        except (OSError, ConnectionError) as exc:
+            raise Unavailable(STATS_UNREACHABLE + f"{exc or type(exc).__name__}; retry shortly") from exc
+        except PlatformError:
+            raise
+        except Exception as exc:
+            if _is_connection_error(exc):
+                raise Unavailable(STATS_UNREACHABLE + f"{exc}; retry shortly") from exc
+            raise BadGateway(f"could not read the memorystore stats: {exc}") from exc
+        return stats_from_info(instance.spec, raw)
+
+    # ------------------------------------------------------------------------------------ admin
+
+    async def delete(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+        project, instance = await self._instance(principal, project_id, name, admin=True)
+        try:
+            deleted = await self.provisioner.delete(project.id, name)
+        except PlatformError:
+            raise
+        except Exception as exc:
+            raise BadGateway(f"could not delete the memorystore: {exc}") from exc
+        if deleted is None:
+            raise NotFound(NOT_FOUND)
+        return {
+            "name": instance.spec.name,
+            "resource_path": instance.spec.resource_path,
+            "state": State.DELETING.value,
+            "note": DELETE_NOTE,
+        }
+
+    async def rotate_credential(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+        """200: the new credential (top level and under `credential`) and a note; applies at restart."""
+        project, instance = await self._instance(principal, project_id, name, admin=True)
+        if instance.state is State.PROVISIONING:
+            raise Conflict(NOT_PROVISIONED)
+        password = new_password()
+        try:
+            instance = await self.provisioner.rotate_password(project.id, name, password)
+        except PlatformError:
+            raise
+        except Exception as exc:
+            raise BadGateway(f"could not rotate the credential: {exc}") from exc
+        credential = self._credential(instance, password)
+        return {
+            "memorystore": self._summary(instance),
+            **credential,
+            "credential": credential,
+            "note": ROTATE_NOTE,
+        }
+
+    async def restart(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+        """Library-only admin action: restart the instance now, applying a rotated password."""
+        project, _ = await self._instance(principal, project_id, name, admin=True)
+        try:
+            instance = await self.provisioner.restart(project.id, name)
+        except PlatformError:
+            raise
+        except Exception as exc:
+            raise BadGateway(f"could not restart the memorystore: {exc}") from exc
+        return instance.to_json()
+
+    # ------------------------------------------------------------------------------------ health
+
+    async def health(self) -> tuple[int, dict[str, Any]]:
+        """`/healthz`: (200 or 503, `{status, checks}`); a failing check carries `detail`."""
+        results: dict[str, ProvisionerHealth] = {}
+        try:
+            results.update(await self.provisioner.health())
+        except Exception as exc:
+            results["kubernetes"] = ProvisionerHealth("unreachable", str(exc))
+        for key, check in self._checks.items():
+            try:
+                results[key] = await check()
+            except Exception as exc:
+                results[key] = ProvisionerHealth("unreachable", str(exc))
+        checks: dict[str, Any] = {}
+        for key in ("kubernetes", "memorystore_crd", "database", "session_key"):
+            result = results.get(key, ProvisionerHealth("unconfigured", f"no {key} check is wired"))
+            checks[key] = {"status": result.status}
+            if not result.ok or result.detail:
+                checks[key]["detail"] = result.detail
+        healthy = all(c["status"] == "ok" for c in checks.values())
+        return (200 if healthy else 503), {"status": "ok" if healthy else "degraded", "checks": checks}
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    try:
+        import redis.exceptions as rexc
+    except ImportError:  # pragma: no cover - redis is in the memorystore extra
+        return False
+    return isinstance(exc, rexc.ConnectionError | rexc.TimeoutError)
