@@ -1,0 +1,197 @@
+"""Local Valkey provisioner: what only real processes and a data dir can show (restarts, files, crashes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import time
+
+import anyio
+import pytest
+import redis
+
+from caiplatform.adapters.local.memorystore import LocalValkeyProvisioner
+from caiplatform.domain.memorystore import State, stats_from_info
+from caiplatform.testing.conformance.memorystore import client, password, refused, spec, wait_ready
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_platform_restart_brings_instance_back_with_data(tmp_path):
+    first = LocalValkeyProvisioner(tmp_path)
+    await first.start()
+    s = spec(persistence_enabled=True)
+    pw = password()
+    await first.create(s, pw)
+    inst = await wait_ready(first, s)
+    c = client(inst, pw)
+    c.set("survives", "restart")
+    c.close()
+    await first.close()
+    assert refused_or_down(inst, pw)
+
+    second = LocalValkeyProvisioner(tmp_path)
+    await second.start()
+    try:
+        inst = await wait_ready(second, s)
+        assert inst.created_at is not None and inst.spec == s
+        c = client(inst, pw)
+        assert c.get("survives") == b"restart"
+        c.close()
+    finally:
+        await second.close()
+
+
+async def test_rotation_applies_at_platform_restart(tmp_path):
+    first = LocalValkeyProvisioner(tmp_path)
+    s = spec()
+    old = password()
+    await first.create(s, old)
+    inst = await wait_ready(first, s)
+    new = password()
+    await first.rotate_password(s.project_id, s.name, new)
+    assert not refused(inst, old) and refused(inst, new)
+    await first.close()
+
+    second = LocalValkeyProvisioner(tmp_path)
+    await second.start()
+    try:
+        inst = await wait_ready(second, s)
+        assert refused(inst, old)
+        assert not refused(inst, new)
+    finally:
+        await second.close()
+
+
+async def test_processes_left_by_a_crashed_platform_are_reaped_and_restarted(tmp_path):
+    crashed = LocalValkeyProvisioner(tmp_path)
+    s = spec(persistence_enabled=True)
+    pw = password()
+    await crashed.create(s, pw)
+    inst = await wait_ready(crashed, s)
+    c = client(inst, pw)
+    c.set("k", "v")
+    c.close()
+    old_port = inst.port
+    old_pid = crashed.supervisor.get(f"memorystore-{s.project_id}-{s.name}").pid
+    # No close(): the platform "crashed" and left its Valkey running, holding the port and files. Its
+    # supervisor's watchers die with it (simulated by cancelling them; the process itself keeps running).
+    for mp in crashed.supervisor.processes:
+        mp._stopping = True
+        mp._watcher.cancel()
+    successor = LocalValkeyProvisioner(tmp_path)
+    await successor.start()
+    try:
+        inst = await wait_ready(successor, s)
+        new_pid = successor.supervisor.get(f"memorystore-{s.project_id}-{s.name}").pid
+        assert new_pid != old_pid
+        assert inst.port == old_port, "the stale server was reaped, so its port was free again"
+        c = client(inst, pw)
+        assert c.get("k") == b"v"
+        c.close()
+    finally:
+        await successor.close()
+
+
+async def test_instance_folder_layout_and_file_modes(tmp_path):
+    p = LocalValkeyProvisioner(tmp_path)
+    s = spec(persistence_enabled=True)
+    pw = password()
+    await p.create(s, pw)
+    await wait_ready(p, s)
+    folder = tmp_path / "memorystores" / s.project_id / s.name
+    try:
+        for name in ("credential.json", "valkey.conf", "instance.json"):
+            mode = stat.S_IMODE(os.stat(folder / name).st_mode)
+            assert mode == 0o600, (name, oct(mode))
+        assert pw not in (folder / "instance.json").read_text()
+        assert (folder / "data" / "appendonlydir").is_dir()
+        stats = stats_from_info(s, await p.info(s.project_id, s.name))
+        assert stats["maxmemory_bytes"] == 192 * 1024 * 1024
+    finally:
+        await p.close()
+
+
+async def test_no_persistence_writes_no_files(tmp_path):
+    p = LocalValkeyProvisioner(tmp_path)
+    s = spec(persistence_enabled=False)
+    pw = password()
+    await p.create(s, pw)
+    inst = await wait_ready(p, s)
+    c = client(inst, pw)
+    c.set("k", "v")
+    c.close()
+    await p.restart(s.project_id, s.name)
+    await wait_ready(p, s)
+    data = tmp_path / "memorystores" / s.project_id / s.name / "data"
+    try:
+        assert list(data.iterdir()) == []
+    finally:
+        await p.close()
+
+
+async def test_deleted_instance_files_are_gone(tmp_path):
+    p = LocalValkeyProvisioner(tmp_path)
+    s = spec(persistence_enabled=True)
+    pw = password()
+    await p.create(s, pw)
+    inst = await wait_ready(p, s)
+    c = client(inst, pw)
+    c.set("k", "v")
+    c.close()
+    folder = tmp_path / "memorystores" / s.project_id / s.name
+    assert folder.is_dir()
+    await p.delete(s.project_id, s.name)
+    assert not folder.exists()
+    assert not folder.parent.exists()
+    await p.close()
+    # A restarted platform does not resurrect it.
+    again = LocalValkeyProvisioner(tmp_path)
+    await again.start()
+    assert await again.get(s.project_id, s.name) is None
+    await again.close()
+
+
+async def test_killed_server_is_restarted_by_the_supervisor(tmp_path):
+    p = LocalValkeyProvisioner(tmp_path)
+    p.supervisor.backoff_initial = 0.05
+    s = spec(persistence_enabled=True)
+    pw = password()
+    await p.create(s, pw)
+    await wait_ready(p, s)
+    mp = p.supervisor.get(f"memorystore-{s.project_id}-{s.name}")
+    try:
+        old_pid = mp.pid
+        os.kill(old_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while mp.pid == old_pid or mp.state != "running":
+            assert time.monotonic() < deadline, mp
+            await anyio.sleep(0.02)
+        inst = await wait_ready(p, s)
+        assert inst.state is State.READY
+        assert mp.restarts >= 1
+        c = client(inst, pw)
+        assert c.ping()
+        c.close()
+    finally:
+        await p.close()
+
+
+async def test_create_answers_before_the_server_is_up(tmp_path):
+    p = LocalValkeyProvisioner(tmp_path)
+    s = spec()
+    created = await p.create(s, password())
+    try:
+        assert created.state is State.PROVISIONING
+        assert created.port > 0
+    finally:
+        await wait_ready(p, s)
+        await p.close()
+
+
+def refused_or_down(inst, pw) -> bool:
+    try:
+        return refused(inst, pw)
+    except redis.ConnectionError:
+        return True
