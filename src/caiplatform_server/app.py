@@ -114,8 +114,19 @@ class ConventionsMiddleware:
                 await error_response(500, "internal error", request_id)(scope, receive, send_with_id)
 
 
-def _load_api(name: str) -> Any:
-    return importlib.import_module(f"caiplatform_server.apis.{name}")
+def _load_api(name: str) -> tuple[Any, list[Any]]:
+    """An API's main module (`apis/<name>.py`, which owns its health) and its parts (`apis/<name>_*.py`)."""
+    import pkgutil
+
+    import caiplatform_server.apis as package
+
+    main = importlib.import_module(f"{package.__name__}.{name}")
+    parts = [
+        importlib.import_module(f"{package.__name__}.{info.name}")
+        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name)
+        if info.name.startswith(f"{name}_")
+    ]
+    return main, parts
 
 
 def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lifecycle: bool = True) -> FastAPI:
@@ -166,11 +177,11 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
         return error_response(500, "internal error", request_id_of(request))
 
     health_fns: dict[str, HealthFn] = {}
-    for name, module in modules.items():
+    for name, (module, parts) in modules.items():
         app.include_router(module.router)
+        for part in parts:
+            app.include_router(part.router)
         health_fns[name] = module.health
-        for extra in getattr(module, "extra_routes", lambda _a: ())(app) or ():
-            app.include_router(extra)
 
     @app.get("/healthz", tags=["health"], summary="Health of the served APIs")
     async def healthz() -> JSONResponse:
