@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from caiplatform.clock import Clock
 from caiplatform.db import Database
@@ -26,6 +27,9 @@ from caiplatform.services.access import Access
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.auth import AuthService
 from caiplatform.settings import Settings
+
+if TYPE_CHECKING:
+    from caiplatform.services.memorystore import MemoryStoreService
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +115,9 @@ class Platform:
         if self._started:
             return
         self._started = True
+        # Memory stores: a platform restart restarts every recorded instance with its data.
+        await self.memorystores.provisioner.start()
+        self._closers.append(self.memorystores.provisioner.close)
 
     async def aclose(self) -> None:
         for closer in reversed(self._closers):
@@ -130,6 +137,33 @@ class Platform:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    # -- areas ----------------------------------------------------------------------------------
+
+    @cached_property
+    def memorystores(self) -> MemoryStoreService:
+        return self._build_memorystore()
+
+    def _build_memorystore(self) -> MemoryStoreService:
+        from caiplatform.ports.memorystore import ProvisionerHealth
+        from caiplatform.services.memorystore import MemoryStoreService
+
+        if self.mode == "memory":
+            provisioner = self.registry.load("memorystore", "memory")(clock=self.clock)
+        else:
+            provisioner = self.registry.load("memorystore", "local")(Path(self.settings.data_dir), clock=self.clock)
+
+        async def database() -> ProvisionerHealth:
+            ok, detail = self.database_health()
+            return ProvisionerHealth("ok") if ok else ProvisionerHealth("unreachable", detail or "")
+
+        async def session_key() -> ProvisionerHealth:
+            return ProvisionerHealth("ok") if self.session_key else ProvisionerHealth("unconfigured", "no signing key")
+
+        return MemoryStoreService(
+            self.db, self.access, self.audit, self.clock, self.pager, provisioner,
+            checks={"database": database, "session_key": session_key},
+        )
 
     # -- health ---------------------------------------------------------------------------------
 

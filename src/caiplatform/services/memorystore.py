@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 
+from caiplatform.clock import Clock
+from caiplatform.db import Database
 from caiplatform.domain.memorystore import (
     DEFAULT_EVICTION_POLICY,
     DEFAULT_PERSISTENCE_SIZE,
@@ -40,11 +41,19 @@ from caiplatform.errors import (
     NotFound,
     PayloadTooLarge,
     PlatformError,
+    Unauthenticated,
     Unavailable,
 )
+from caiplatform.pagination import Pager, page_body
 from caiplatform.ports.memorystore import MemoryStoreProvisioner, ProvisionerHealth
 from caiplatform.principal import Principal
+from caiplatform.services.access import Access, ProjectRef, Role
+from caiplatform.services.audit import AuditLog
 
+AUTH_REQUIRED = (
+    "authentication required: sign in through the core API (POST /v1/auth/login) and send the token "
+    "in the header Authorization: Bearer <token>"
+)
 NOT_FOUND = "memorystore not found"
 NAME_TAKEN = "a memorystore with that name already exists in this project"
 NOT_PROVISIONED = "the memorystore is not provisioned yet; poll it until ready is true, then retry"
@@ -54,7 +63,7 @@ NAME_RULE = (
 )
 SIZE_CLASS_RULE = "sizeClass must be one of small, medium, large"
 POLICY_RULE = "maxmemoryPolicy must be one of " + ", ".join(EVICTION_POLICIES)
-BODY_TOO_LARGE = f"request body is larger than {MAX_CREATE_BODY_BYTES // 1024} KiB"
+BODY_TOO_LARGE = f"request body too large (limit {MAX_CREATE_BODY_BYTES} bytes)"
 STATS_UNREACHABLE = "could not reach this memorystore to read its stats; "
 
 CREATE_NOTE = (
@@ -68,26 +77,6 @@ ROTATE_NOTE = (
 DELETE_NOTE = "the instance and its volume are being destroyed; this cannot be undone"
 
 
-@dataclass(frozen=True)
-class ProjectRef:
-    id: str
-    short: str
-
-
-class ProjectAccess(Protocol):
-    """Resolves a project for a caller: NotFound (missing, malformed or not theirs), Forbidden (needs admin)."""
-
-    async def require(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef: ...
-
-
-class PageCodec(Protocol):
-    """Opaque page tokens bound to one list: `decode` raises BadRequest for a foreign or forged token."""
-
-    def encode(self, list_id: str, cursor: str) -> str: ...
-
-    def decode(self, list_id: str, token: str) -> str: ...
-
-
 HealthCheck = Callable[[], Awaitable[ProvisionerHealth]]
 
 
@@ -99,29 +88,47 @@ def new_password() -> str:
 class MemoryStoreService:
     def __init__(
         self,
+        db: Database,
+        access: Access,
+        audit: AuditLog,
+        clock: Clock,
+        pager: Pager,
         provisioner: MemoryStoreProvisioner,
-        projects: ProjectAccess,
-        pages: PageCodec,
         *,
         checks: Mapping[str, HealthCheck] | None = None,
         stats_budget: float = STATS_BUDGET_SECONDS,
     ):
+        self.db = db
+        self.access = access
+        self.audit = audit
+        self.clock = clock
+        self.pager = pager
         self.provisioner = provisioner
-        self._projects = projects
-        self._pages = pages
         self._checks = dict(checks or {})
         self._stats_budget = stats_budget
 
     # ------------------------------------------------------------------------------------ helpers
 
+    async def _project(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef:
+        if not principal.authenticated:
+            raise Unauthenticated(AUTH_REQUIRED)
+        self.access.require_management(principal)
+        grant = await self.access.project(
+            principal, project_id, need=Role.ADMIN if admin else Role.MEMBER, bad_id=BadRequest
+        )
+        return grant.project
+
     async def _instance(self, principal: Principal, project_id: str, name: str, *, admin: bool = False):
-        project = await self._projects.require(principal, project_id, admin=admin)
+        project = await self._project(principal, project_id, admin=admin)
         if not isinstance(name, str) or len(name) > NAME_MAX or not NAME_PATTERN.match(name):
             raise NotFound(NOT_FOUND)
         instance = await self.provisioner.get(project.id, name)
         if instance is None:
             raise NotFound(NOT_FOUND)
         return project, instance
+
+    async def _audit(self, project: ProjectRef, principal: Principal, action: str, name: str, detail: Any = None) -> None:
+        await self.db.run(lambda session: self.audit.record(session, project.id, principal, action, name, detail))
 
     @staticmethod
     def _credential(instance: Instance, password: str) -> dict[str, Any]:
@@ -232,7 +239,7 @@ class MemoryStoreService:
         self, principal: Principal, project_id: str, body: bytes | Mapping[str, Any] | None
     ) -> dict[str, Any]:
         """201 body: `{memorystore: {name, state, ready}, credential, note}`; the password is shown here once."""
-        project = await self._projects.require(principal, project_id)
+        project = await self._project(principal, project_id)
         spec = self.parse_create(project, body)
         if await self.provisioner.get(project.id, spec.name) is not None:
             raise Conflict(NAME_TAKEN)
@@ -243,6 +250,8 @@ class MemoryStoreService:
             raise
         except Exception as exc:  # an engine or cluster failure
             raise BadGateway(f"could not create the memorystore: {exc}") from exc
+        await self._audit(project, principal, "memorystore.create", spec.name,
+                          {"size_class": spec.size_class, "persistence": spec.persistence_enabled})
         return {
             "memorystore": self._summary(instance),
             "credential": self._credential(instance, password),
@@ -252,20 +261,14 @@ class MemoryStoreService:
     # ------------------------------------------------------------------------------------ reads
 
     async def list(
-        self, principal: Principal, project_id: str, *, page_size: int | None = None, page_token: str | None = None
+        self, principal: Principal, project_id: str, *, page_size: Any = None, page_token: str | None = None
     ) -> dict[str, Any]:
-        project = await self._projects.require(principal, project_id)
-        size = 50 if page_size is None else page_size
-        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 200:
-            raise BadRequest("page_size must be between 1 and 200")
-        list_id = f"memorystores:{project.id}"
-        after = self._pages.decode(list_id, page_token) if page_token else ""
-        instances = [i for i in await self.provisioner.list(project.id) if i.spec.name > after]
-        page = instances[:size]
-        next_token = ""
-        if len(instances) > size:
-            next_token = self._pages.encode(list_id, page[-1].spec.name)
-        return {"memorystores": [i.to_json() for i in page], "next_page_token": next_token}
+        """200 `{memorystores, next_page_token}`; the token is always present, empty on the last page."""
+        project = await self._project(principal, project_id)
+        request = self.pager.request(f"memorystores:{project.id}", page_size, page_token)
+        instances = await self.provisioner.list(project.id)
+        page = self.pager.page([i.to_json() for i in instances], request)
+        return page_body("memorystores", page)
 
     async def get(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
         _, instance = await self._instance(principal, project_id, name)
@@ -304,6 +307,7 @@ class MemoryStoreService:
             raise BadGateway(f"could not delete the memorystore: {exc}") from exc
         if deleted is None:
             raise NotFound(NOT_FOUND)
+        await self._audit(project, principal, "memorystore.delete", name)
         return {
             "name": instance.spec.name,
             "resource_path": instance.spec.resource_path,
@@ -323,6 +327,7 @@ class MemoryStoreService:
             raise
         except Exception as exc:
             raise BadGateway(f"could not rotate the credential: {exc}") from exc
+        await self._audit(project, principal, "memorystore.rotate_credential", name)
         credential = self._credential(instance, password)
         return {
             "memorystore": self._summary(instance),
@@ -340,6 +345,7 @@ class MemoryStoreService:
             raise
         except Exception as exc:
             raise BadGateway(f"could not restart the memorystore: {exc}") from exc
+        await self._audit(project, principal, "memorystore.restart", name)
         return instance.to_json()
 
     # ------------------------------------------------------------------------------------ health
