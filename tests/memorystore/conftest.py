@@ -29,6 +29,7 @@ class Users:
     admin: Principal
     stranger: Principal
     emails: dict[str, str]
+    password: str = PASSWORD
 
 
 async def project_users(platform) -> Users:
