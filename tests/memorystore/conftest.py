@@ -62,3 +62,9 @@ async def project_users(platform) -> Users:
 @pytest.fixture
 async def users(platform) -> Users:
     return await project_users(platform)
+
+
+@pytest.fixture
+def users_of():
+    """`await users_of(platform)` for tests that build their own platform."""
+    return project_users

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import uuid
+
+import anyio
 
 import pytest
 import redis
@@ -189,3 +192,56 @@ async def test_health_and_livez(platform):
         assert all(v["status"] == "ok" for v in body["checks"].values())
         r = await c.get("/livez")
         assert r.status_code == 200 and r.json() == {"status": "ok"}
+
+
+async def test_embedded_platform_restart_keeps_instance_and_data(tmp_path, settings, users_of):
+    """The durable default: a real Valkey per instance, brought back with its data by the next server."""
+    from caiplatform.platform import Platform
+
+    first = Platform.embedded(tmp_path, settings)
+    await first.start()
+    users = await users_of(first)
+    async with asgi_client(first, ["memorystore"]) as c:
+        headers = bearer(first, users.member)
+        created = await c.post(base(users.project_id), headers=headers, json={"name": "durable", "size_class": "small"})
+        assert created.status_code == 201
+        uri = created.json()["credential"]["uri"]
+        got = await poll_ready(c, f"{base(users.project_id)}/durable", headers)
+        assert got["connection"]["port"] != 6379
+        client = redis.Redis.from_url(uri, protocol=2, retry=None)
+        client.set("kept", "across restarts")
+        client.get("kept")
+        client.close()
+        stats = (await c.get(f"{base(users.project_id)}/durable/stats", headers=headers)).json()
+        assert stats["hit_rate"] == 1.0 and 0 < stats["used_memory_pct"] < 100
+        assert stats["maxmemory_bytes"] == 192 * 1024 * 1024
+    await first.aclose()
+
+    second = Platform.embedded(tmp_path, settings)
+    await second.start()
+    try:
+        async with asgi_client(second, ["memorystore"]) as c:
+            headers = bearer(second, users.member)
+            await poll_ready(c, f"{base(users.project_id)}/durable", headers)
+            client = redis.Redis.from_url(uri, protocol=2, retry=None)
+            try:
+                assert client.get("kept") == b"across restarts"
+            finally:
+                client.close()
+            admin = bearer(second, users.admin)
+            assert (await c.delete(f"{base(users.project_id)}/durable", headers=admin)).status_code == 202
+            assert not (tmp_path / "memorystores" / users.project_id / "durable").exists()
+    finally:
+        await second.aclose()
+
+
+async def poll_ready(c, url: str, headers: dict[str, str], timeout: float = 20.0) -> dict:
+    """Poll the instance until `ready` is true, as a client is told to."""
+    deadline = time.monotonic() + timeout
+    while True:
+        body = (await c.get(url, headers=headers)).json()
+        if body.get("ready"):
+            assert body["state"] == "Ready"
+            return body
+        assert body["state"] == "Provisioning" and time.monotonic() < deadline, body
+        await anyio.sleep(0.05)
