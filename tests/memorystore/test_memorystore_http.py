@@ -8,7 +8,6 @@ import time
 import uuid
 
 import anyio
-
 import pytest
 import redis
 
