@@ -344,9 +344,9 @@ def stats_from_info(spec: InstanceSpec, raw: str) -> dict[str, Any]:
             body[name] = ints[name]
     if "keyspace" in sections:
         total = 0
-        for key, value in fields.items():
+        for key, line in fields.items():
             if re.fullmatch(r"db[0-9]+", key):
-                parts = dict(p.split("=", 1) for p in value.split(",") if "=" in p)
+                parts = dict(p.split("=", 1) for p in line.split(",") if "=" in p)
                 total += _int(parts.get("keys")) or 0
         body["db_keys"] = total
     body["note"] = STATS_NOTE

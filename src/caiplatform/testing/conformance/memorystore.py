@@ -78,16 +78,25 @@ async def wait_ready(p: MemoryStoreProvisioner, s: InstanceSpec, timeout: float 
         await anyio.sleep(0.05)
 
 
+def no_retry():
+    """redis-py retries connection errors (AuthenticationError is one) with backoff by default."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return Retry(NoBackoff(), 0)
+
+
 def client(inst, pw: str):
     import redis
 
-    return redis.Redis.from_url(connection_uri(inst.host, inst.port, pw), protocol=2, socket_timeout=5, retry=None)
+    return redis.Redis.from_url(connection_uri(inst.host, inst.port, pw), protocol=2, socket_timeout=5, retry=no_retry())
 
 
 def refused(inst, pw: str | None) -> bool:
     import redis
 
-    c = client(inst, pw) if pw else redis.Redis(host=inst.host, port=inst.port, protocol=2, socket_timeout=5, retry=None)
+    c = client(inst, pw) if pw else redis.Redis(host=inst.host, port=inst.port, protocol=2, socket_timeout=5,
+                                                    retry=no_retry())
     try:
         c.get("probe")
     except (redis.AuthenticationError, redis.ResponseError) as exc:
