@@ -111,7 +111,9 @@ def free_port(host: str = LOOPBACK) -> int:
 
 
 def port_is_free(port: int, host: str = LOOPBACK) -> bool:
+    """Whether a server could listen on `port` now (SO_REUSEADDR, as servers set: TIME_WAIT is free)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
