@@ -203,3 +203,46 @@ async def test_valkey_password_limits_and_persistence(tmp_path: Path, persistenc
         await client.aclose()
     finally:
         await sup.stop_all()
+
+
+CRASHING_SERVE = """
+import asyncio, sys
+from pathlib import Path
+from caiplatform.supervisor.engines import start_nats
+from caiplatform.supervisor.process import ProcessSupervisor
+
+async def main():
+    data = Path(sys.argv[1])
+    sup = ProcessSupervisor(data / "run")
+    url = await start_nats(sup, data)
+    print(url, sup.get("nats").pid, flush=True)
+    await asyncio.sleep(120)
+
+asyncio.run(main())
+"""
+
+
+async def test_next_start_reaps_a_crashed_runs_nats_and_keeps_its_port(tmp_path: Path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    run = subprocess.Popen([sys.executable, "-c", CRASHING_SERVE, str(tmp_path)], stdout=subprocess.PIPE,
+                           env=env, text=True)
+    try:
+        url, pid = run.stdout.readline().split()
+        run.kill()  # the platform crashes; its nats-server keeps running and holds the port
+        run.wait()
+        assert os.path.exists(f"/proc/{pid}")
+
+        sup = sup_for(tmp_path)
+        try:
+            assert await start_nats(sup, tmp_path) == url
+            assert sup.get("nats").pid != int(pid)
+            stat_line = Path(f"/proc/{pid}/stat").read_text() if os.path.exists(f"/proc/{pid}") else ""
+            assert stat_line == "" or stat_line[stat_line.rfind(")") + 2] in "ZX"  # gone (or a zombie)
+        finally:
+            await sup.stop_all()
+    finally:
+        run.kill()
+        run.stdout.close()

@@ -150,7 +150,7 @@ async def start_nats(sup: ProcessSupervisor, data_dir: Path) -> str:
     home = Path(data_dir) / "nats"
     store = home / "jetstream"
     store.mkdir(parents=True, exist_ok=True)
-    sup.reap_stale([NATS_NAME])  # a leftover of a crashed run would hold the recorded port
+    await asyncio.to_thread(sup.reap_stale, [NATS_NAME])  # a leftover of a crashed run would hold the recorded port
     port = _stable_port(home / "port.json")
     config = home / "nats-server.conf"
     config.write_text(
@@ -284,7 +284,7 @@ async def start_openbao(sup: ProcessSupervisor, data_dir: Path) -> OpenBaoHandle
     storage = home / "data"
     storage.mkdir(parents=True, exist_ok=True)
     os.chmod(home, 0o700)
-    sup.reap_stale([OPENBAO_NAME])
+    await asyncio.to_thread(sup.reap_stale, [OPENBAO_NAME])
     port = _stable_port(home / "port.json")
     cluster_port = _stable_port(home / "cluster-port.json")
     if cluster_port == port:
