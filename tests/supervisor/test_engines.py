@@ -23,8 +23,6 @@ from caiplatform.supervisor.engines import (
 )
 from caiplatform.supervisor.process import ProcessSupervisor, free_port
 
-pytestmark = pytest.mark.anyio
-
 STANDARD_PORTS = {4222, 8200, 6379}
 
 
