@@ -23,8 +23,6 @@ from caiplatform.supervisor.process import (
     tcp_ready,
 )
 
-pytestmark = pytest.mark.anyio
-
 # A TCP server that accepts connections until killed; optionally ignores SIGTERM.
 SERVER = textwrap.dedent(
     """

@@ -111,7 +111,9 @@ def free_port(host: str = LOOPBACK) -> int:
 
 
 def port_is_free(port: int, host: str = LOOPBACK) -> bool:
+    """Whether a server could listen on `port` now (SO_REUSEADDR, as servers set: TIME_WAIT is free)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -354,7 +356,7 @@ class ProcessSupervisor:
         if spec.name in self._procs:
             raise ValueError(f"a process named {spec.name!r} is already supervised")
         # Whatever a crashed run left under this name would hold its ports or files.
-        self.reap_stale([spec.name])
+        await asyncio.to_thread(self.reap_stale, [spec.name])
         log_path = Path(spec.log_path) if spec.log_path else self.logs_dir / f"{self._record_path(spec.name).stem}.log"
         mp = ManagedProcess(spec, log_path)
         self._procs[spec.name] = mp
@@ -468,6 +470,8 @@ class ProcessSupervisor:
             mp._ready.clear()
             if mp._stopping:
                 return
+            # The leader died on its own: kill what it left in its group (e.g. a shell's children).
+            _signal_group(proc.pid, signal.SIGKILL)
             ran = time.monotonic() - mp._started_mono
             log.warning("process %s (pid %s) exited with code %s after %.1f s", mp.name, mp.pid, rc, ran)
             if not mp.spec.restart:
@@ -499,12 +503,16 @@ class ProcessSupervisor:
         proc = mp._proc
         if proc is None:
             return
-        if proc.returncode is None:
-            _signal_group(proc.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), mp.spec.stop_timeout)
-            except TimeoutError:
-                log.warning("process %s did not stop within %g s; killing it", mp.name, mp.spec.stop_timeout)
+        if proc.returncode is not None:
+            # Already reaped (its group was cleaned up when it died); its pid may since have been
+            # reused, so the group is not signalled again.
+            mp.returncode = proc.returncode
+            return
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), mp.spec.stop_timeout)
+        except TimeoutError:
+            log.warning("process %s did not stop within %g s; killing it", mp.name, mp.spec.stop_timeout)
         # Kill whatever is left in the group (the leader after its grace, or its orphaned children).
         _signal_group(proc.pid, signal.SIGKILL)
         if proc.returncode is None:
