@@ -102,11 +102,12 @@ async def test_instance_folder_layout_and_file_modes(tmp_path):
     await wait_ready(p, s)
     folder = tmp_path / "memorystores" / s.project_id / s.name
     try:
-        for name in ("credential.json", "valkey.conf", "instance.json"):
+        for name in ("credential.json", "data/valkey.conf", "instance.json"):
             mode = stat.S_IMODE(os.stat(folder / name).st_mode)
             assert mode == 0o600, (name, oct(mode))
         assert pw not in (folder / "instance.json").read_text()
-        assert (folder / "data" / "appendonlydir").is_dir()
+        assert pw in (folder / "data" / "valkey.conf").read_text()
+        assert (folder / "data" / "appendonly").is_dir()
         stats = stats_from_info(s, await p.info(s.project_id, s.name))
         assert stats["maxmemory_bytes"] == 192 * 1024 * 1024
     finally:
@@ -126,7 +127,7 @@ async def test_no_persistence_writes_no_files(tmp_path):
     await wait_ready(p, s)
     data = tmp_path / "memorystores" / s.project_id / s.name / "data"
     try:
-        assert list(data.iterdir()) == []
+        assert [f.name for f in data.iterdir()] == ["valkey.conf"]
     finally:
         await p.close()
 

