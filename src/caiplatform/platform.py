@@ -72,6 +72,7 @@ class Platform:
         self.audit = AuditLog(self.clock)
         self.auth = AuthService(db, self.access, self.audit, self.clock, session_key, settings.automation_token)
         self.components: dict[str, Any] = {}
+        self._build_services()
         self._started = False
         self._closers: list[Any] = []
 
@@ -104,6 +105,16 @@ class Platform:
         """Synchronous, idempotent setup: schema and bootstrap accounts."""
         self.db.migrate()
         self.auth.bootstrap(self.settings.admin_email, self.settings.admin_password)
+
+    def _build_services(self) -> None:
+        """Area services over their adapters. Adapters that need a running engine are swapped in by `start()`."""
+        from caiplatform.adapters.memory.mcp_host import InMemoryMcpHost
+        from caiplatform.services.mcp import McpServerService
+
+        self.mcp = McpServerService(
+            self.db, self.access, self.audit, self.clock, self.pager,
+            InMemoryMcpHost(self.settings.registry_host), api_url=self.settings.base_url or "",
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
 
