@@ -23,6 +23,7 @@ from caiplatform.db import Database
 from caiplatform.pagination import Pager
 from caiplatform.ratelimit import TokenBucketLimiter
 from caiplatform.registry import Registry, default_registry
+from caiplatform.routing import HostRouter
 from caiplatform.services.access import Access
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.auth import AuthService
@@ -76,6 +77,8 @@ class Platform:
         self.audit = AuditLog(self.clock)
         self.auth = AuthService(db, self.access, self.audit, self.clock, session_key, settings.automation_token)
         self.components: dict[str, Any] = {}
+        self.hosts = HostRouter(settings.apps_domain)
+        self._build_services()
         self._started = False
         self._closers: list[Any] = []
 
@@ -106,18 +109,54 @@ class Platform:
 
     def _prepare(self) -> None:
         """Synchronous, idempotent setup: schema and bootstrap accounts."""
-        self.db.migrate()
+        if self.mode == "memory":
+            self.db.create_all()
+        else:
+            self.db.migrate()
         self.auth.bootstrap(self.settings.admin_email, self.settings.admin_password)
+
+    def _build_services(self) -> None:
+        """Area services over their adapters. Adapters that need a running engine are swapped in by `start()`."""
+        from caiplatform.adapters.memory.mcp_host import InMemoryMcpHost
+        from caiplatform.services.mcp import McpServerService
+
+        self.mcp = McpServerService(
+            self.db, self.access, self.audit, self.clock, self.pager,
+            InMemoryMcpHost(self.settings.registry_host), api_url=self.settings.base_url or "",
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
 
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.settings.data_dir)
+
+    def supervisor(self) -> Any:
+        """The one process supervisor of this platform (engines and workloads), created on first use.
+
+        On creation it reaps what a crashed previous run left behind in `<data-dir>/run`."""
+        if "supervisor" not in self.components:
+            from caiplatform.supervisor import ProcessSupervisor
+
+            supervisor = ProcessSupervisor(self.data_dir / "run")
+            supervisor.reap_stale()
+            self.components["supervisor"] = supervisor
+            self._closers.append(supervisor.stop_all)
+        return self.components["supervisor"]
+
     async def start(self) -> None:
+        """Start what needs a running engine (embedded child processes, clients) and wire it in."""
         if self._started:
             return
         self._started = True
+        if self.mode != "memory":
+            await self._start_engines()
         # Memory stores: a platform restart restarts every recorded instance with its data.
         await self.memorystores.provisioner.start()
         self._closers.append(self.memorystores.provisioner.close)
+
+    async def _start_engines(self) -> None:
+        """Engines of the embedded default, or clients of the configured ones."""
 
     async def aclose(self) -> None:
         for closer in reversed(self._closers):
@@ -151,7 +190,9 @@ class Platform:
         if self.mode == "memory":
             provisioner = self.registry.load("memorystore", "memory")(clock=self.clock)
         else:
-            provisioner = self.registry.load("memorystore", "local")(Path(self.settings.data_dir), clock=self.clock)
+            provisioner = self.registry.load("memorystore", "local")(
+                self.data_dir, supervisor=self.supervisor(), clock=self.clock
+            )
 
         async def database() -> ProvisionerHealth:
             ok, detail = self.database_health()
