@@ -45,6 +45,54 @@ def openbao() -> Iterator[engines.OpenBaoDev]:
     server.stop()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def clock():
+    from caiplatform.clock import ManualClock
+
+    return ManualClock()
+
+
+@pytest.fixture
+def settings():
+    from caiplatform.settings import Settings
+    from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
+
+    return Settings(
+        CAI_ADMIN_EMAIL=ADMIN_EMAIL,
+        CAI_ADMIN_PASSWORD=ADMIN_PASSWORD,
+        CAI_AUTOMATION_TOKEN="automation-token-for-tests",
+        CAI_INTERNAL_TOKEN="internal-token-for-tests",
+        RATELIMIT_RPS=10_000,
+        RATELIMIT_BURST=10_000,
+    )
+
+
+@pytest.fixture
+async def platform(settings, clock):
+    """An in-memory platform with the bootstrap admin, on a manual clock."""
+    from caiplatform.platform import Platform
+
+    p = Platform.in_memory(settings, clock=clock)
+    await p.start()
+    yield p
+    await p.aclose()
+
+
+@pytest.fixture
+async def client(platform):
+    from caiplatform.testing.http import asgi_client
+
+    async with asgi_client(platform) as c:
+        yield c
+
+
+@pytest.fixture
+async def admin_headers(client):
+    from caiplatform.testing.http import login
+
+    return await login(client)

@@ -1,0 +1,5 @@
+import sys
+
+from caiplatform.cli import main
+
+sys.exit(main())

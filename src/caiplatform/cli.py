@@ -1,0 +1,57 @@
+"""`caiplatform` command line: `caiplatform serve`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+APIS = ("core", "serverless", "pubsub", "memorystore", "vectordb")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="caiplatform", description="caiplatform: an agent platform")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the platform's HTTP APIs on one port")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--data-dir", default=None, help="durable state (default: $CAI_DATA_DIR or ./.caiplatform)")
+    serve.add_argument(
+        "--api", action="append", choices=APIS, dest="apis", help="serve only this API (repeatable); default all five"
+    )
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from caiplatform.platform import Platform
+    from caiplatform.settings import Settings
+    from caiplatform_server.app import create_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings()
+    updates: dict[str, object] = {}
+    if args.data_dir:
+        updates["data_dir"] = Path(args.data_dir)
+    if not settings.base_url:
+        updates["base_url"] = f"http://{args.host}:{args.port}"
+    settings = settings.model_copy(update=updates)
+    platform = Platform.from_settings(settings)
+    app = create_app(platform, apis=args.apis or APIS)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
+    uvicorn.Server(config).run()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

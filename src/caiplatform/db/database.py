@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio.to_thread
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+T = TypeVar("T")
+
+
+def normalize_url(url: str) -> str:
+    """Accept plain `postgresql://` and `postgres://` URLs and use the psycopg 3 driver for them."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+class Database:
+    def __init__(self, url: str, *, echo: bool = False):
+        self.url = normalize_url(url)
+        kwargs: dict[str, Any] = {"echo": echo, "future": True}
+        if self.url.startswith("sqlite"):
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+            if self.url in ("sqlite://", "sqlite:///:memory:"):
+                kwargs["poolclass"] = StaticPool
+        else:
+            kwargs["pool_pre_ping"] = True
+        self.engine: Engine = create_engine(self.url, **kwargs)
+        if self.dialect == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @classmethod
+    def in_memory(cls) -> Database:
+        return cls("sqlite://")
+
+    @classmethod
+    def sqlite_file(cls, path: Path) -> Database:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return cls(f"sqlite:///{path}")
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """One transaction: commit on success, roll back on any exception."""
+        with self._sessions() as session, session.begin():
+            yield session
+
+    def run_sync(self, fn: Callable[[Session], T]) -> T:
+        with self.session() as session:
+            return fn(session)
+
+    async def run(self, fn: Callable[[Session], T]) -> T:
+        return await anyio.to_thread.run_sync(self.run_sync, fn)
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest Alembic revision."""
+        from alembic import command
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(files("caiplatform.db") / "migrations"))
+        with self.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()

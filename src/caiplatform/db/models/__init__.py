@@ -1,0 +1,14 @@
+"""Every table of the platform. Importing this module registers them all on `Base.metadata`."""
+
+from caiplatform.db.models.identity import (  # noqa: F401
+    ApiKey,
+    AuditEntry,
+    Invitation,
+    Org,
+    OrgMember,
+    PlatformSetting,
+    Project,
+    ProjectMember,
+    ServiceAccount,
+    User,
+)

@@ -1,0 +1,141 @@
+"""The composition root: settings in, services wired to adapters out. No work happens at import time.
+
+- `Platform.in_memory()`: everything in-process (SQLite in memory for relational state); for unit tests
+  and notebooks.
+- `Platform.embedded(data_dir)`: the durable one-machine defaults of DECISIONS.md (SQLite in the data
+  dir; engines started and supervised as child processes by `start()`).
+- `Platform.from_settings(settings)`: real engines chosen by URL, embedded defaults for the rest.
+
+Engines that run as child processes only exist after `await platform.start()`; `aclose()` stops them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from caiplatform.clock import Clock
+from caiplatform.db import Database
+from caiplatform.pagination import Pager
+from caiplatform.ratelimit import TokenBucketLimiter
+from caiplatform.registry import Registry, default_registry
+from caiplatform.services.access import Access
+from caiplatform.services.audit import AuditLog
+from caiplatform.services.auth import AuthService
+from caiplatform.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def load_or_create_key(path: Path) -> bytes:
+    """The signing key kept in the data dir when `CAI_SESSION_KEY` is absent; created once, mode 0600."""
+    if path.exists():
+        return path.read_bytes().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(48).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(key)
+    return key
+
+
+class Platform:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        db: Database,
+        mode: str,
+        clock: Clock | None = None,
+        registry: Registry | None = None,
+        session_key: bytes | None = None,
+    ):
+        self.settings = settings
+        self.mode = mode  # "memory" | "embedded" | "external"
+        self.clock = clock or Clock()
+        self.registry = registry or default_registry
+        self.db = db
+        if session_key is None:
+            if settings.session_key:
+                session_key = settings.session_key.encode()
+            elif mode == "memory":
+                session_key = secrets.token_bytes(32)
+            else:
+                session_key = load_or_create_key(Path(settings.data_dir) / "session.key")
+        self.session_key = session_key
+        self.pager = Pager(session_key + b"/page-token")
+        self.rate_limiter = TokenBucketLimiter(settings.ratelimit_rps, settings.ratelimit_burst, self.clock)
+        self.access = Access(db, self.clock)
+        self.audit = AuditLog(self.clock)
+        self.auth = AuthService(db, self.access, self.audit, self.clock, session_key, settings.automation_token)
+        self.components: dict[str, Any] = {}
+        self._started = False
+        self._closers: list[Any] = []
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def in_memory(cls, settings: Settings | None = None, *, clock: Clock | None = None) -> Platform:
+        settings = settings or Settings()
+        db = Database.in_memory()
+        platform = cls(settings, db=db, mode="memory", clock=clock)
+        platform._prepare()
+        return platform
+
+    @classmethod
+    def embedded(cls, data_dir: str | Path, settings: Settings | None = None, *, clock: Clock | None = None) -> Platform:
+        settings = (settings or Settings()).model_copy(update={"data_dir": Path(data_dir)})
+        return cls.from_settings(settings, clock=clock)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, clock: Clock | None = None) -> Platform:
+        data_dir = Path(settings.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        db = Database(settings.database_url) if settings.database_url else Database.sqlite_file(data_dir / "platform.db")
+        mode = "external" if settings.database_url else "embedded"
+        platform = cls(settings, db=db, mode=mode, clock=clock)
+        platform._prepare()
+        return platform
+
+    def _prepare(self) -> None:
+        """Synchronous, idempotent setup: schema and bootstrap accounts."""
+        self.db.migrate()
+        self.auth.bootstrap(self.settings.admin_email, self.settings.admin_password)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+
+    async def aclose(self) -> None:
+        for closer in reversed(self._closers):
+            try:
+                result = closer()
+                if hasattr(result, "__await__"):
+                    await result
+            except Exception:  # noqa: BLE001 - shutdown goes on past one failing component
+                log.exception("error while stopping a component")
+        self._closers.clear()
+        self._started = False
+        self.db.dispose()
+
+    async def __aenter__(self) -> Platform:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- health ---------------------------------------------------------------------------------
+
+    def database_health(self) -> tuple[bool, str | None]:
+        try:
+            self.db.ping()
+        except Exception as exc:  # noqa: BLE001 - reported, not raised
+            return False, str(exc)
+        return True, None

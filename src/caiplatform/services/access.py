@@ -1,0 +1,220 @@
+"""Authorization: the one place that answers "why was this denied".
+
+Authority has two axes (document 2):
+- metadata: authority over the project object (rename, delete, membership);
+- resource: authority over its contents (agents, secrets, topics, indexes, ...).
+
+How a caller gets a role on a project, resolved live on every request:
+
+| caller                         | metadata role      | resource role      |
+|--------------------------------|--------------------|--------------------|
+| platform admin (no grant)      | admin              | none               |
+| org admin of the project's org | admin              | admin              |
+| direct member grant            | that role          | that role          |
+| active break-glass grant       | that role          | that role          |
+| service-account key            | none               | its grant's role   |
+| automation token, internal     | admin              | admin              |
+| workload key                   | none               | none (it may only mint read tokens, in services/secrets) |
+
+The 404 rule: no role on either axis → 404, identical to a missing project. Some role, but not the one
+the action needs → 403.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from caiplatform.clock import Clock
+from caiplatform.db import Database
+from caiplatform.db.models import OrgMember, Project, ProjectMember, ServiceAccount, User
+from caiplatform.errors import BadRequest, Forbidden, NotFound, PlatformError, Unauthenticated
+from caiplatform.principal import Principal, PrincipalKind
+from caiplatform.validation import project_uuid
+
+AUTH_REQUIRED = "this route requires authentication; sign in or use the automation token"
+PASSWORD_CHANGE_REQUIRED = "password change required before using this API"
+WORKLOAD_KEY_LIMIT = "a workload key can only mint a read token for its own project's secrets"
+SERVICE_ACCOUNT_LIMIT = "a service account cannot create or manage credentials, accounts or membership"
+PROJECT_ADMIN_REQUIRED = "this action requires the project admin role"
+
+
+class Axis(StrEnum):
+    METADATA = "metadata"
+    RESOURCE = "resource"
+
+
+class Role(StrEnum):
+    MEMBER = "member"
+    ADMIN = "admin"
+
+
+_RANK = {None: 0, "member": 1, "admin": 2}
+
+
+@dataclass(frozen=True)
+class ProjectRef:
+    id: str
+    org_id: str
+    slug: str
+    name: str
+    short: str
+
+    @property
+    def namespace(self) -> str:
+        return f"cai-p-{self.short}"
+
+    @classmethod
+    def of(cls, project: Project) -> ProjectRef:
+        return cls(project.id, project.org_id, project.slug, project.name, project.short)
+
+
+@dataclass(frozen=True)
+class ProjectGrant:
+    """What a principal holds on one project."""
+
+    project: ProjectRef
+    metadata_role: str | None
+    resource_role: str | None
+
+    @property
+    def visible(self) -> bool:
+        return self.metadata_role is not None or self.resource_role is not None
+
+    def role(self, axis: Axis) -> str | None:
+        return self.metadata_role if axis is Axis.METADATA else self.resource_role
+
+
+class Access:
+    def __init__(self, db: Database, clock: Clock):
+        self.db = db
+        self.clock = clock
+
+    # -- gates that do not depend on a project -------------------------------------------------
+
+    def require_authenticated(self, principal: Principal) -> None:
+        if not principal.authenticated:
+            raise Unauthenticated(AUTH_REQUIRED)
+
+    def require_management(self, principal: Principal, *, allow_workload: bool = False) -> None:
+        """Every management route: a credential, no owed password change, no workload key."""
+        self.require_authenticated(principal)
+        if principal.kind is PrincipalKind.WORKLOAD and not allow_workload:
+            raise Forbidden(WORKLOAD_KEY_LIMIT)
+        if principal.kind is PrincipalKind.USER and principal.user_id:
+            must_change = self.db.run_sync(lambda s: s.get(User, principal.user_id))
+            if must_change is not None and must_change.must_change_password:
+                raise Forbidden(PASSWORD_CHANGE_REQUIRED)
+
+    def require_human(self, principal: Principal) -> None:
+        """Credentials, accounts and membership are managed by people only."""
+        self.require_management(principal)
+        if principal.kind is PrincipalKind.SERVICE_ACCOUNT:
+            raise Forbidden(SERVICE_ACCOUNT_LIMIT)
+
+    def is_platform_admin(self, session: Session, principal: Principal) -> bool:
+        if principal.kind is not PrincipalKind.USER or not principal.user_id:
+            return False
+        user = session.get(User, principal.user_id)
+        return user is not None and user.role == "admin"
+
+    def org_admin_of(self, session: Session, principal: Principal) -> set[str]:
+        if principal.kind is not PrincipalKind.USER or not principal.user_id:
+            return set()
+        rows = session.scalars(
+            select(OrgMember.org_id).where(OrgMember.user_id == principal.user_id, OrgMember.role == "admin")
+        )
+        return set(rows)
+
+    # -- project grants -------------------------------------------------------------------------
+
+    def grant_sync(self, session: Session, principal: Principal, project: Project) -> ProjectGrant:
+        ref = ProjectRef.of(project)
+        kind = principal.kind
+        if kind in (PrincipalKind.AUTOMATION, PrincipalKind.INTERNAL):
+            return ProjectGrant(ref, "admin", "admin")
+        if kind is PrincipalKind.SERVICE_ACCOUNT:
+            if principal.project_id != project.id:
+                return ProjectGrant(ref, None, None)
+            row = session.scalar(
+                select(ProjectMember).where(
+                    ProjectMember.project_id == project.id,
+                    ProjectMember.service_account_id == principal.service_account_id,
+                )
+            )
+            sa = session.get(ServiceAccount, principal.service_account_id)
+            if row is None or sa is None or sa.disabled or sa.deleted_at is not None:
+                return ProjectGrant(ref, None, None)
+            return ProjectGrant(ref, None, row.role)
+        if kind is not PrincipalKind.USER or not principal.user_id:
+            return ProjectGrant(ref, None, None)
+
+        metadata: str | None = None
+        resource: str | None = None
+        if self.is_platform_admin(session, principal):
+            metadata = "admin"
+        if project.org_id in self.org_admin_of(session, principal):
+            return ProjectGrant(ref, "admin", "admin")
+        now = self.clock.now()
+        for row in session.scalars(
+            select(ProjectMember).where(
+                ProjectMember.project_id == project.id, ProjectMember.user_id == principal.user_id
+            )
+        ):
+            if row.break_glass and (row.expires_at is None or row.expires_at <= now):
+                continue
+            if _RANK[row.role] > _RANK[resource]:
+                resource = row.role
+            if _RANK[row.role] > _RANK[metadata]:
+                metadata = row.role
+        return ProjectGrant(ref, metadata, resource)
+
+    def project_sync(
+        self,
+        session: Session,
+        principal: Principal,
+        project_id: str,
+        *,
+        need: Role | None = Role.MEMBER,
+        axis: Axis = Axis.RESOURCE,
+        bad_id: type[PlatformError] = BadRequest,
+        admin_message: str = PROJECT_ADMIN_REQUIRED,
+    ) -> ProjectGrant:
+        """Resolve a project by id for `principal` and check `need` on `axis` (None: just visible)."""
+        pid = project_uuid(project_id, bad_id)
+        project = session.get(Project, pid)
+        if project is None:
+            raise NotFound("not found")
+        grant = self.grant_sync(session, principal, project)
+        if not grant.visible:
+            raise NotFound("not found")
+        if need is not None and _RANK[grant.role(axis)] < _RANK[need.value]:
+            if need is Role.ADMIN:
+                raise Forbidden(admin_message)
+            raise Forbidden(f"this action requires a {axis.value} role on the project")
+        return grant
+
+    async def project(
+        self,
+        principal: Principal,
+        project_id: str,
+        *,
+        need: Role | None = Role.MEMBER,
+        axis: Axis = Axis.RESOURCE,
+        bad_id: type[PlatformError] = BadRequest,
+    ) -> ProjectGrant:
+        """The check every project-scoped route makes first (after `require_management`)."""
+        return await self.db.run(
+            lambda s: self.project_sync(s, principal, project_id, need=need, axis=axis, bad_id=bad_id)
+        )
+
+    def project_by_ref_sync(self, session: Session, ref: str) -> list[Project]:
+        """Projects matching a `?project=` value: slug, short or id."""
+        return list(session.scalars(select(Project).where(or_(Project.slug == ref, Project.short == ref, Project.id == ref))))
+
+    def visible_projects_sync(self, session: Session, principal: Principal) -> list[ProjectGrant]:
+        grants = [self.grant_sync(session, principal, p) for p in session.scalars(select(Project).order_by(Project.slug))]
+        return [g for g in grants if g.visible]

@@ -1,0 +1,271 @@
+"""Credentials → principals, password sign-in, and the bootstrap of the first admin."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from caiplatform import security, validation
+from caiplatform.clock import Clock
+from caiplatform.db import Database
+from caiplatform.db.models import ApiKey, Org, OrgMember, Project, ServiceAccount, User
+from caiplatform.errors import BadRequest, RateLimited, Unauthenticated, Unavailable
+from caiplatform.principal import CredentialKind, Principal, PrincipalKind
+from caiplatform.ratelimit import SlidingWindowThrottle
+from caiplatform.services.access import Access
+from caiplatform.services.audit import AuditLog
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SLUG = "default"
+LOGIN_WINDOW_SECONDS = 15 * 60
+
+
+def go_duration(seconds: float) -> str:
+    """Durations the way the original Go services print them: `14m32s`."""
+    total = max(1, int(seconds + 0.999))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+@dataclass(frozen=True)
+class SignIn:
+    token: str
+    email: str
+    role: str
+    must_change_password: bool
+    expires_at: int
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "token": self.token,
+            "email": self.email,
+            "role": self.role,
+            "must_change_password": self.must_change_password,
+            "expires_at": self.expires_at,
+        }
+
+
+class AuthService:
+    def __init__(
+        self,
+        db: Database,
+        access: Access,
+        audit: AuditLog,
+        clock: Clock,
+        session_key: bytes,
+        automation_token: str | None = None,
+    ):
+        self.db = db
+        self.access = access
+        self.audit = audit
+        self.clock = clock
+        self.tokens = security.SessionTokens(session_key)
+        self.automation_token = automation_token
+        self.ip_throttle = SlidingWindowThrottle(10, LOGIN_WINDOW_SECONDS, clock)
+        self.account_throttle = SlidingWindowThrottle(50, LOGIN_WINDOW_SECONDS, clock)
+
+    # -- credentials ----------------------------------------------------------------------------
+
+    def authenticate(self, bearer: str | None, client_ip: str | None = None) -> Principal:
+        """Resolve a bearer credential. An invalid or expired credential is treated as none."""
+        anonymous = Principal.anonymous(client_ip)
+        if not bearer:
+            return anonymous
+        if self.automation_token and security.hmac.compare_digest(bearer, self.automation_token):
+            return Principal.automation(client_ip)
+        if bearer.startswith("cai_"):
+            return self.db.run_sync(lambda s: self._principal_for_key(s, bearer, client_ip)) or anonymous
+        claims = self.tokens.verify(bearer, self.clock.time())
+        if claims is None:
+            return anonymous
+        user = self.db.run_sync(lambda s: s.get(User, claims["sub"]))
+        if user is None:
+            return anonymous
+        return Principal(
+            kind=PrincipalKind.USER,
+            credential=CredentialKind.SESSION,
+            user_id=user.id,
+            email=user.email,
+            client_ip=client_ip,
+            expires_at=int(claims["exp"]),
+        )
+
+    def _principal_for_key(self, session: Session, bearer: str, client_ip: str | None) -> Principal | None:
+        workload = security.WORKLOAD_KEY_RE.match(bearer)
+        match = workload or security.API_KEY_RE.match(bearer)
+        if match is None:
+            return None
+        key = session.scalar(select(ApiKey).where(ApiKey.key_id == match["key_id"]))
+        if key is None or not security.secret_matches(key.secret_hash, match["secret"]):
+            return None
+        now = self.clock.now()
+        if key.revoked_at is not None or (key.expires_at is not None and key.expires_at <= now):
+            return None
+        if (key.kind == "workload") != bool(workload):
+            return None
+        key.last_used_at = now
+        if key.kind == "workload":
+            return Principal(
+                kind=PrincipalKind.WORKLOAD,
+                credential=CredentialKind.WORKLOAD_KEY,
+                project_id=key.project_id,
+                key_id=key.key_id,
+                client_ip=client_ip,
+            )
+        if key.kind == "service_account":
+            sa = session.get(ServiceAccount, key.service_account_id)
+            if sa is None or sa.disabled or sa.deleted_at is not None:
+                return None
+            project = session.get(Project, sa.project_id)
+            return Principal(
+                kind=PrincipalKind.SERVICE_ACCOUNT,
+                credential=CredentialKind.SERVICE_ACCOUNT_KEY,
+                service_account_id=sa.id,
+                project_id=sa.project_id,
+                email=f"{sa.name}@{project.short}.cai.local" if project else None,
+                key_id=key.key_id,
+                client_ip=client_ip,
+            )
+        user = session.get(User, key.user_id)
+        if user is None:
+            return None
+        return Principal(
+            kind=PrincipalKind.USER,
+            credential=CredentialKind.API_KEY,
+            user_id=user.id,
+            email=user.email,
+            key_id=key.key_id,
+            client_ip=client_ip,
+        )
+
+    # -- sign-in --------------------------------------------------------------------------------
+
+    async def login(self, email: Any, password: Any, client_ip: str | None) -> SignIn:
+        if not isinstance(email, str) or not email.strip() or not isinstance(password, str) or not password:
+            raise BadRequest("email and password are required")
+        email = email.strip().lower()
+        ip_key, account_key = f"ip:{client_ip or 'unknown'}", f"account:{email}"
+        for throttle, key in ((self.ip_throttle, ip_key), (self.account_throttle, account_key)):
+            wait = throttle.retry_after(key)
+            if wait is not None:
+                raise RateLimited(f"too many sign-in attempts; try again in {go_duration(wait)}", retry_after=wait)
+        self.ip_throttle.hit(ip_key)
+        self.account_throttle.hit(account_key)
+
+        def check(session: Session) -> User | None:
+            if session.scalar(select(func.count()).select_from(User)) == 0:
+                raise Unavailable(
+                    "user management is not initialized: no account exists yet "
+                    "(set CAI_ADMIN_EMAIL and CAI_ADMIN_PASSWORD and restart)"
+                )
+            user = session.scalar(select(User).where(User.email == email))
+            stored = user.password_hash if user else security.DUMMY_PASSWORD_HASH
+            return user if security.verify_password(stored, password) and user else None
+
+        user = await self.db.run(check)
+        if user is None:
+            raise Unauthenticated("invalid email or password")
+        return self._sign_in(user)
+
+    def _sign_in(self, user: User) -> SignIn:
+        token, expires_at = self.tokens.issue(user.id, self.clock.time())
+        return SignIn(token, user.email, user.role, user.must_change_password, expires_at)
+
+    async def me(self, principal: Principal) -> dict[str, Any]:
+        self.access.require_authenticated(principal)
+        if principal.kind is not PrincipalKind.USER:
+            role = "admin" if principal.kind is PrincipalKind.AUTOMATION else "user"
+            return {"email": principal.email or "", "role": role, "must_change_password": False, "expires_at": None}
+        user = await self.db.run(lambda s: s.get(User, principal.user_id))
+        if user is None:
+            raise Unauthenticated("invalid email or password")
+        return {
+            "email": user.email,
+            "role": user.role,
+            "must_change_password": user.must_change_password,
+            "expires_at": principal.expires_at,
+        }
+
+    async def change_password(self, principal: Principal, current: Any, new: Any) -> SignIn:
+        self.access.require_authenticated(principal)
+        if principal.kind is not PrincipalKind.USER:
+            raise BadRequest("only a signed-in user can change a password")
+        if not isinstance(current, str) or not isinstance(new, str):
+            raise BadRequest("current_password and new_password are required")
+
+        def change(session: Session) -> User:
+            user = session.get(User, principal.user_id)
+            if user is None or not security.verify_password(user.password_hash, current):
+                raise Unauthenticated("current password is incorrect")
+            validation.password(new)
+            if new == current:
+                raise BadRequest("new password must differ from the current one")
+            user.password_hash = security.hash_password(new)
+            user.must_change_password = False
+            return user
+
+        return self._sign_in(await self.db.run(change))
+
+    # -- bootstrap ------------------------------------------------------------------------------
+
+    def bootstrap(self, admin_email: str | None, admin_password: str | None) -> None:
+        """On a start with no accounts, create the platform admin, the default org and project."""
+
+        def run(session: Session) -> None:
+            now = self.clock.now()
+            org = session.scalar(select(Org).where(Org.slug == DEFAULT_SLUG))
+            if org is None:
+                org = Org(slug=DEFAULT_SLUG, name="Default", created_at=now)
+                session.add(org)
+                session.flush()
+            if session.scalar(select(Project).where(Project.slug == DEFAULT_SLUG)) is None:
+                session.add(
+                    Project(org_id=org.id, slug=DEFAULT_SLUG, name="Default", short=new_short(session), created_at=now, settings={})
+                )
+            if not admin_email or session.scalar(select(func.count()).select_from(User)) > 0:
+                return
+            email = validation.email(admin_email)
+            validation.password(admin_password)
+            user = User(
+                email=email,
+                password_hash=security.hash_password(admin_password or ""),
+                role="admin",
+                must_change_password=False,
+                org_id=org.id,
+                created_at=now,
+            )
+            session.add(user)
+            session.flush()
+            session.add(OrgMember(org_id=org.id, user_id=user.id, role="admin", created_at=now))
+            self.audit.record(session, None, None, "user.create", email, {"role": "admin", "bootstrap": True})
+            log.info("created the bootstrap platform admin %s", email)
+
+        self.db.run_sync(run)
+
+
+def new_short(session: Session) -> str:
+    """An immutable, unique project fragment for namespaces and hostnames."""
+    import secrets
+
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    while True:
+        short = "".join(secrets.choice(alphabet) for _ in range(6))
+        if session.scalar(select(Project).where(Project.short == short)) is None:
+            return short
+
+
+def utc_iso(moment: datetime | None) -> str | None:
+    from caiplatform.clock import rfc3339
+
+    return rfc3339(moment) if moment else None

@@ -1,0 +1,60 @@
+"""Settings from the environment.
+
+Operator settings named in the specification keep their names (`RATELIMIT_RPS`, `INVOKE_TIMEOUT_SECONDS`,
+...); the platform's own start with `CAI_`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _env(*names: str) -> AliasChoices:
+    return AliasChoices(*names)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=None, extra="ignore", populate_by_name=True)
+
+    # Where durable one-machine state lives.
+    data_dir: Path = Field(Path(".caiplatform"), validation_alias=_env("CAI_DATA_DIR"))
+
+    # Bootstrap (DECISIONS.md).
+    admin_email: str | None = Field(None, validation_alias=_env("CAI_ADMIN_EMAIL"))
+    admin_password: str | None = Field(None, validation_alias=_env("CAI_ADMIN_PASSWORD"))
+    automation_token: str | None = Field(None, validation_alias=_env("CAI_AUTOMATION_TOKEN"))
+    internal_token: str | None = Field(None, validation_alias=_env("CAI_INTERNAL_TOKEN"))
+    session_key: str | None = Field(None, validation_alias=_env("CAI_SESSION_KEY"))
+
+    # Engines; absent means the embedded default in the data dir.
+    database_url: str | None = Field(None, validation_alias=_env("CAI_DATABASE_URL", "DATABASE_URL"))
+    nats_url: str | None = Field(None, validation_alias=_env("CAI_NATS_URL", "NATS_URL"))
+    redis_url: str | None = Field(None, validation_alias=_env("CAI_REDIS_URL"))
+    qdrant_url: str | None = Field(None, validation_alias=_env("CAI_QDRANT_URL", "QDRANT_URL"))
+    qdrant_api_key: str | None = Field(None, validation_alias=_env("CAI_QDRANT_API_KEY"))
+    bao_addr: str | None = Field(None, validation_alias=_env("CAI_BAO_ADDR", "BAO_ADDR", "VAULT_ADDR"))
+    bao_token: str | None = Field(None, validation_alias=_env("CAI_BAO_TOKEN", "BAO_TOKEN", "VAULT_TOKEN"))
+    kubeconfig: str | None = Field(None, validation_alias=_env("CAI_KUBECONFIG"))
+
+    # Addresses (DECISIONS.md).
+    base_url: str | None = Field(None, validation_alias=_env("CAI_BASE_URL"))
+    registry_host: str = Field("registry.local", validation_alias=_env("CAI_REGISTRY_HOST"))
+    apps_domain: str = Field("apps.localhost", validation_alias=_env("CAI_APPS_DOMAIN"))
+
+    # Operator settings named by the specification.
+    ratelimit_rps: float = Field(100.0, validation_alias=_env("RATELIMIT_RPS"))
+    ratelimit_burst: int = Field(200, validation_alias=_env("RATELIMIT_BURST"))
+    invoke_auth_required: bool = Field(False, validation_alias=_env("INVOKE_AUTH_REQUIRED"))
+    invoke_timeout_seconds: float = Field(60.0, validation_alias=_env("INVOKE_TIMEOUT_SECONDS"))
+    max_upload_bytes: int = Field(100 * 1024 * 1024, validation_alias=_env("MAX_UPLOAD_BYTES"))
+    log_retention: str = Field("336h", validation_alias=_env("LOG_RETENTION"))
+    request_timeout_seconds: float = Field(30.0, validation_alias=_env("REQUEST_TIMEOUT_SECONDS"))
+    vector_max_body_bytes: int = Field(32 * 1024 * 1024, validation_alias=_env("MAX_BODY_BYTES"))
+    vector_max_points_per_request: int = Field(1000, validation_alias=_env("MAX_POINTS_PER_REQUEST"))
+    vector_max_top_k: int = Field(1000, validation_alias=_env("MAX_TOP_K"))
+
+    # Scale-to-zero idle time for local workloads.
+    scale_to_zero_seconds: float = Field(90.0, validation_alias=_env("CAI_SCALE_TO_ZERO_SECONDS"))

@@ -1,0 +1,206 @@
+"""`create_app(platform)`: the ASGI app serving one or more of the five APIs on one port.
+
+The conventions shared by every route live here, once: request ids, the error envelope (also for
+unrouted paths and wrong methods), credential parsing into a `Principal`, and per-principal rate limits.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio.to_thread
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from caiplatform.errors import PlatformError, RateLimited
+from caiplatform.platform import Platform
+from caiplatform.principal import Principal
+
+log = logging.getLogger(__name__)
+
+ALL_APIS = ("core", "serverless", "pubsub", "memorystore", "vectordb")
+HealthFn = Callable[[Platform], Awaitable[tuple[int, dict[str, Any]]]]
+
+# Paths that are never rate limited and never need a credential.
+UNMETERED_PATHS = {"/healthz", "/livez", "/openapi.json", "/docs"}
+
+
+def error_response(status: int, message: str, request_id: str, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    body = {"error": message, "request_id": request_id, **extra}
+    return JSONResponse(body, status_code=status, headers={**(headers or {}), "X-Request-Id": request_id})
+
+
+def request_id_of(request: Request) -> str:
+    return getattr(request.state, "request_id", "") or request.headers.get("x-request-id", "")
+
+
+def client_ip(scope: Scope) -> str | None:
+    client = scope.get("client")
+    return client[0] if client else None
+
+
+def bearer_of(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            text = value.decode("latin-1").strip()
+            scheme, _, token = text.partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+            return None
+    return None
+
+
+class ConventionsMiddleware:
+    """Request id on every response; credential → principal; rate limit; envelope for early refusals."""
+
+    def __init__(self, app: ASGIApp, platform: Platform):
+        self.app = app
+        self.platform = platform
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = dict(scope.get("headers", [])).get(b"x-request-id", b"").decode("latin-1")
+        request_id = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else "req_" + uuid.uuid4().hex
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+                headers.append((b"x-request-id", request_id.encode("latin-1")))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        ip = client_ip(scope)
+        bearer = bearer_of(scope)
+        if bearer:
+            principal = await anyio.to_thread.run_sync(self.platform.auth.authenticate, bearer, ip)
+        else:
+            principal = Principal.anonymous(ip)
+        state["principal"] = principal
+
+        if scope["path"] not in UNMETERED_PATHS:
+            wait = self.platform.rate_limiter.try_acquire(principal.rate_key)
+            if wait is not None:
+                err = RateLimited(retry_after=wait)
+                response = error_response(err.status, err.message, request_id, err.headers)
+                await response(scope, receive, send_with_id)
+                return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send_with_id(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            # The app's own handler already answered (Starlette re-raises after a 500); keep the
+            # server alive and answer in the envelope if nothing was sent yet.
+            if not started:
+                log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+                await error_response(500, "internal error", request_id)(scope, receive, send_with_id)
+
+
+def _load_api(name: str) -> tuple[Any, list[Any]]:
+    """An API's main module (`apis/<name>.py`, which owns its health) and its parts (`apis/<name>_*.py`)."""
+    import pkgutil
+
+    import caiplatform_server.apis as package
+
+    main = importlib.import_module(f"{package.__name__}.{name}")
+    parts = [
+        importlib.import_module(f"{package.__name__}.{info.name}")
+        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name)
+        if info.name.startswith(f"{name}_")
+    ]
+    return main, parts
+
+
+def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lifecycle: bool = True) -> FastAPI:
+    unknown = [a for a in apis if a not in ALL_APIS]
+    if unknown:
+        raise ValueError(f"unknown API {unknown[0]!r}; choose from {', '.join(ALL_APIS)}")
+    modules = {name: _load_api(name) for name in dict.fromkeys(apis)}
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
+        if manage_lifecycle:
+            await platform.start()
+        try:
+            yield
+        finally:
+            if manage_lifecycle:
+                await platform.aclose()
+
+    app = FastAPI(
+        title="caiplatform",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.platform = platform
+    app.openapi_version = "3.1.0"
+
+    @app.exception_handler(PlatformError)
+    async def _platform_error(request: Request, exc: PlatformError) -> JSONResponse:
+        return error_response(exc.status, exc.message, request_id_of(request), exc.headers, **exc.body)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = {404: "not found", 405: "method not allowed"}.get(exc.status_code, str(exc.detail))
+        return error_response(exc.status_code, message, request_id_of(request), dict(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path"))
+        message = f"invalid {where}: {first.get('msg', 'invalid request')}" if where else "invalid request"
+        return error_response(400, message, request_id_of(request))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal error", request_id_of(request))
+
+    health_fns: dict[str, HealthFn] = {}
+    for name, (module, parts) in modules.items():
+        app.include_router(module.router)
+        for part in parts:
+            app.include_router(part.router)
+        health_fns[name] = module.health
+
+    @app.get("/healthz", tags=["health"], summary="Health of the served APIs")
+    async def healthz() -> JSONResponse:
+        if len(health_fns) == 1:
+            (fn,) = health_fns.values()
+            status, body = await fn(platform)
+            return JSONResponse(body, status_code=status)
+        bodies = {}
+        ok = True
+        for name, fn in health_fns.items():
+            status, body = await fn(platform)
+            bodies[name] = body
+            ok = ok and status < 400 and body.get("status", "ok") == "ok"
+        return JSONResponse({"status": "ok" if ok else "degraded", "apis": bodies}, status_code=200 if ok else 503)
+
+    if "memorystore" in modules:
+
+        @app.get("/livez", tags=["health"], summary="Liveness")
+        async def livez() -> dict[str, str]:
+            return {"status": "ok"}
+
+    return ConventionsMiddleware(app, platform)  # type: ignore[return-value]

@@ -1,0 +1,19 @@
+"""FastAPI dependencies shared by every API module."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from caiplatform.platform import Platform
+from caiplatform.principal import Principal
+
+
+def platform_of(request: Request) -> Platform:
+    platform: Platform = request.app.state.platform
+    return platform
+
+
+def principal_of(request: Request) -> Principal:
+    """The calling principal resolved by the conventions middleware."""
+    principal = getattr(request.state, "principal", None)
+    return principal if principal is not None else Principal.anonymous(request.client.host if request.client else None)
