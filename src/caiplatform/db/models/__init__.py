@@ -12,3 +12,4 @@ from caiplatform.db.models.identity import (  # noqa: F401
     ServiceAccount,
     User,
 )
+from caiplatform.db.models.secrets import SecretBinding  # noqa: F401
