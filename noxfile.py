@@ -1,0 +1,46 @@
+"""Project automation: `nox -s tests` is the one command that CI (.ci/run) and the README use."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+ROOT = Path(__file__).parent
+
+
+def start_engines(session: nox.Session) -> None:
+    """Start the machine's PostgreSQL, Redis and NATS when they are not answering (idempotent)."""
+    for engine in ("postgres", "redis", "nats"):
+        script = ROOT / "backends" / engine / "start.sh"
+        if script.exists():
+            session.run("bash", str(script), external=True)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    session.install("-e", ".[all,dev]")
+    start_engines(session)
+    session.run("python", "-m", "pytest", *session.posargs, env={"PYTHONUNBUFFERED": "1", **dict(os.environ)})
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "src", "tests")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    session.install("-e", ".[all,dev]")
+    session.run("mypy", "src")
+
+
+@nox.session
+def benchmarks(session: nox.Session) -> None:
+    session.install("-e", ".[all,dev]")
+    for bench in sorted((ROOT / "benchmarks").glob("*_bench.py")):
+        session.run("python", str(bench))
