@@ -104,7 +104,10 @@ class Platform:
 
     def _prepare(self) -> None:
         """Synchronous, idempotent setup: schema and bootstrap accounts."""
-        self.db.migrate()
+        if self.mode == "memory":
+            self.db.create_all()
+        else:
+            self.db.migrate()
         self.auth.bootstrap(self.settings.admin_email, self.settings.admin_password)
 
     def _build_secrets(self) -> Any:
