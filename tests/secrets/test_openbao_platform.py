@@ -125,9 +125,19 @@ async def test_token_minting_unsupported_is_501(client, world, platform, openbao
 
 
 def test_postgres_refuses_reserved_env_names(postgres_url):
-    db = Database(postgres_url)
+    # The tables as the models declare them (tests/foundation/test_migrations keeps migrations in step),
+    # in a database of this test's own.
+    from caiplatform.db.base import Base
+    from caiplatform.db.models import Org, Project
+
+    with engines.fresh_postgres_database() as url:
+        _check_reserved_on(url, Base, Org, Project)
+
+
+def _check_reserved_on(url, Base, Org, Project):
+    db = Database(url)
     try:
-        db.migrate()
+        Base.metadata.create_all(db.engine, tables=[Org.__table__, Project.__table__, SecretBinding.__table__])
         with pytest.raises(sa.exc.IntegrityError) as refused:
             db.run_sync(lambda s: s.execute(sa.text(
                 "INSERT INTO secret_bindings (id, project_id, agent_id, agent_slug, env_name, secret_name, "
