@@ -102,3 +102,40 @@ def test_parse_time_keeps_utc() -> None:
     assert moment is not None and moment.tzinfo is not None
     assert moment.isoformat() == "2026-11-22T04:20:27.492909+00:00"
     assert parse_time("") is None
+
+
+PLATFORM_POLICY = """
+path "secret/data/{prefix}/*"     {{ capabilities = ["create", "read", "update"] }}
+path "secret/metadata/{prefix}/*" {{ capabilities = ["create", "read", "update", "list", "delete"] }}
+path "secret/destroy/{prefix}/*"  {{ capabilities = ["update"] }}
+path "sys/policies/acl/caiplatform-read-*" {{ capabilities = ["create", "read", "update"] }}
+path "auth/token/create" {{ capabilities = ["create", "update", "sudo"] }}
+"""
+
+
+async def test_the_documented_platform_policy_is_enough(openbao: engines.OpenBaoDev) -> None:
+    """docs/secrets.md gives this policy for the platform's token: everything works with it, nothing more."""
+    prefix = f"caiplatform-test-{secrets.token_hex(6)}/projects"
+    root = hvac.Client(url=openbao.addr, token=openbao.root_token)
+    name = f"caiplatform-{secrets.token_hex(4)}"
+    root.sys.create_or_update_policy(name, PLATFORM_POLICY.format(prefix=prefix))
+    token = root.auth.token.create(policies=[name], ttl="1h")["auth"]["client_token"]
+    backend = OpenBaoSecretBackend(openbao.addr, token, prefix=prefix)
+    p = str(uuid.uuid4())
+    assert await backend.write(p, "a", "1") == 1
+    assert await backend.write(p, "a", "2") == 2
+    await backend.write(p, "b", "x")
+    assert [m.name for m in await backend.list(p)] == ["a", "b"]
+    assert (await backend.read(p, "a", 1)).value == "1"
+    await backend.destroy_versions(p, "a", [1])
+    assert [v.destroyed for v in (await backend.metadata(p, "a")).versions] == [True, False]
+    one = await backend.mint_read_token(p, "a", 60)
+    assert (await backend.read_with_token(one.token, one.path)).value == "2"
+    everything = await backend.mint_read_token(p, None, 60)
+    assert (await backend.read_with_token(everything.token, everything.path + "b")).value == "x"
+    assert await backend.destroy(p, "b") is True
+    # ... and the platform token reaches nothing outside its prefix
+    with pytest.raises(hvac.exceptions.Forbidden):
+        hvac.Client(url=openbao.addr, token=token).secrets.kv.v2.read_secret_version(
+            "elsewhere/x", raise_on_deleted_version=True
+        )

@@ -24,7 +24,7 @@ DEFAULT_TOKEN_TTL_SECONDS = 300
 
 STORE_UNCONFIGURED_MESSAGE = (
     "the project secret store is not configured: point the platform at an OpenBao or Vault server "
-    "(CAI_OPENBAO_ADDR and CAI_OPENBAO_TOKEN) or run caiplatform serve with its embedded OpenBao"
+    "(CAI_BAO_ADDR and CAI_BAO_TOKEN) or run caiplatform serve with its embedded OpenBao"
 )
 STORE_UNAVAILABLE_MESSAGE = (
     "the project secret store is sealed or unreachable; try again once it is unsealed and reachable"

@@ -291,7 +291,7 @@ class OpenBaoSecretBackend(SecretBackend):
 
         def op(client: hvac.Client) -> ReadToken:
             try:
-                client.sys.create_or_update_policy(name=policy, policy=body)
+                client.sys.create_or_update_acl_policy(name=policy, policy=body)
                 resp = client.auth.token.create(
                     policies=[policy],
                     no_default_policy=True,
