@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def _serve(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+def _serve(data_dir: Path, port: int, log: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
@@ -31,6 +31,7 @@ def _serve(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     for name in ("CAI_BAO_ADDR", "BAO_ADDR", "VAULT_ADDR", "CAI_BAO_TOKEN", "BAO_TOKEN", "VAULT_TOKEN",
                  "CAI_DATABASE_URL", "DATABASE_URL"):
         env.pop(name, None)
+    env.update(extra_env or {})
     proc = subprocess.Popen(
         [sys.executable, "-m", "caiplatform", "serve", "--port", str(port), "--data-dir", str(data_dir),
          "--api", "core", "--log-level", "warning"],
@@ -114,3 +115,32 @@ def test_secret_survives_a_restart_of_serve(tmp_path):
     finally:
         _stop(proc)
     assert "written-before-restart" not in log.read_text()
+
+
+def test_serve_with_an_external_openbao(tmp_path, openbao):
+    """CAI_BAO_ADDR/CAI_BAO_TOKEN: the platform uses that server and starts no OpenBao of its own."""
+    data_dir, log = tmp_path / "data", tmp_path / "serve.log"
+    port = engines.free_port()
+    extra = {"CAI_BAO_ADDR": openbao.addr, "CAI_BAO_TOKEN": openbao.root_token}
+    base = f"http://127.0.0.1:{port}"
+    for round_ in (1, 2):
+        proc = _serve(data_dir, port, log, extra)
+        try:
+            token = httpx.post(f"{base}/v1/auth/login", json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD})
+            headers = {"Authorization": f"Bearer {token.json()['token']}"}
+            with sqlite3.connect(data_dir / "platform.db") as db:
+                (project_id,) = db.execute("SELECT id FROM projects WHERE slug = 'default'").fetchone()
+            url = f"{base}/v1/projects/{project_id}/secrets"
+            if round_ == 1:
+                r = httpx.post(url, json={"name": "ext", "value": "kept-outside"}, headers=headers)
+                assert r.status_code == 201, r.text
+                assert not (data_dir / "openbao").exists()
+            else:
+                r = httpx.post(f"{url}/ext:reveal", headers=headers)
+                assert r.status_code == 200 and r.json()["value"] == "kept-outside"
+                tok = httpx.post(f"{url}/ext:issue-token", headers=headers).json()
+                assert tok["read"]["addr"] == openbao.addr
+                direct = httpx.get(f"{openbao.addr}/v1/{tok['read']['path']}", headers={"X-Vault-Token": tok["token"]})
+                assert direct.json()["data"]["data"]["value"] == "kept-outside"
+        finally:
+            _stop(proc)

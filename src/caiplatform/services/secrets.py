@@ -305,6 +305,8 @@ class SecretStore:
         raw = body.get("ttl_seconds")
         if raw is None:
             return clamp_ttl(None)
+        if isinstance(raw, str) and raw.strip().isdigit():
+            raw = int(raw.strip())
         if isinstance(raw, bool) or not isinstance(raw, int | float):
             raise BadRequest("ttl_seconds must be a number of seconds")
         return clamp_ttl(int(raw))
@@ -577,6 +579,19 @@ class SecretStore:
             "note": f"wrote {len(values)} bound value(s) into {agent.name}'s secret"
             + ("; a new revision is rolling out" if rolled else "; they take effect at the next deploy"),
         }
+
+    async def purge_project(self, project_id: str) -> int:
+        """Destroy every secret and binding of a project being deleted (called by the projects area).
+
+        Needs the store; returns how many secrets were destroyed.
+        """
+        names = [m.name for m in await self.backend.list(project_id)]
+        for name in names:
+            await self.backend.destroy(project_id, name)
+        await self.db.run(
+            lambda s: s.execute(delete(SecretBinding).where(SecretBinding.project_id == project_id))
+        )
+        return len(names)
 
     async def forget_agent(self, agent_id: str) -> int:
         """Drop every binding of a deleted agent (called by the agents area); returns how many."""
