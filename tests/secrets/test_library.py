@@ -44,6 +44,8 @@ async def test_library_rules(lib):
     await store.bind(automation, pid, "bot", "K", {"secret_name": "k"})
     applied = await store.apply(automation, pid, "bot")
     assert applied["applied"][0]["version"] == 2 and store.agents.secret_of(agent) == {"K": "w"}
+    assert await store.values_for_deploy(None, agent) == {"K": "w"}
+    assert await store.values_for_deploy(None, store.agents.add_agent(pid, "unbound")) == {}
     assert await store.purge_project(pid) == 1
     assert (await store.list(automation, pid))["secrets"] == []
     assert (await store.list_bindings(automation, pid))["bindings"] == []

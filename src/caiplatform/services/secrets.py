@@ -542,6 +542,23 @@ class SecretStore:
                 "revision_rolled": False,
                 "note": f"{agent.name} has no bindings; nothing changed",
             }
+        values, results = await self._read_bound(principal, pid, agent, rows)
+        await self._agent_secrets().set_keys(agent, values)
+        for item in results:
+            item["applied"] = True
+        rolled = await self._agent_secrets().roll_revision(agent, "apply secret bindings")
+        return {
+            "agent": agent.name,
+            "applied": results,
+            "revision_rolled": rolled,
+            "note": f"wrote {len(values)} bound value(s) into {agent.name}'s secret"
+            + ("; a new revision is rolling out" if rolled else "; they take effect at the next deploy"),
+        }
+
+    async def _read_bound(
+        self, principal: Principal | None, pid: str, agent: AgentRef, rows: list[SecretBinding]
+    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+        """Read every bound value (each read audited); 424 with the per-binding list if any read fails."""
         values: dict[str, str] = {}
         results: list[dict[str, Any]] = []
         failed = 0
@@ -568,17 +585,19 @@ class SecretStore:
                 "nothing was written",
                 body={"agent": agent.name, "applied": results},
             )
-        await self._agent_secrets().set_keys(agent, values)
-        for item in results:
-            item["applied"] = True
-        rolled = await self._agent_secrets().roll_revision(agent, "apply secret bindings")
-        return {
-            "agent": agent.name,
-            "applied": results,
-            "revision_rolled": rolled,
-            "note": f"wrote {len(values)} bound value(s) into {agent.name}'s secret"
-            + ("; a new revision is rolling out" if rolled else "; they take effect at the next deploy"),
-        }
+        return values, results
+
+    async def values_for_deploy(self, principal: Principal | None, agent: AgentRef) -> dict[str, str]:
+        """The bound values an agent's deploy puts into its secret (for the agents area).
+
+        Same reads and audit as `apply`; raises the same 424 when a value cannot be read. An agent without
+        bindings gets `{}` without touching the store.
+        """
+        rows = await self.db.run(lambda s: self._agent_bindings_sync(s, agent))
+        if not rows:
+            return {}
+        values, _ = await self._read_bound(principal, agent.project_id, agent, rows)
+        return values
 
     async def purge_project(self, project_id: str) -> int:
         """Destroy every secret and binding of a project being deleted (called by the projects area).
