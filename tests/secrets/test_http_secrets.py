@@ -162,13 +162,17 @@ async def test_reveal(client, world, platform):
     assert (r.json()["version"], r.json()["value"]) == (1, "first-value")
     r = await client.post(url, json={"version": 0}, headers=world.admin)
     assert r.json()["version"] == 2
+    r = await client.post(url, json={"version": "1"}, headers=world.admin)
+    assert r.json()["version"] == 1
+    r = await client.post(url, json={"version": "x"}, headers=world.admin)
+    assert r.json()["version"] == 2
     # a malformed body reveals the current version
     r = await client.post(url, content=b"{not json", headers={**world.admin, "content-type": "application/json"})
     assert r.status_code == 200 and r.json()["version"] == 2
     r = await client.post(url, json={"version": 9}, headers=world.admin)
     assert r.status_code == 400 and r.json()["error"] == "tok has no version 9 (current is 2)"
     rows = [(a, t, d) for a, t, d, _ in await audit_rows(platform, world.project_id) if a == "project.secret.reveal"]
-    assert len(rows) == 4
+    assert len(rows) == 6
     assert "incident 42" in rows[1][2]
     assert all("value" not in d for *_, d in rows)
 

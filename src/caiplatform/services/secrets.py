@@ -272,6 +272,8 @@ class SecretStore:
         pid = await self._grant(principal, project_id, Role.ADMIN)
         name = self._name(name)
         raw_version = body.get("version")
+        if isinstance(raw_version, str) and raw_version.strip().isdigit():
+            raw_version = int(raw_version.strip())
         # A malformed body (or version) reveals the current version.
         version = raw_version if isinstance(raw_version, int) and not isinstance(raw_version, bool) else 0
         version = max(version, 0)
