@@ -22,6 +22,7 @@ from caiplatform.db import Database
 from caiplatform.pagination import Pager
 from caiplatform.ratelimit import TokenBucketLimiter
 from caiplatform.registry import Registry, default_registry
+from caiplatform.routing import HostRouter
 from caiplatform.services.access import Access
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.auth import AuthService
@@ -72,6 +73,7 @@ class Platform:
         self.audit = AuditLog(self.clock)
         self.auth = AuthService(db, self.access, self.audit, self.clock, session_key, settings.automation_token)
         self.components: dict[str, Any] = {}
+        self.hosts = HostRouter(settings.apps_domain)
         self._build_services()
         self._started = False
         self._closers: list[Any] = []
@@ -132,19 +134,9 @@ class Platform:
         if self.mode == "memory" or self.settings.bao_addr:
             return
         from caiplatform.adapters.openbao.secrets import OpenBaoSecretBackend
-        from caiplatform.supervisor import ProcessSupervisor
         from caiplatform.supervisor.engines import start_openbao
 
-        supervisor = getattr(self, "supervisor", None)
-        if supervisor is None:
-            supervisor = self.supervisor = ProcessSupervisor(Path(self.settings.data_dir) / "run")
-
-            async def stop_supervisor() -> None:
-                await supervisor.stop_all()
-                self.supervisor = None
-
-            self._closers.append(stop_supervisor)
-        handle = await start_openbao(supervisor, Path(self.settings.data_dir))
+        handle = await start_openbao(self.supervisor(), self.data_dir)
         self.secrets.set_backend(OpenBaoSecretBackend.from_handle(handle))
 
     def _build_services(self) -> None:
@@ -159,10 +151,33 @@ class Platform:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.settings.data_dir)
+
+    def supervisor(self) -> Any:
+        """The one process supervisor of this platform (engines and workloads), created on first use.
+
+        On creation it reaps what a crashed previous run left behind in `<data-dir>/run`."""
+        if "supervisor" not in self.components:
+            from caiplatform.supervisor import ProcessSupervisor
+
+            supervisor = ProcessSupervisor(self.data_dir / "run")
+            supervisor.reap_stale()
+            self.components["supervisor"] = supervisor
+            self._closers.append(supervisor.stop_all)
+        return self.components["supervisor"]
+
     async def start(self) -> None:
+        """Start what needs a running engine (embedded child processes, clients) and wire it in."""
         if self._started:
             return
         self._started = True
+        if self.mode != "memory":
+            await self._start_engines()
+
+    async def _start_engines(self) -> None:
+        """Engines of the embedded default, or clients of the configured ones."""
         await self._start_embedded_openbao()
 
     async def aclose(self) -> None:
