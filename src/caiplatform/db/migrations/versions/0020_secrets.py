@@ -4,10 +4,10 @@ Revision ID: 0020_secrets
 Revises: 0010_mcp
 Create Date: 2026-11-22 04:25:02.366731
 """
-from alembic import op
 import sqlalchemy as sa
-import caiplatform.db.base
+from alembic import op
 
+import caiplatform.db.base
 
 revision = '0020_secrets'
 down_revision = '0010_mcp'
