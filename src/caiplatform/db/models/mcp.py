@@ -25,7 +25,7 @@ class McpServer(Base):
     # `cai_mcp_` + 64 hex: minted once at creation and kept across redeploys.
     token: Mapped[str] = mapped_column(String(80))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    __table_args__ = (UniqueConstraint("project_id", "name", name="project_name"),)
+    __table_args__ = (UniqueConstraint("project_id", "name", name="uq_mcp_servers_project_name"),)
 
 
 class McpTool(Base):

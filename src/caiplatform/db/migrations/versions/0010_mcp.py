@@ -30,7 +30,7 @@ def upgrade() -> None:
     sa.Column('created_at', caiplatform.db.base.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['project_id'], ['projects.id'], name=op.f('fk_mcp_servers_project_id_projects'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_mcp_servers')),
-    sa.UniqueConstraint('project_id', 'name', name='project_name')
+    sa.UniqueConstraint('project_id', 'name', name='uq_mcp_servers_project_name')
     )
     op.create_table('mcp_tools',
     sa.Column('server_id', sa.String(length=36), nullable=False),
