@@ -196,3 +196,40 @@ def refused_or_down(inst, pw) -> bool:
         return refused(inst, pw)
     except redis.ConnectionError:
         return True
+
+
+async def test_the_platform_restarts_the_instance_after_a_rotation(tmp_path):
+    """Over the service: rotate-credential schedules the restart that puts the new password in force."""
+    from caiplatform.platform import Platform
+    from caiplatform.services.memorystore import MemoryStoreService
+    from caiplatform.settings import Settings
+    from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
+
+    platform = Platform.in_memory(Settings(CAI_ADMIN_EMAIL=ADMIN_EMAIL, CAI_ADMIN_PASSWORD=ADMIN_PASSWORD))
+    provisioner = LocalValkeyProvisioner(tmp_path)
+    await provisioner.start()
+    service = MemoryStoreService(
+        platform.db, platform.access, platform.audit, platform.clock, platform.pager, provisioner,
+        rotation_restart_delay=0.2,
+    )
+    admin = platform.auth.authenticate((await platform.auth.login(ADMIN_EMAIL, ADMIN_PASSWORD, None)).token)
+    from sqlalchemy import select
+
+    from caiplatform.db.models import Project
+
+    pid = await platform.db.run(lambda s: s.scalar(select(Project.id).where(Project.slug == "default")))
+    try:
+        created = await service.create(admin, pid, {"name": "rot", "persistence": {"enabled": False}})
+        old = created["credential"]["password"]
+        with anyio.fail_after(30):
+            while not (await service.get(admin, pid, "rot"))["ready"]:
+                await anyio.sleep(0.1)
+        rotated = await service.rotate_credential(admin, pid, "rot")
+        instance = await provisioner.get(pid, "rot")
+        assert not refused(instance, old)  # still in force until the restart
+        await service.wait_restarts()
+        instance = await wait_ready(provisioner, instance.spec)
+        assert refused(instance, old) and not refused(instance, rotated["password"])
+    finally:
+        await provisioner.close()
+        await platform.aclose()

@@ -221,6 +221,7 @@ class DownProvisioner(InMemoryProvisioner):
 
 def service_over(env, provisioner, **kw) -> MemoryStoreService:
     p = env.platform
+    kw.setdefault("rotation_restart_delay", None)
     return MemoryStoreService(p.db, p.access, p.audit, p.clock, p.pager, provisioner, **kw)
 
 

@@ -7,7 +7,9 @@ rotate. Reads return the credential secret's name only.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -71,9 +73,11 @@ CREATE_NOTE = (
     "credential secret only. The instance is Provisioning; poll it until ready is true before connecting."
 )
 ROTATE_NOTE = (
-    "the new password takes effect when the platform restarts the instance; until then the previous "
-    "password stays in force. Store the new one now: it is not shown again."
+    "the new password takes effect when the platform restarts the instance, which it does within a few "
+    "seconds; until then the previous password stays in force. Store the new one now: it is not shown again."
 )
+# How long after a rotation the platform restarts the instance to apply the new password.
+ROTATION_RESTART_DELAY_SECONDS = 5.0
 DELETE_NOTE = "the instance and its volume are being destroyed; this cannot be undone"
 
 
@@ -83,6 +87,9 @@ HealthCheck = Callable[[], Awaitable[ProvisionerHealth]]
 def new_password() -> str:
     """24 random bytes, base64url without padding."""
     return secrets.token_urlsafe(24)
+
+
+log = logging.getLogger(__name__)
 
 
 class MemoryStoreService:
@@ -97,6 +104,7 @@ class MemoryStoreService:
         *,
         checks: Mapping[str, HealthCheck] | None = None,
         stats_budget: float = STATS_BUDGET_SECONDS,
+        rotation_restart_delay: float | None = ROTATION_RESTART_DELAY_SECONDS,
     ):
         self.db = db
         self.access = access
@@ -106,6 +114,10 @@ class MemoryStoreService:
         self.provisioner = provisioner
         self._checks = dict(checks or {})
         self._stats_budget = stats_budget
+        # The platform restarts an instance after a rotation so that the new password takes effect;
+        # None leaves it to the next restart of the platform (or `restart()`).
+        self._rotation_restart_delay = rotation_restart_delay
+        self._restarts: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------------------------ helpers
 
@@ -328,6 +340,10 @@ class MemoryStoreService:
         except Exception as exc:
             raise BadGateway(f"could not rotate the credential: {exc}") from exc
         await self._audit(project, principal, "memorystore.rotate_credential", name)
+        if self._rotation_restart_delay is not None:
+            task = asyncio.get_running_loop().create_task(self._restart_after_rotation(project.id, name))
+            self._restarts.add(task)
+            task.add_done_callback(self._restarts.discard)
         credential = self._credential(instance, password)
         return {
             "memorystore": self._summary(instance),
@@ -335,6 +351,18 @@ class MemoryStoreService:
             "credential": credential,
             "note": ROTATE_NOTE,
         }
+
+    async def _restart_after_rotation(self, project_id: str, name: str) -> None:
+        await asyncio.sleep(self._rotation_restart_delay or 0)
+        try:
+            await self.provisioner.restart(project_id, name)
+        except Exception:  # noqa: BLE001 - the instance may be gone; the next restart applies it anyway
+            log.warning("restart after credential rotation of %s failed", name, exc_info=True)
+
+    async def wait_restarts(self) -> None:
+        """Wait for restarts scheduled by rotations (tests, shutdown)."""
+        while self._restarts:
+            await asyncio.gather(*list(self._restarts), return_exceptions=True)
 
     async def restart(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
         """Library-only admin action: restart the instance now, applying a rotated password."""
