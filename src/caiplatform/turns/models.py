@@ -72,6 +72,12 @@ def chat_model(**kwargs: Any):
     if s.base_url:
         params["base_url"] = s.base_url
     params.update(kwargs)
+    if "http_async_client" not in params:
+        # langchain-openai shares one cached async HTTP client per process; an instance of our own keeps
+        # a model usable from the event loop that uses it (tests run one loop per test).
+        import httpx
+
+        params["http_async_client"] = httpx.AsyncClient(timeout=params.get("timeout") or 600)
     return cls(**params)
 
 
