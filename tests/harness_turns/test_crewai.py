@@ -46,9 +46,9 @@ CREW = {
 
 def weather_rule(request):
     if request.tools and not request.tool_results and "weather" in request.last_text():
-        return tool_step("get_weather", city="Paris")
+        return tool_step("get_weather", reasoning="I should look it up.", city="Paris")
     if request.tool_results:
-        return Step(content="It is sunny in Paris today.")
+        return Step(content="It is sunny in Paris today.", reasoning="The tool answered.")
     return None  # echo
 
 
@@ -63,6 +63,7 @@ async def test_buffered_and_streamed_turn_with_tool(model, runner):
     model.set_script(weather_rule)
     result = await runner.run("weather in Paris?", "s-1", "u-1", [])
     assert result.output == "It is sunny in Paris today."
+    assert result.reasoning == "I should look it up.The tool answered."
     assert result.tool_calls == [{"name": "get_weather", "summary": 'called with args={"city": "Paris"}'}]
     check_transcript(result.events, "weather")
     lines = [line async for line in runner.stream("weather in Paris?", "s-2", "u-2", [])]
@@ -70,7 +71,7 @@ async def test_buffered_and_streamed_turn_with_tool(model, runner):
     check_buffered_equals_stream(result, lines)
     assert sum(1 for line in lines if line["type"] == "output") > 1
     types = [line["type"] for line in lines]
-    assert types.index("tool_call") < types.index("tool_result") < types.index("output")
+    assert types.index("thinking") < types.index("tool_call") < types.index("tool_result") < types.index("output")
 
 
 async def test_history_reaches_the_crew(model, runner):

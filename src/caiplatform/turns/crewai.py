@@ -18,6 +18,7 @@ Events are routed to the right turn by task id, so concurrent turns on one insta
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -52,6 +53,93 @@ def _require() -> None:
             f"the crewai runner needs {_IMPORT_ERROR.name!r}; install it with: pip install crewai "
             "(it pins pydantic<2.13 and mcp<2, so it lives in the agent's own environment, not the platform's)"
         ) from _IMPORT_ERROR
+
+
+# The turn whose crew runs in this thread (asyncio.to_thread copies the context into the worker).
+_current_sink: contextvars.ContextVar[_TurnSink | None] = contextvars.ContextVar("cai_crewai_sink", default=None)
+
+
+class _ReasoningCompletions:
+    """Wraps `client.chat.completions` to pass `reasoning_content` to the running turn as thinking."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def create(self, *args: Any, **kwargs: Any) -> Any:
+        sink = _current_sink.get()
+        if sink is not None:
+            crewai_event_bus.flush(timeout=5)  # the previous step's tool events reach the turn first
+        result = self._inner.create(*args, **kwargs)
+        if sink is None:
+            return result
+        if not kwargs.get("stream"):
+            for choice in getattr(result, "choices", None) or []:
+                text = (getattr(choice.message, "model_extra", None) or {}).get("reasoning_content")
+                if text:
+                    sink.put(("thinking", text))
+            return result
+        return _ReasoningStream(result, sink)
+
+
+class _ReasoningStream:
+    def __init__(self, inner: Any, sink: _TurnSink):
+        self._inner = inner
+        self._sink = sink
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __iter__(self):
+        for chunk in self._inner:
+            for choice in getattr(chunk, "choices", None) or []:
+                text = (getattr(choice.delta, "model_extra", None) or {}).get("reasoning_content")
+                if text:
+                    self._sink.put(("thinking", text))
+            yield chunk
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        close = getattr(self._inner, "close", None)
+        if close:
+            close()
+
+
+class _ReasoningChat:
+    def __init__(self, inner: Any):
+        self._inner = inner
+        self.completions = _ReasoningCompletions(inner.completions)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _ReasoningClient:
+    def __init__(self, inner: Any):
+        self._inner = inner
+        self.chat = _ReasoningChat(inner.chat)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def surface_reasoning(llm: Any) -> Any:
+    """Make a CrewAI OpenAI-provider LLM report `reasoning_content` (DeepSeek / vLLM style) as thinking.
+
+    CrewAI's OpenAI provider drops that field; this wraps the LLM's OpenAI client so a running turn sees
+    it, in order with the answer's chunks. LLMs of other providers are returned unchanged.
+    """
+    get_client = getattr(llm, "_get_sync_client", None)
+    if get_client is None or not hasattr(llm, "_client"):
+        return llm
+    client = get_client()
+    if not isinstance(client, _ReasoningClient):
+        llm._client = _ReasoningClient(client)
+    return llm
 
 
 def history_text(events: Sequence[dict[str, Any]], agent: str) -> str:
@@ -175,6 +263,7 @@ class CrewAIRunner(TurnRunner):
         done = object()
 
         def kickoff() -> Any:
+            _current_sink.set(sink)
             try:
                 return crew.kickoff(inputs=inputs)
             finally:

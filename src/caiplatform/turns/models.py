@@ -102,4 +102,6 @@ def crewai_llm(**kwargs: Any):
     if s.base_url:
         params["base_url"] = s.base_url
     params.update(kwargs)
-    return LLM(**params)
+    from caiplatform.turns.crewai import surface_reasoning
+
+    return surface_reasoning(LLM(**params))
