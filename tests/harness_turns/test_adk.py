@@ -83,3 +83,37 @@ async def test_session_continues_across_turns_and_instances(model, tmp_path):
     stored = await store.get("weather", "sess-a")
     assert [e["author"] for e in stored.events] == ["user", "weather"] * 3
     assert (await store.list_users("weather")).items[0].session_count == 1
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def durable_store(request, tmp_path):
+    if request.param == "sqlite":
+        from caiplatform.adapters.sqlite.sessions import SQLiteSessionStore
+
+        store = SQLiteSessionStore.in_data_dir(tmp_path)
+        yield store
+        await store.aclose()
+    else:
+        from caiplatform.adapters.redis.sessions import RedisSessionStore
+
+        store = RedisSessionStore(request.getfixturevalue("redis_url"), prefix=f"test-adk-{uuid.uuid4().hex}")
+        try:
+            yield store
+        finally:
+            await store.purge()
+            await store.aclose()
+
+
+async def test_adk_events_round_trip_through_durable_stores(model, tmp_path, durable_store):
+    model.set_script(SCRIPT)
+    conv = Conversation(_runner(tmp_path, durable_store), durable_store)
+    first = await conv.invoke("weather in Paris?", "sess-d", "user-d")
+    assert first.output == "It is sunny in Paris today."
+    again = Conversation(_runner(tmp_path, durable_store), durable_store)
+    second = await again.invoke("thanks", "sess-d", "user-d")
+    assert second.output == "you said: thanks"
+    roles = [m["role"] for m in model.requests[-1].messages if m["role"] != "system"]
+    assert roles == ["user", "assistant", "tool", "assistant", "user"]
+    summary = (await durable_store.list_sessions("weather", "user-d")).items[0]
+    assert summary.preview == "weather in Paris?" and summary.event_count == len(
+        (await durable_store.get("weather", "sess-d")).events)
