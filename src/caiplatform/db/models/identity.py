@@ -5,7 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, CheckConstraint, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from caiplatform.db.base import Base, UTCDateTime, new_id
@@ -66,7 +76,7 @@ class ServiceAccount(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     # Names are reserved permanently, even after deletion.
-    __table_args__ = (UniqueConstraint("project_id", "name", name="project_name"),)
+    __table_args__ = (UniqueConstraint("project_id", "name", name="uq_service_accounts_project_name"),)
 
 
 class ProjectMember(Base):

@@ -103,7 +103,7 @@ def upgrade() -> None:
     sa.Column('created_at', caiplatform.db.base.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['project_id'], ['projects.id'], name=op.f('fk_service_accounts_project_id_projects'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_service_accounts')),
-    sa.UniqueConstraint('project_id', 'name', name='project_name')
+    sa.UniqueConstraint('project_id', 'name', name='uq_service_accounts_project_name')
     )
     op.create_table('api_keys',
     sa.Column('id', sa.String(length=36), nullable=False),

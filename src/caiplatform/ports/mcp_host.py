@@ -1,0 +1,55 @@
+"""Port: build a hosted MCP server version into an image and serve it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class McpBuildError(Exception):
+    """The version cannot be built; the message is what the server's `message` shows."""
+
+
+@dataclass(frozen=True)
+class McpBuild:
+    project_id: str
+    project_short: str
+    namespace: str
+    server: str
+    version: int
+    tools: list[dict[str, Any]]  # {name, description, handler, schema, credential_keys}
+    credential_keys: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class McpImage:
+    image: str  # "<registry>/cai-<short>-mcp-<server>@sha256:<digest>"
+    digest: str  # "sha256:<hex>"
+
+
+@dataclass(frozen=True)
+class McpDeployment:
+    project_id: str
+    project_short: str
+    namespace: str
+    server: str
+    version: int
+    image: McpImage
+    expose: str
+    env: dict[str, str]  # plain variables
+    secret_env: dict[str, str]  # values that a cluster keeps in a Secret
+
+
+class McpHost(ABC):
+    @abstractmethod
+    async def build(self, build: McpBuild) -> McpImage:
+        """Build the whole tool set into an image; the same tool set builds to the same digest."""
+
+    @abstractmethod
+    async def serve(self, deployment: McpDeployment) -> str:
+        """Serve that image (replacing what the server ran before); return the MCP endpoint URL."""
+
+    @abstractmethod
+    async def remove(self, project_id: str, server: str) -> None:
+        """Stop serving and forget the server. Idempotent."""

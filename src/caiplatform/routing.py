@@ -1,0 +1,51 @@
+"""Host routing on one machine (DECISIONS.md): `<name>-<project-short>.<apps_domain>` reaches a published
+agent, service or MCP server.
+
+Services register the hosts they publish with an async *upstream* callable that returns an
+`Upstream` (a base URL and a release hook, e.g. a runtime route slot). The HTTP layer asks this router
+for every request whose `Host` falls under the apps domain and proxies to the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+
+async def _nothing() -> None:
+    return None
+
+
+@dataclass
+class Upstream:
+    base_url: str
+    release: Callable[[], Awaitable[None]] = field(default=_nothing)
+    timeout_seconds: float = 300.0
+
+
+UpstreamFactory = Callable[[], Awaitable[Upstream]]
+
+
+class HostRouter:
+    def __init__(self, apps_domain: str):
+        self.apps_domain = apps_domain.lower().strip(".")
+        self._routes: dict[str, UpstreamFactory] = {}
+
+    def host_for(self, name: str, project_short: str) -> str:
+        return f"{name}-{project_short}.{self.apps_domain}"
+
+    def public_url(self, name: str, project_short: str, scheme: str = "https") -> str:
+        return f"{scheme}://{self.host_for(name, project_short)}"
+
+    def register(self, host: str, upstream: UpstreamFactory) -> None:
+        self._routes[host.lower()] = upstream
+
+    def unregister(self, host: str) -> None:
+        self._routes.pop(host.lower(), None)
+
+    def is_apps_host(self, host: str) -> bool:
+        bare = host.lower().split(":", 1)[0]
+        return bare.endswith("." + self.apps_domain)
+
+    def lookup(self, host: str) -> UpstreamFactory | None:
+        return self._routes.get(host.lower().split(":", 1)[0])

@@ -1,0 +1,490 @@
+"""Hosted MCP servers (document 2): tools from Python source, immutable versions, rollback and yank.
+
+Publishing or deleting a tool snapshots the whole current tool set into a new version and builds it in
+the background (`building` → `deploying` → `ready`, or `failed` with `message`). A version becomes
+current once it serves. Rollback re-points the server at a version's recorded image without a rebuild.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import secrets
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from caiplatform.clock import Clock, rfc3339
+from caiplatform.db import Database
+from caiplatform.db.models import McpServer, McpTool, McpVersion
+from caiplatform.errors import BadRequest, Conflict, NotFound
+from caiplatform.pagination import Page, Pager
+from caiplatform.ports.mcp_host import McpBuild, McpBuildError, McpDeployment, McpHost, McpImage
+from caiplatform.principal import Principal
+from caiplatform.services.access import Access, ProjectRef, Role
+from caiplatform.services.audit import AuditLog
+from caiplatform.validation import MCP_SERVER_NAME, MCP_TOOL_NAME
+
+log = logging.getLogger(__name__)
+
+NAME_MESSAGE = "missing or invalid 'name' (must be a lowercase DNS label, <=40 chars)"
+EXPOSE_MESSAGE = "'expose' must be \"\" (cluster-local) or \"apps\""
+TOOL_NAME_MESSAGE = "invalid tool name (must be a lowercase identifier not starting with '_')"
+HANDLER_MESSAGE = (
+    "missing 'handler': send the complete Python module of the tool "
+    "(import caiplatform.mcp and decorate one function with @tool)"
+)
+VERSION_MESSAGE = "version must be a positive integer"
+VERSION_VERBS = ("rollback", "yank", "unyank")
+
+
+def mint_server_token() -> str:
+    return "cai_mcp_" + secrets.token_hex(32)
+
+
+def _server_view(server: McpServer, tools: list[McpTool], current: McpVersion | None) -> dict[str, Any]:
+    names = sorted(t.name for t in tools)
+    view: dict[str, Any] = {
+        "name": server.name,
+        "visibility": "private",
+        "expose": server.expose,
+        "status": server.status or "pending",
+        "tool_names": names,
+        "tool_count": len(names),
+        "created_at": rfc3339(server.created_at),
+    }
+    if server.url and current is not None:
+        view["url"] = server.url
+    if current is not None:
+        view["version"] = current.version
+        view["image"] = current.image
+    if server.message:
+        view["message"] = server.message
+    return view
+
+
+def _tool_view(tool: McpTool) -> dict[str, Any]:
+    keys = list(tool.credential_keys or [])
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "handler": tool.handler,
+        "schema": tool.schema or {},
+        "credential_keys": keys,
+        "credentialKeys": keys,
+        "updated_at": rfc3339(tool.updated_at),
+    }
+
+
+def _version_view(version: McpVersion, current: int | None) -> dict[str, Any]:
+    names = sorted(t["name"] for t in version.tools)
+    view: dict[str, Any] = {
+        "version": version.version,
+        "credential_keys": list(version.credential_keys or []),
+        "tool_names": names,
+        "tool_count": len(names),
+        "current": version.version == current,
+        "created_at": rfc3339(version.created_at),
+    }
+    if version.image_digest:
+        view["image_digest"] = version.image_digest
+    if version.yanked:
+        view["yanked"] = True
+        view["yanked_at"] = rfc3339(version.yanked_at) if version.yanked_at else None
+    return view
+
+
+def parse_credential_keys(body: dict[str, Any]) -> list[str]:
+    raw = body.get("credential_keys", body.get("credentialKeys"))
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(k, str) and k for k in raw):
+        raise BadRequest("'credential_keys' must be a list of secret names")
+    return list(dict.fromkeys(raw))
+
+
+def parse_version(raw: str) -> int:
+    if not re.fullmatch(r"[0-9]+", raw or "") or int(raw) < 1:
+        raise BadRequest(VERSION_MESSAGE)
+    return int(raw)
+
+
+class McpServerService:
+    def __init__(
+        self,
+        db: Database,
+        access: Access,
+        audit: AuditLog,
+        clock: Clock,
+        pager: Pager,
+        host: McpHost,
+        *,
+        api_url: str = "",
+        workload_keys: Callable[[str], Awaitable[str]] | None = None,
+    ):
+        self.db = db
+        self.access = access
+        self.audit = audit
+        self.clock = clock
+        self.pager = pager
+        self.host = host
+        self.api_url = api_url
+        # Mints the `cai_wl_` key a running server presents to read its project's secrets.
+        self.workload_keys = workload_keys
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    async def _grant(self, principal: Principal, project_id: str, need: Role) -> ProjectRef:
+        self.access.require_management(principal)
+        return (await self.access.project(principal, project_id, need=need)).project
+
+    @staticmethod
+    def _server(session: Session, project_id: str, name: str) -> McpServer:
+        server = session.scalar(select(McpServer).where(McpServer.project_id == project_id, McpServer.name == name))
+        if server is None:
+            raise NotFound(f"mcp server {name} not found")
+        return server
+
+    @staticmethod
+    def _tools(session: Session, server_id: str) -> list[McpTool]:
+        return list(session.scalars(select(McpTool).where(McpTool.server_id == server_id).order_by(McpTool.name)))
+
+    @staticmethod
+    def _version(session: Session, server_id: str, version: int) -> McpVersion | None:
+        return session.get(McpVersion, (server_id, version))
+
+    def _view(self, session: Session, server: McpServer) -> dict[str, Any]:
+        current = self._version(session, server.id, server.current_version) if server.current_version else None
+        return _server_view(server, self._tools(session, server.id), current)
+
+    # -- servers --------------------------------------------------------------------------------
+
+    async def create(self, principal: Principal, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        project = await self._grant(principal, project_id, Role.ADMIN)
+        name = body.get("name")
+        if not isinstance(name, str) or not MCP_SERVER_NAME.match(name):
+            raise BadRequest(NAME_MESSAGE)
+        expose = body.get("expose", "")
+        if expose is None:
+            expose = ""
+        if expose not in ("", "apps"):
+            raise BadRequest(EXPOSE_MESSAGE)
+
+        def create(session: Session) -> dict[str, Any]:
+            exists = session.scalar(select(McpServer).where(McpServer.project_id == project.id, McpServer.name == name))
+            if exists is not None:
+                raise Conflict(f"an mcp server named {name} already exists in this project")
+            server = McpServer(
+                project_id=project.id, name=name, expose=expose, status="pending", token=mint_server_token(),
+                created_at=self.clock.now(),
+            )
+            session.add(server)
+            session.flush()
+            self.audit.record(session, project.id, principal, "mcpserver.create", name, {"expose": expose})
+            return self._view(session, server)
+
+        return await self.db.run(create)
+
+    async def list(self, principal: Principal, project_id: str, page_size: Any = None, page_token: str | None = None) -> Page[dict[str, Any]]:
+        project = await self._grant(principal, project_id, Role.MEMBER)
+        request = self.pager.request(f"mcpservers:{project.id}", page_size, page_token)
+
+        def run(session: Session) -> Page[dict[str, Any]]:
+            rows = list(
+                session.scalars(
+                    select(McpServer)
+                    .where(McpServer.project_id == project.id)
+                    .order_by(McpServer.name)
+                    .offset(request.offset)
+                    .limit(request.size + 1)
+                )
+            )
+            page = self.pager.page_from_probe(rows, request)
+            return Page([self._view(session, s) for s in page.items], page.next_page_token)
+
+        return await self.db.run(run)
+
+    async def get(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+        project = await self._grant(principal, project_id, Role.MEMBER)
+        return await self.db.run(lambda s: self._view(s, self._server(s, project.id, name)))
+
+    async def token(self, principal: Principal, project_id: str, name: str) -> str:
+        """The server's bearer token, for the project's admins (and the platform when it deploys)."""
+        project = await self._grant(principal, project_id, Role.ADMIN)
+        return await self.db.run(lambda s: self._server(s, project.id, name).token)
+
+    async def delete(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+        project = await self._grant(principal, project_id, Role.ADMIN)
+
+        def delete(session: Session) -> None:
+            server = self._server(session, project.id, name)
+            session.delete(server)
+            self.audit.record(session, project.id, principal, "mcpserver.delete", name)
+
+        await self.db.run(delete)
+        await self.host.remove(project.id, name)
+        return {"name": name, "deleted": True}
+
+    # -- tools ----------------------------------------------------------------------------------
+
+    async def list_tools(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+        project = await self._grant(principal, project_id, Role.MEMBER)
+
+        def run(session: Session) -> dict[str, Any]:
+            server = self._server(session, project.id, name)
+            return {"server": name, "tools": [_tool_view(t) for t in self._tools(session, server.id)]}
+
+        return await self.db.run(run)
+
+    async def publish_tool(self, principal: Principal, project_id: str, name: str, tool: str, body: dict[str, Any]) -> dict[str, Any]:
+        project = await self._grant(principal, project_id, Role.ADMIN)
+        if not MCP_TOOL_NAME.match(tool or ""):
+            raise BadRequest(TOOL_NAME_MESSAGE)
+        handler = body.get("handler")
+        if not isinstance(handler, str) or not handler.strip():
+            raise BadRequest(HANDLER_MESSAGE)
+        description = body.get("description") or ""
+        if not isinstance(description, str):
+            raise BadRequest("'description' must be a string")
+        schema = body.get("schema") or {}
+        if not isinstance(schema, dict):
+            raise BadRequest("'schema' must be a JSON object")
+        keys = parse_credential_keys(body)
+
+        def publish(session: Session) -> tuple[str, int]:
+            server = self._server(session, project.id, name)
+            record = session.get(McpTool, (server.id, tool))
+            if record is None:
+                record = McpTool(server_id=server.id, name=tool)
+                session.add(record)
+            # A publish is a full replace of the tool's record.
+            record.description, record.handler, record.schema = description, handler, schema
+            record.credential_keys, record.updated_at = keys, self.clock.now()
+            session.flush()
+            build_id, version = self._new_version(session, server)
+            self.audit.record(session, project.id, principal, "mcpserver.tool.publish", f"{name}/{tool}", {"version": version})
+            return build_id, version
+
+        build_id, version = await self.db.run(publish)
+        self._start_build(project, name, version)
+        return {
+            "server": name,
+            "name": tool,
+            "published": True,
+            "build_id": build_id,
+            "note": f"building version {version} from the whole tool set; poll the server until status is ready",
+        }
+
+    async def delete_tool(self, principal: Principal, project_id: str, name: str, tool: str) -> dict[str, Any]:
+        project = await self._grant(principal, project_id, Role.ADMIN)
+
+        def delete(session: Session) -> tuple[str, int]:
+            server = self._server(session, project.id, name)
+            record = session.get(McpTool, (server.id, tool))
+            if record is None:
+                raise NotFound(f"tool {tool} is not in the tool set of mcp server {name}")
+            session.delete(record)
+            session.flush()
+            build_id, version = self._new_version(session, server)
+            self.audit.record(session, project.id, principal, "mcpserver.tool.delete", f"{name}/{tool}", {"version": version})
+            return build_id, version
+
+        build_id, version = await self.db.run(delete)
+        self._start_build(project, name, version)
+        return {
+            "server": name,
+            "name": tool,
+            "deleted": True,
+            "build_id": build_id,
+            "note": f"rebuilding without it as version {version}; poll the server until status is ready",
+        }
+
+    def _new_version(self, session: Session, server: McpServer) -> tuple[str, int]:
+        tools = [
+            {
+                "name": t.name,
+                "description": t.description,
+                "handler": t.handler,
+                "schema": t.schema or {},
+                "credential_keys": list(t.credential_keys or []),
+            }
+            for t in self._tools(session, server.id)
+        ]
+        latest = session.scalar(select(func.max(McpVersion.version)).where(McpVersion.server_id == server.id)) or 0
+        keys = sorted({k for t in tools for k in t["credential_keys"]})
+        build_id = str(uuid.uuid4())
+        session.add(
+            McpVersion(
+                server_id=server.id, version=latest + 1, build_id=build_id, tools=tools, credential_keys=keys,
+                created_at=self.clock.now(),
+            )
+        )
+        server.status, server.message = "building", ""
+        return build_id, latest + 1
+
+    # -- builds ---------------------------------------------------------------------------------
+
+    def _start_build(self, project: ProjectRef, name: str, version: int) -> None:
+        task = asyncio.get_running_loop().create_task(self._build(project, name, version))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait_idle(self) -> None:
+        """Wait for every build under way (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _still_newest(self, session: Session, project_id: str, name: str, version: int) -> McpServer | None:
+        server = session.scalar(select(McpServer).where(McpServer.project_id == project_id, McpServer.name == name))
+        if server is None:
+            return None
+        newest = session.scalar(select(func.max(McpVersion.version)).where(McpVersion.server_id == server.id))
+        return server if newest == version else None
+
+    async def _build(self, project: ProjectRef, name: str, version: int) -> None:
+        def snapshot(session: Session) -> tuple[McpBuild, str, str] | None:
+            server = self._still_newest(session, project.id, name, version)
+            if server is None:
+                return None
+            record = self._version(session, server.id, version)
+            assert record is not None
+            build = McpBuild(project.id, project.short, project.namespace, name, version, record.tools, record.credential_keys)
+            return build, server.expose, server.token
+
+        try:
+            found = await self.db.run(snapshot)
+            if found is None:
+                return  # deleted, or superseded by a newer publish
+            build, expose, token = found
+            try:
+                image = await self.host.build(build)
+            except McpBuildError as exc:
+                await self._fail(project, name, version, str(exc))
+                return
+
+            def record_image(session: Session) -> bool:
+                server = self._still_newest(session, project.id, name, version)
+                record = self._version(session, server.id, version) if server else None
+                if server is None or record is None:
+                    return False
+                record.image, record.image_digest = image.image, image.digest
+                server.status = "deploying"
+                return True
+
+            if not await self.db.run(record_image):
+                return
+            await self._serve(project, name, version, image, expose, token)
+        except Exception as exc:  # noqa: BLE001 - a build failure is reported on the server, not raised
+            log.exception("mcp build of %s/%s v%s failed", project.slug, name, version)
+            await self._fail(project, name, version, f"build failed: {exc}")
+
+    async def _serve(self, project: ProjectRef, name: str, version: int, image: McpImage, expose: str, token: str) -> None:
+        keys = await self.db.run(
+            lambda s: list(self._version(s, self._server(s, project.id, name).id, version).credential_keys)  # type: ignore[union-attr]
+        )
+        deployment = McpDeployment(
+            project_id=project.id,
+            project_short=project.short,
+            namespace=project.namespace,
+            server=name,
+            version=version,
+            image=image,
+            expose=expose,
+            env={
+                "CAI_API_URL": self.api_url,
+                "CAI_PROJECT_ID": project.id,
+                "CAI_MCP_CREDENTIAL_KEYS": json.dumps(keys),
+            },
+            secret_env={"CAI_MCP_AUTH_TOKEN": token, "CAI_PROJECT_KEY": await self._project_key(project)},
+        )
+        url = await self.host.serve(deployment)
+
+        def ready(session: Session) -> None:
+            server = self._server(session, project.id, name)
+            server.status, server.message, server.url, server.current_version = "ready", "", url, version
+
+        await self.db.run(ready)
+
+    async def _project_key(self, project: ProjectRef) -> str:
+        """The workload key a server presents to read its project's secrets."""
+        return await self.workload_keys(project.id) if self.workload_keys else ""
+
+    async def _fail(self, project: ProjectRef, name: str, version: int, message: str) -> None:
+        def fail(session: Session) -> None:
+            server = self._still_newest(session, project.id, name, version)
+            if server is not None:
+                server.status, server.message = "failed", message[:4000]
+
+        await self.db.run(fail)
+
+    # -- versions -------------------------------------------------------------------------------
+
+    async def versions(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+        project = await self._grant(principal, project_id, Role.MEMBER)
+
+        def run(session: Session) -> dict[str, Any]:
+            server = self._server(session, project.id, name)
+            rows = session.scalars(
+                select(McpVersion).where(McpVersion.server_id == server.id).order_by(McpVersion.version.desc())
+            )
+            return {"server": name, "versions": [_version_view(v, server.current_version) for v in rows]}
+
+        return await self.db.run(run)
+
+    async def version_verb(self, principal: Principal, project_id: str, name: str, raw_version: str, verb: str) -> dict[str, Any]:
+        if verb not in VERSION_VERBS:
+            raise NotFound(f"unknown method ':{verb}' - the supported ones are ':rollback', ':yank' and ':unyank'")
+        project = await self._grant(principal, project_id, Role.ADMIN)
+        version = parse_version(raw_version)
+        if verb == "rollback":
+            return await self._rollback(principal, project, name, version)
+        return await self._set_yanked(principal, project, name, version, verb == "yank")
+
+    async def _rollback(self, principal: Principal, project: ProjectRef, name: str, version: int) -> dict[str, Any]:
+        def check(session: Session) -> tuple[McpImage, str, str]:
+            server = self._server(session, project.id, name)
+            record = self._version(session, server.id, version)
+            if record is None:
+                raise NotFound("no such version")
+            if record.yanked:
+                raise Conflict(f"version {version} is yanked (retired); unyank it before rolling back to it")
+            if not record.image_digest:
+                raise Conflict(f"version {version} has no recorded image (its build did not succeed)")
+            return McpImage(record.image, record.image_digest), server.expose, server.token
+
+        image, expose, token = await self.db.run(check)
+        await self._serve(project, name, version, image, expose, token)
+
+        def audit(session: Session) -> None:
+            self.audit.record(session, project.id, principal, "mcpserver.version.rollback", name, {"version": version})
+
+        await self.db.run(audit)
+        return {
+            "server": name,
+            "version": version,
+            "image": image.image,
+            "rolled_back": True,
+            "note": "the server now serves the recorded image of this version; nothing was rebuilt",
+        }
+
+    async def _set_yanked(self, principal: Principal, project: ProjectRef, name: str, version: int, yanked: bool) -> dict[str, Any]:
+        def run(session: Session) -> dict[str, Any]:
+            server = self._server(session, project.id, name)
+            record = self._version(session, server.id, version)
+            if record is None:
+                raise NotFound("no such version")
+            if yanked and server.current_version == version:
+                raise Conflict(f"version {version} is the running version; roll back to another version before yanking it")
+            record.yanked = yanked
+            record.yanked_at = self.clock.now() if yanked else None
+            action = "mcpserver.version.yank" if yanked else "mcpserver.version.unyank"
+            self.audit.record(session, project.id, principal, action, name, {"version": version})
+            return {"server": name, "version": version, "yanked": yanked}
+
+        return await self.db.run(run)

@@ -1,0 +1,72 @@
+"""Streaming reverse proxy for host-routed requests (published agents, services and MCP servers)."""
+
+from __future__ import annotations
+
+import httpx
+from starlette.types import Receive, Scope, Send
+
+from caiplatform.routing import HostRouter
+
+HOP_BY_HOP = {
+    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailers",
+    b"transfer-encoding", b"upgrade", b"host", b"content-length",
+}
+
+
+async def _json(send: Send, status: int, body: bytes, request_id: str) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"x-request-id", request_id.encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def proxy(router: HostRouter, client: httpx.AsyncClient, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
+    import json
+
+    host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+    factory = router.lookup(host)
+    if factory is None:
+        await _json(send, 404, json.dumps({"error": "not found", "request_id": request_id}).encode(), request_id)
+        return
+    try:
+        upstream = await factory()
+    except Exception as exc:  # noqa: BLE001 - an unavailable upstream is the client's 503, not a crash
+        body = json.dumps({"error": f"upstream unavailable: {exc}", "request_id": request_id}).encode()
+        await _json(send, 503, body, request_id)
+        return
+
+    async def body_stream():  # type: ignore[no-untyped-def]
+        while True:
+            message = await receive()
+            if message["type"] == "http.request":
+                chunk = message.get("body", b"")
+                if chunk:
+                    yield chunk
+                if not message.get("more_body", False):
+                    return
+            elif message["type"] == "http.disconnect":
+                return
+
+    path = scope.get("raw_path") or scope["path"].encode()
+    query = scope.get("query_string", b"")
+    url = upstream.base_url.rstrip("/") + path.decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP]
+    headers.append((b"x-forwarded-host", host.encode("latin-1")))
+    try:
+        request = client.build_request(scope["method"], url, headers=headers, content=body_stream(),
+                                       timeout=upstream.timeout_seconds)
+        response = await client.send(request, stream=True, follow_redirects=False)
+    except httpx.HTTPError as exc:
+        await upstream.release()
+        body = json.dumps({"error": f"upstream failed: {exc}", "request_id": request_id}).encode()
+        await _json(send, 502, body, request_id)
+        return
+    try:
+        out_headers = [(k.lower(), v) for k, v in response.headers.raw if k.lower() not in HOP_BY_HOP]
+        out_headers.append((b"x-request-id", request_id.encode()))
+        await send({"type": "http.response.start", "status": response.status_code, "headers": out_headers})
+        async for chunk in response.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    finally:
+        await response.aclose()
+        await upstream.release()

@@ -1,0 +1,203 @@
+"""Hosted MCP servers over HTTP on the in-memory host: every route, role and quoted error."""
+
+from __future__ import annotations
+
+import pytest
+
+ADD = '''
+from caiplatform.mcp import tool
+
+@tool
+def add(a: int, b: int = 2) -> int:
+    """Add two numbers."""
+    return a + b
+'''
+
+GREET = '''
+from caiplatform.mcp import tool, secret
+
+@tool(credential_keys=["GREETING"])
+def greet(name: str) -> str:
+    """Greet someone with the project's greeting."""
+    return f"{secret('GREETING')}, {name}"
+'''
+
+
+@pytest.fixture
+async def project_id(platform):
+    from sqlalchemy import select
+
+    from caiplatform.db.models import Project
+
+    return await platform.db.run(lambda s: s.scalar(select(Project.id).where(Project.slug == "default")))
+
+
+@pytest.fixture
+def base(project_id):
+    return f"/v1/projects/{project_id}/mcpservers"
+
+
+async def ready(platform):
+    await platform.mcp.wait_idle()
+
+
+async def test_create_get_list_delete(client, admin_headers, base, platform):
+    created = await client.post(base, headers=admin_headers, json={"name": "tools", "warm": 3})
+    assert created.status_code == 201, created.text
+    body = created.json()
+    assert body["name"] == "tools" and body["status"] == "pending" and body["visibility"] == "private"
+    assert body["expose"] == "" and body["tool_count"] == 0 and body["tool_names"] == []
+    assert "url" not in body and "version" not in body
+    got = await client.get(f"{base}/tools", headers=admin_headers)
+    assert got.status_code == 200 and got.json()["mcp_server"]["name"] == "tools"
+    listed = await client.get(base, headers=admin_headers)
+    assert [s["name"] for s in listed.json()["mcpservers"]] == ["tools"]
+    assert listed.json()["next_page_token"] == ""
+    dup = await client.post(base, headers=admin_headers, json={"name": "tools"})
+    assert dup.status_code == 409 and dup.json()["error"] == "an mcp server named tools already exists in this project"
+    deleted = await client.delete(f"{base}/tools", headers=admin_headers)
+    assert deleted.status_code == 200 and deleted.json() == {"name": "tools", "deleted": True}
+    assert (await client.get(f"{base}/tools", headers=admin_headers)).status_code == 404
+
+
+@pytest.mark.parametrize("name", ["", "Upper", "a" * 41, "1abc", "ends-", None, 5])
+async def test_bad_names(client, admin_headers, base, name):
+    response = await client.post(base, headers=admin_headers, json={"name": name})
+    assert response.status_code == 400
+    assert response.json()["error"] == "missing or invalid 'name' (must be a lowercase DNS label, <=40 chars)"
+
+
+async def test_bad_expose(client, admin_headers, base):
+    response = await client.post(base, headers=admin_headers, json={"name": "x", "expose": "public"})
+    assert response.status_code == 400 and response.json()["error"] == '\'expose\' must be "" (cluster-local) or "apps"'
+
+
+async def test_create_body_cap(client, admin_headers, base):
+    response = await client.post(base, headers=admin_headers, json={"name": "x", "pad": "y" * 5000})
+    assert response.status_code == 413
+
+
+async def test_publish_builds_a_version_and_serves(client, admin_headers, base, platform):
+    await client.post(base, headers=admin_headers, json={"name": "calc"})
+    published = await client.put(
+        f"{base}/calc/tools/add", headers=admin_headers, json={"handler": ADD, "description": "adds", "schema": {"a": 1}}
+    )
+    assert published.status_code == 202, published.text
+    body = published.json()
+    assert body["server"] == "calc" and body["name"] == "add" and body["published"] is True and body["build_id"]
+    await ready(platform)
+    server = (await client.get(f"{base}/calc", headers=admin_headers)).json()["mcp_server"]
+    assert server["status"] == "ready" and server["version"] == 1 and server["tool_names"] == ["add"]
+    assert server["url"].endswith("/mcp") and server["image"].startswith("registry.local/cai-")
+    tools = (await client.get(f"{base}/calc/tools", headers=admin_headers)).json()
+    assert tools["server"] == "calc"
+    (tool,) = tools["tools"]
+    assert tool["credential_keys"] == tool["credentialKeys"] == [] and tool["schema"] == {"a": 1}
+    assert tool["description"] == "adds" and tool["handler"] == ADD and tool["updated_at"]
+    versions = (await client.get(f"{base}/calc/versions", headers=admin_headers)).json()["versions"]
+    assert versions[0]["version"] == 1 and versions[0]["current"] is True
+    assert versions[0]["image_digest"].startswith("sha256:") and "yanked" not in versions[0]
+
+
+async def test_full_replace_clears_omitted_fields(client, admin_headers, base, platform):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/greet", headers=admin_headers, json={"handler": GREET, "description": "d", "credentialKeys": ["GREETING"]})
+    await client.put(f"{base}/s/tools/greet", headers=admin_headers, json={"handler": GREET})
+    await ready(platform)
+    (tool,) = (await client.get(f"{base}/s/tools", headers=admin_headers)).json()["tools"]
+    assert tool["description"] == "" and tool["credential_keys"] == []
+
+
+async def test_tool_errors(client, admin_headers, base, platform):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    missing = await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"description": "no handler"})
+    assert missing.status_code == 400 and missing.json()["error"].startswith("missing 'handler': ")
+    bad = await client.put(f"{base}/s/tools/_hidden", headers=admin_headers, json={"handler": ADD})
+    assert bad.status_code == 400
+    assert bad.json()["error"] == "invalid tool name (must be a lowercase identifier not starting with '_')"
+    gone = await client.delete(f"{base}/s/tools/nothing", headers=admin_headers)
+    assert gone.status_code == 404
+    unknown_server = await client.put(f"{base}/nope/tools/add", headers=admin_headers, json={"handler": ADD})
+    assert unknown_server.status_code == 404
+
+
+async def test_a_broken_handler_fails_the_build_with_a_message(client, admin_headers, base, platform):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": "def oops(:\n"})
+    await ready(platform)
+    server = (await client.get(f"{base}/s", headers=admin_headers)).json()["mcp_server"]
+    assert server["status"] == "failed" and "does not compile" in server["message"]
+    (version,) = (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]
+    assert "image_digest" not in version and version["current"] is False
+    rollback = await client.post(f"{base}/s/versions/1:rollback", headers=admin_headers)
+    assert rollback.status_code == 409 and "no recorded image" in rollback.json()["error"]
+
+
+async def test_versions_rollback_and_yank(client, admin_headers, base, platform):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+    await client.put(f"{base}/s/tools/greet", headers=admin_headers, json={"handler": GREET, "credential_keys": ["GREETING"]})
+    await ready(platform)
+    versions = (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]
+    assert [v["version"] for v in versions] == [2, 1]
+    assert versions[0]["credential_keys"] == ["GREETING"] and versions[0]["tool_names"] == ["add", "greet"]
+
+    yank_current = await client.post(f"{base}/s/versions/2:yank", headers=admin_headers)
+    assert yank_current.status_code == 409
+    builds_before = len(platform.mcp.host.builds)
+    rolled = await client.post(f"{base}/s/versions/1:rollback", headers=admin_headers)
+    assert rolled.status_code == 200
+    assert rolled.json()["rolled_back"] is True and rolled.json()["version"] == 1 and rolled.json()["image"]
+    assert len(platform.mcp.host.builds) == builds_before  # no rebuild
+    server = (await client.get(f"{base}/s", headers=admin_headers)).json()["mcp_server"]
+    assert server["version"] == 1
+    yank = await client.post(f"{base}/s/versions/2:yank", headers=admin_headers)
+    assert yank.status_code == 200 and yank.json() == {"server": "s", "version": 2, "yanked": True}
+    listed = (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]
+    assert listed[0]["yanked"] is True and listed[0]["yanked_at"] and "yanked" not in listed[1]
+    refused = await client.post(f"{base}/s/versions/2:rollback", headers=admin_headers)
+    assert refused.status_code == 409
+    unyank = await client.post(f"{base}/s/versions/2:unyank", headers=admin_headers)
+    assert unyank.json() == {"server": "s", "version": 2, "yanked": False}
+    assert (await client.post(f"{base}/s/versions/2:rollback", headers=admin_headers)).status_code == 200
+
+
+@pytest.mark.parametrize("version", ["0", "-1", "abc", "1.5"])
+async def test_version_must_be_positive_integer(client, admin_headers, base, version):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    response = await client.post(f"{base}/s/versions/{version}:yank", headers=admin_headers)
+    assert response.status_code == 400 and response.json()["error"] == "version must be a positive integer"
+
+
+async def test_version_not_found_and_unknown_verb(client, admin_headers, base):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    assert (await client.post(f"{base}/s/versions/9:yank", headers=admin_headers)).json()["error"] == "no such version"
+    assert (await client.post(f"{base}/s/versions/1:explode", headers=admin_headers)).status_code == 404
+
+
+async def test_audit_rows(client, admin_headers, base, platform, project_id):
+    from sqlalchemy import select
+
+    from caiplatform.db.models import AuditEntry
+
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+    await client.delete(f"{base}/s/tools/add", headers=admin_headers)
+    await ready(platform)
+    await client.delete(f"{base}/s", headers=admin_headers)
+    actions = await platform.db.run(
+        lambda s: [a.action for a in s.scalars(select(AuditEntry).where(AuditEntry.project_id == project_id).order_by(AuditEntry.id))]
+    )
+    assert actions == ["mcpserver.create", "mcpserver.tool.publish", "mcpserver.tool.delete", "mcpserver.delete"]
+
+
+async def test_anonymous_and_strangers(client, base):
+    assert (await client.get(base)).status_code == 401
+    assert (await client.post(base, json={"name": "x"})).status_code == 401
+
+
+async def test_malformed_project_id(client, admin_headers):
+    response = await client.get("/v1/projects/not-a-uuid/mcpservers", headers=admin_headers)
+    assert response.status_code == 400

@@ -1,0 +1,51 @@
+"""The same rules through the library, without HTTP."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from caiplatform.db.models import Project
+from caiplatform.errors import BadRequest, Forbidden, NotFound, Unauthenticated
+from caiplatform.platform import Platform
+from caiplatform.principal import CredentialKind, Principal, PrincipalKind
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def lib(settings, clock):
+    p = Platform.in_memory(settings.model_copy(update={"admin_email": None, "admin_password": None}), clock=clock)
+    await p.start()
+    yield p
+    await p.aclose()
+
+
+async def test_library_rules(lib):
+    store = lib.secrets
+    pid = await lib.db.run(lambda s: s.scalar(select(Project.id).where(Project.slug == "default")))
+    automation = Principal.automation()
+    created = await store.put(automation, pid, {"name": "k", "value": "v"})
+    assert created.status == 201 and created.body["version"] == 1
+    assert (await store.put(automation, pid, {"name": "k", "value": "w"})).status == 200
+    assert (await store.get(automation, pid, "k"))["current_version"] == 2
+    with pytest.raises(BadRequest):
+        await store.put(automation, pid, {"name": "bad name", "value": "v"})
+    with pytest.raises(NotFound):
+        await store.get(automation, pid, "crusoe-cloud-credential")
+    with pytest.raises(Unauthenticated):
+        await store.list(Principal.anonymous(), pid)
+    workload = Principal(kind=PrincipalKind.WORKLOAD, credential=CredentialKind.WORKLOAD_KEY, project_id=pid)
+    with pytest.raises(Forbidden):
+        await store.list(workload, pid)
+    token = await store.issue_project_token(workload, pid, {"ttl_seconds": "90"})
+    assert token["ttl_seconds"] == 90
+    agent = store.agents.add_agent(pid, "bot")
+    await store.bind(automation, pid, "bot", "K", {"secret_name": "k"})
+    applied = await store.apply(automation, pid, "bot")
+    assert applied["applied"][0]["version"] == 2 and store.agents.secret_of(agent) == {"K": "w"}
+    assert await store.values_for_deploy(None, agent) == {"K": "w"}
+    assert await store.values_for_deploy(None, store.agents.add_agent(pid, "unbound")) == {}
+    assert await store.purge_project(pid) == 1
+    assert (await store.list(automation, pid))["secrets"] == []
+    assert (await store.list_bindings(automation, pid))["bindings"] == []
