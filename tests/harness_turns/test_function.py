@@ -70,3 +70,16 @@ async def test_failures(tmp_path):
         load_runner("function", write_agent(tmp_path / "nohandle", {"main.py": "x = 1\n"}), agent="fn")
     with pytest.raises(TurnError, match="unsupported framework"):
         load_runner("cobol", tmp_path, agent="fn")
+
+
+def test_debug_config_is_narrow(tmp_path):
+    from caiplatform.turns import debug_config, open_session_store
+
+    body = debug_config("bot", "adk", {"MODEL_API_KEY": "sk-secret", "MODEL_NAME": "m1"},
+                        ["GREETING", "OPENAI_API_KEY", "DB_PASSWORD", "MODE"])
+    assert body == {"agent": "bot", "framework": "adk", "model": "m1", "model_base_url_set": False,
+                    "model_key_present": True, "config_keys": ["GREETING", "MODE"]}
+    assert "sk-secret" not in str(body)
+    assert debug_config("bot", "adk", {})["model_key_present"] is False
+    assert type(open_session_store("sqlite", data_dir=tmp_path)).__name__ == "SQLiteSessionStore"
+    assert (tmp_path / "sessions.sqlite3").exists()

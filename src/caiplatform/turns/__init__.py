@@ -14,20 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from caiplatform.turns.base import StreamLine, TurnContext, TurnError, TurnResult, TurnRunner, summary
+from caiplatform.turns.config import debug_config, open_session_store
 from caiplatform.turns.conversation import Conversation
 
 FRAMEWORKS = ("adk", "langgraph", "crewai", "function")
 
 __all__ = [
     "FRAMEWORKS", "Conversation", "StreamLine", "TurnContext", "TurnError", "TurnResult", "TurnRunner",
-    "load_runner", "summary",
+    "debug_config", "load_runner", "open_session_store", "summary",
 ]
 
 
-def load_runner(framework: str, code_dir: str | Path, **kwargs: Any) -> TurnRunner:
+def load_runner(framework: str, code_dir: str | Path, *, sessions: Any = None, **kwargs: Any) -> TurnRunner:
     """Import the code directory's entry file and wrap it in its framework's runner.
 
-    kwargs: `agent` (name, the transcript author), `clock`; ADK also takes `sessions` (a SessionStore).
+    kwargs: `agent` (name, the transcript author), `clock`. `sessions` (a SessionStore) is the store ADK's
+    session service writes to; give the same store to `Conversation`. Other frameworks ignore it.
     """
     if framework == "function":
         from caiplatform.turns.function import FunctionRunner
@@ -40,7 +42,7 @@ def load_runner(framework: str, code_dir: str | Path, **kwargs: Any) -> TurnRunn
     if framework == "adk":
         from caiplatform.turns.adk import AdkRunner
 
-        return AdkRunner.from_dir(code_dir, **kwargs)
+        return AdkRunner.from_dir(code_dir, sessions=sessions, **kwargs)
     if framework == "crewai":
         from caiplatform.turns.crewai import CrewAIRunner
 
