@@ -22,7 +22,7 @@ def start_engines(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    session.install("-e", ".[all,dev]")
+    session.install("-e", ".[all,agents,dev]")
     start_engines(session)
     session.run("python", "-m", "pytest", *session.posargs, env={"PYTHONUNBUFFERED": "1", **dict(os.environ)})
 
