@@ -82,6 +82,7 @@ class Platform:
         self._started = False
         self._closers: list[Any] = []
         self.secrets = self._build_secrets()
+        self._build_identity()
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -152,6 +153,46 @@ class Platform:
             self.db, self.access, self.audit, self.clock, self.pager,
             InMemoryMcpHost(self.settings.registry_host), api_url=self.settings.base_url or "",
         )
+
+    def _build_identity(self) -> None:
+        """Accounts, projects, keys, search and profile (issue 3), with the hooks other areas fill in:
+        `agent_hooks` (agents area), `projects.usage` (workload runtime), `search.register(kind, fn)`,
+        `profile.on_model_key_change`, `projects.on_delete`."""
+        from caiplatform.services import search as search_sources
+        from caiplatform.services.accounts import AccountService, AgentHooks
+        from caiplatform.services.credentials import PersonalKeyService
+        from caiplatform.services.profile import ProfileService
+        from caiplatform.services.projects import ProjectService
+        from caiplatform.services.search import SearchService
+        from caiplatform.services.service_accounts import ServiceAccountService
+
+        if self.mode == "memory":
+            provisioner = self.registry.load("projects", "memory")(clock=self.clock)
+        else:
+            provisioner = self.registry.load("projects", "local")(self.data_dir, clock=self.clock)
+        args = (self.db, self.access, self.audit, self.clock, self.pager)
+        self.agent_hooks = AgentHooks()
+        self.accounts = AccountService(*args, self.agent_hooks)
+        self.projects = ProjectService(
+            *args, provisioner, self.agent_hooks, throttle=self.auth.throttle_sign_in,
+            on_delete=[lambda project_id: self.secrets.purge_project(project_id)],
+        )
+        self.personal_keys = PersonalKeyService(self.db, self.access, self.audit, self.clock)
+        self.service_accounts = ServiceAccountService(*args)
+        self.profile = ProfileService(self.db, self.access, self.audit, provisioner)
+        self.search = SearchService(self.db, self.access, self.pager)
+
+        async def secret_names(project_id: str) -> list[str]:
+            return [m.name for m in await self.secrets.backend.list(project_id)]
+
+        self.search.register("project", search_sources.project_source(self.db), contents=False)
+        self.search.register("service_account", search_sources.service_account_source(self.db))
+        self.search.register("secret", search_sources.secret_source(secret_names))
+        self.search.register("mcp_server", search_sources.mcp_server_source(self.db))
+        # Hosted MCP servers read their project's secrets with a workload key.
+        if self.mcp.workload_keys is None:
+            self.mcp.workload_keys = lambda project_id: self.service_accounts.mint_workload_key(project_id, "mcp")
+        self._closers.append(provisioner.close)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -54,6 +54,8 @@ _BUILTIN: list[AdapterRef] = [
     AdapterRef("builder", "local", "caiplatform.adapters.local.builder:LocalBuilder"),
     AdapterRef("runtime", "memory", "caiplatform.adapters.memory.runtime:InMemoryRuntime"),
     AdapterRef("runtime", "local", "caiplatform.adapters.local.runtime:LocalProcessRuntime"),
+    AdapterRef("projects", "memory", "caiplatform.adapters.memory.projects:InMemoryProjectProvisioner"),
+    AdapterRef("projects", "local", "caiplatform.adapters.local.projects:LocalProjectProvisioner"),
     AdapterRef("sessions", "memory", "caiplatform.adapters.memory.sessions:InMemorySessionStore"),
     AdapterRef("sessions", "sqlite", "caiplatform.adapters.sqlite.sessions:SQLiteSessionStore"),
     AdapterRef("sessions", "redis", "caiplatform.adapters.redis.sessions:RedisSessionStore", "redis"),

@@ -40,6 +40,7 @@ PASSWORD_CHANGE_REQUIRED = "password change required before using this API"
 WORKLOAD_KEY_LIMIT = "a workload key can only mint a read token for its own project's secrets"
 SERVICE_ACCOUNT_LIMIT = "a service account cannot create or manage credentials, accounts or membership"
 PROJECT_ADMIN_REQUIRED = "this action requires the project admin role"
+PLATFORM_ADMIN_REQUIRED = "this action requires the platform admin role"
 
 
 class Axis(StrEnum):
@@ -114,6 +115,18 @@ class Access:
         self.require_management(principal)
         if principal.kind is PrincipalKind.SERVICE_ACCOUNT:
             raise Forbidden(SERVICE_ACCOUNT_LIMIT)
+
+    def platform_authority_sync(self, session: Session, principal: Principal) -> bool:
+        """Platform-wide account authority: a platform admin, or the automation token (the cluster's own
+        machine credential, which acts for the platform operator)."""
+        return principal.kind is PrincipalKind.AUTOMATION or self.is_platform_admin(session, principal)
+
+    def require_platform_admin(self, principal: Principal) -> None:
+        """Users, organizations, the platform model key: human (or automation) credentials with the
+        platform admin role. A service-account key is refused before its role is even considered."""
+        self.require_human(principal)
+        if not self.db.run_sync(lambda s: self.platform_authority_sync(s, principal)):
+            raise Forbidden(PLATFORM_ADMIN_REQUIRED)
 
     def is_platform_admin(self, session: Session, principal: Principal) -> bool:
         if principal.kind is not PrincipalKind.USER or not principal.user_id:

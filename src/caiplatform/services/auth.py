@@ -14,6 +14,7 @@ from caiplatform import security, validation
 from caiplatform.clock import Clock
 from caiplatform.db import Database
 from caiplatform.db.models import ApiKey, Org, OrgMember, Project, ServiceAccount, User
+from caiplatform.domain.identity import PLATFORM_CLOUD_KEY, default_cloud_mapping
 from caiplatform.errors import BadRequest, RateLimited, Unauthenticated, Unavailable
 from caiplatform.principal import CredentialKind, Principal, PrincipalKind
 from caiplatform.ratelimit import SlidingWindowThrottle
@@ -151,17 +152,23 @@ class AuthService:
 
     # -- sign-in --------------------------------------------------------------------------------
 
+    def throttle_sign_in(self, client_ip: str | None, email: str | None) -> None:
+        """Count one sign-in attempt (login, invitation accept) or refuse it with 429."""
+        keys = [(self.ip_throttle, f"ip:{client_ip or 'unknown'}")]
+        if email:
+            keys.append((self.account_throttle, f"account:{email}"))
+        for throttle, key in keys:
+            wait = throttle.retry_after(key)
+            if wait is not None:
+                raise RateLimited(f"too many sign-in attempts; try again in {go_duration(wait)}", retry_after=wait)
+        for throttle, key in keys:
+            throttle.hit(key)
+
     async def login(self, email: Any, password: Any, client_ip: str | None) -> SignIn:
         if not isinstance(email, str) or not email.strip() or not isinstance(password, str) or not password:
             raise BadRequest("email and password are required")
         email = email.strip().lower()
-        ip_key, account_key = f"ip:{client_ip or 'unknown'}", f"account:{email}"
-        for throttle, key in ((self.ip_throttle, ip_key), (self.account_throttle, account_key)):
-            wait = throttle.retry_after(key)
-            if wait is not None:
-                raise RateLimited(f"too many sign-in attempts; try again in {go_duration(wait)}", retry_after=wait)
-        self.ip_throttle.hit(ip_key)
-        self.account_throttle.hit(account_key)
+        self.throttle_sign_in(client_ip, email)
 
         def check(session: Session) -> User | None:
             if session.scalar(select(func.count()).select_from(User)) == 0:
@@ -231,7 +238,10 @@ class AuthService:
                 session.flush()
             if session.scalar(select(Project).where(Project.slug == DEFAULT_SLUG)) is None:
                 session.add(
-                    Project(org_id=org.id, slug=DEFAULT_SLUG, name="Default", short=new_short(session), created_at=now, settings={})
+                    Project(
+                        org_id=org.id, slug=DEFAULT_SLUG, name="Default", short=new_short(session), created_at=now,
+                        settings={PLATFORM_CLOUD_KEY: default_cloud_mapping()},
+                    )
                 )
             if not admin_email or session.scalar(select(func.count()).select_from(User)) > 0:
                 return

@@ -1,0 +1,459 @@
+"""Accounts and organizations (document 2, "Users" and "Organizations").
+
+Users carry a platform role (`admin` or `user`) and a home organization (none for outsiders who joined
+by invitation: `external`). Organizations group projects; an org admin inherits admin on every project
+of the org, resolved live by `Access`. Every guard that keeps the platform manageable lives here: the
+last platform admin cannot be demoted or deleted, the only org admin cannot be demoted or removed, the
+default organization cannot be deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from caiplatform import security, validation
+from caiplatform.clock import Clock, rfc3339
+from caiplatform.db import Database
+from caiplatform.db.models import Org, OrgMember, Project, ProjectMember, User
+from caiplatform.errors import BadRequest, Conflict, Forbidden, NotFound
+from caiplatform.pagination import Page, Pager
+from caiplatform.principal import Principal, PrincipalKind
+from caiplatform.services.access import Access
+from caiplatform.services.audit import AuditLog
+from caiplatform.services.auth import DEFAULT_SLUG
+
+ROLES = ("admin", "user")
+ORG_ROLES = ("admin", "member")
+ORG_ROLE_MESSAGE = "role must be admin or member"
+USER_ROLE_MESSAGE = "role must be admin or user"
+ORG_ID_MESSAGE = "invalid orgID: must be a UUID"
+BODY_ORG_ID_MESSAGE = "invalid org_id: must be a UUID"
+
+
+@dataclass
+class AgentHooks:
+    """What the accounts and projects views need from the agents area (empty until it registers).
+
+    - `project_agents(project_id)`: names of a project's agents (project delete refuses while any exist);
+    - `user_agents(user_id)`: `(project_id, name)` of the agents a user deployed;
+    - `unowned_agents()`: agents with no recorded owner (`GET /v1/users`), as view dicts.
+    """
+
+    project_agents: Callable[[str], Awaitable[list[str]]] | None = None
+    user_agents: Callable[[str], Awaitable[list[tuple[str, str]]]] | None = None
+    unowned_agents: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+
+
+def org_uuid(raw: Any, message: str = ORG_ID_MESSAGE) -> str:
+    if not validation.is_uuid(raw):
+        raise BadRequest(message)
+    return str(raw).lower()
+
+
+def user_projects_sync(session: Session, user: User) -> list[str]:
+    """Slugs of the projects a user holds a grant on: direct rows (live break-glass included) and org-admin inheritance."""
+    direct = select(ProjectMember.project_id).where(ProjectMember.user_id == user.id)
+    admin_orgs = select(OrgMember.org_id).where(OrgMember.user_id == user.id, OrgMember.role == "admin")
+    rows = session.scalars(
+        select(Project.slug).where(Project.id.in_(direct) | Project.org_id.in_(admin_orgs)).order_by(Project.slug)
+    )
+    return list(rows)
+
+
+class AccountService:
+    def __init__(self, db: Database, access: Access, audit: AuditLog, clock: Clock, pager: Pager, hooks: AgentHooks):
+        self.db = db
+        self.access = access
+        self.audit = audit
+        self.clock = clock
+        self.pager = pager
+        self.hooks = hooks
+
+    # -- views ------------------------------------------------------------------------------------
+
+    def _user_view(self, session: Session, user: User, agents: list[str]) -> dict[str, Any]:
+        view: dict[str, Any] = {
+            "id": user.id,
+            "email": user.email,
+            "role": user.role,
+            "must_change_password": user.must_change_password,
+        }
+        if user.org_id:
+            view["org_id"] = user.org_id
+        view.update(
+            external=user.org_id is None,
+            created_at=rfc3339(user.created_at),
+            projects=user_projects_sync(session, user),
+            agents=agents,
+            agent_count=len(agents),
+        )
+        return view
+
+    async def _agents_by_user(self, principal: Principal) -> dict[str, list[str]]:
+        """Agent names per user, limited to projects where the caller holds resource authority."""
+        if self.hooks.user_agents is None:
+            return {}
+        grants = await self.db.run(lambda s: self.access.visible_projects_sync(s, principal))
+        allowed = {g.project.id for g in grants if g.resource_role}
+        users = await self.db.run(lambda s: list(s.scalars(select(User.id))))
+        result: dict[str, list[str]] = {}
+        for user_id in users:
+            names = sorted({name for project_id, name in await self.hooks.user_agents(user_id) if project_id in allowed})
+            result[user_id] = names
+        return result
+
+    @staticmethod
+    def _org_view(session: Session, org: Org) -> dict[str, Any]:
+        return {
+            "id": org.id,
+            "slug": org.slug,
+            "name": org.name,
+            "created_at": rfc3339(org.created_at),
+            "projects": session.scalar(select(func.count()).select_from(Project).where(Project.org_id == org.id)) or 0,
+            "users": session.scalar(select(func.count()).select_from(User).where(User.org_id == org.id)) or 0,
+        }
+
+    @staticmethod
+    def _member_view(member: OrgMember, user: User) -> dict[str, Any]:
+        return {"user_id": user.id, "email": user.email, "role": member.role, "created_at": rfc3339(member.created_at)}
+
+    # -- users ------------------------------------------------------------------------------------
+
+    async def list_users(self, principal: Principal, page_size: Any = None, page_token: str | None = None) -> dict[str, Any]:
+        self.access.require_platform_admin(principal)
+        request = self.pager.request("users", page_size, page_token)
+        agents = await self._agents_by_user(principal)
+
+        def fetch(session: Session) -> Page[dict[str, Any]]:
+            users = list(session.scalars(select(User).order_by(User.email)))
+            page = self.pager.page(users, request)
+            return Page([self._user_view(session, u, agents.get(u.id, [])) for u in page.items], page.next_page_token)
+
+        page = await self.db.run(fetch)
+        unowned = await self.hooks.unowned_agents() if self.hooks.unowned_agents else []
+        return {"users": page.items, "unowned_agents": unowned, "next_page_token": page.next_page_token}
+
+    def _creator_scope(self, session: Session, principal: Principal) -> tuple[bool, set[str], set[str]]:
+        """(platform admin?, orgs the caller administers, home orgs of projects the caller administers)."""
+        platform = self.access.platform_authority_sync(session, principal)
+        org_admin = self.access.org_admin_of(session, principal)
+        project_admin: set[str] = set()
+        if principal.kind is PrincipalKind.USER and principal.user_id:
+            project_admin = set(
+                session.scalars(
+                    select(Project.org_id)
+                    .join(ProjectMember, ProjectMember.project_id == Project.id)
+                    .where(
+                        ProjectMember.user_id == principal.user_id,
+                        ProjectMember.role == "admin",
+                        ProjectMember.break_glass.is_(False),
+                    )
+                )
+            )
+        return platform, org_admin, project_admin
+
+    async def create_user(self, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
+        self.access.require_human(principal)
+        now = self.clock.now()
+
+        def create(session: Session) -> dict[str, Any]:
+            platform, org_admin, project_admin = self._creator_scope(session, principal)
+            if not (platform or org_admin or project_admin):
+                raise Forbidden("creating an account requires administering an organization or a project")
+            email = validation.email(body.get("email"))
+            role = body.get("role") or "user"
+            if role not in ROLES:
+                raise BadRequest(USER_ROLE_MESSAGE)
+            if role == "admin" and not platform:
+                raise Forbidden("only a platform admin can create a platform admin")
+            password = body.get("password")
+            temporary = None
+            if password is None or password == "":
+                temporary = password = security.generate_password()
+            else:
+                validation.password(password)
+            caller = session.get(User, principal.user_id) if principal.user_id else None
+            home = caller.org_id if caller else None
+            raw_org = body.get("org_id")
+            if raw_org not in (None, ""):
+                org_id = org_uuid(raw_org, BODY_ORG_ID_MESSAGE)
+                if session.get(Org, org_id) is None:
+                    raise BadRequest(f"{BODY_ORG_ID_MESSAGE} (no such organization)")
+                if not (platform or org_id in org_admin or (org_id == home and org_id in project_admin)):
+                    raise Forbidden("creating in that organization requires administering it")
+            else:
+                org_id = home
+                if org_id is None:
+                    default = session.scalar(select(Org).where(Org.slug == DEFAULT_SLUG))
+                    org_id = default.id if default else None
+                if not (platform or org_id in org_admin or org_id in project_admin):
+                    raise Forbidden("creating in that organization requires administering it")
+            if session.scalar(select(User).where(User.email == email)) is not None:
+                raise Conflict(
+                    f"an account already exists for {email}; add the existing account to the project instead"
+                )
+            user = User(
+                email=email,
+                password_hash=security.hash_password(password),
+                role=role,
+                must_change_password=True,
+                org_id=org_id,
+                created_at=now,
+            )
+            session.add(user)
+            session.flush()
+            if org_id:
+                session.add(OrgMember(org_id=org_id, user_id=user.id, role="member", created_at=now))
+                session.flush()
+            self.audit.record(session, None, principal, "user.create", email, {"role": role, "org_id": org_id})
+            result: dict[str, Any] = {"user": self._user_view(session, user, [])}
+            if temporary:
+                result["temporary_password"] = temporary
+                result["note"] = (
+                    "a temporary password was generated and is shown only once; "
+                    "the user must change it at first sign-in"
+                )
+            else:
+                result["note"] = "the user must change this password at first sign-in"
+            return result
+
+        return await self.db.run(create)
+
+    @staticmethod
+    def _user_by_email(session: Session, email: str) -> User:
+        user = session.scalar(select(User).where(User.email == (email or "").strip().lower()))
+        if user is None:
+            raise NotFound("user not found")
+        return user
+
+    @staticmethod
+    def _admin_count(session: Session) -> int:
+        return session.scalar(select(func.count()).select_from(User).where(User.role == "admin")) or 0
+
+    async def set_role(self, principal: Principal, email: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.access.require_platform_admin(principal)
+        if "role" not in body or body.get("role") in (None, ""):
+            raise BadRequest("nothing to update: send {\"role\": \"admin\"|\"user\"}")
+        role = body["role"]
+        if role not in ROLES:
+            raise BadRequest(USER_ROLE_MESSAGE)
+
+        def update(session: Session) -> dict[str, Any]:
+            user = self._user_by_email(session, email)
+            if user.role == "admin" and role != "admin":
+                if user.id == principal.user_id:
+                    raise BadRequest("cannot remove your own admin role - ask another admin to do it")
+                if self._admin_count(session) <= 1:
+                    raise Conflict("cannot demote the last admin - promote another account first")
+            changed = user.role != role
+            user.role = role
+            if changed:
+                self.audit.record(session, None, principal, "user.role", user.email, {"role": role})
+            return {"user": self._user_view(session, user, []), "note": "effective immediately" if changed else "nothing changed"}
+
+        return await self.db.run(update)
+
+    async def delete_user(self, principal: Principal, email: str) -> dict[str, Any]:
+        self.access.require_platform_admin(principal)
+
+        def delete(session: Session) -> dict[str, Any]:
+            user = self._user_by_email(session, email)
+            if user.id == principal.user_id:
+                raise BadRequest("cannot delete the signed-in account")
+            if user.role == "admin" and self._admin_count(session) <= 1:
+                raise Conflict("cannot delete the last admin - promote another account first")
+            address = user.email
+            session.delete(user)  # grants, org memberships and keys go with it (ON DELETE CASCADE)
+            session.flush()
+            self.audit.record(session, None, principal, "user.delete", address)
+            return {
+                "deleted": address,
+                "note": "the account, its grants and its keys were removed; agents it deployed keep running",
+            }
+
+        return await self.db.run(delete)
+
+    async def reset_password(self, principal: Principal, email: str) -> dict[str, Any]:
+        self.access.require_platform_admin(principal)
+
+        def reset(session: Session) -> dict[str, Any]:
+            user = self._user_by_email(session, email)
+            temporary = security.generate_password()
+            user.password_hash = security.hash_password(temporary)
+            user.must_change_password = True
+            self.audit.record(session, None, principal, "user.reset-password", user.email)
+            return {
+                "email": user.email,
+                "temporary_password": temporary,
+                "note": "shown only once; the user must change it at the next sign-in",
+            }
+
+        return await self.db.run(reset)
+
+    # -- organizations ---------------------------------------------------------------------------
+
+    async def list_orgs(self, principal: Principal, page_size: Any = None, page_token: str | None = None) -> dict[str, Any]:
+        self.access.require_platform_admin(principal)
+        request = self.pager.request("orgs", page_size, page_token)
+
+        def fetch(session: Session) -> Page[dict[str, Any]]:
+            page = self.pager.page(list(session.scalars(select(Org).order_by(Org.slug))), request)
+            return Page([self._org_view(session, o) for o in page.items], page.next_page_token)
+
+        page = await self.db.run(fetch)
+        return {"orgs": page.items, "next_page_token": page.next_page_token}
+
+    async def create_org(self, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
+        self.access.require_platform_admin(principal)
+        raw = body.get("slug")
+        slug = raw.strip().lower() if isinstance(raw, str) else ""
+        if not validation.SLUG.match(slug):
+            raise BadRequest("invalid slug (must be a lowercase DNS label, at most 63 characters)")
+        name = body.get("name")
+        if name is not None and not isinstance(name, str):
+            raise BadRequest("name must be a string")
+        name = (name or "").strip() or slug
+        now = self.clock.now()
+
+        def create(session: Session) -> dict[str, Any]:
+            if session.scalar(select(Org).where(Org.slug == slug)) is not None:
+                raise Conflict(f"an organization with slug {slug} already exists")
+            org = Org(slug=slug, name=name, created_at=now)
+            session.add(org)
+            session.flush()
+            self.audit.record(session, None, principal, "org.create", slug)
+            return {"org": self._org_view(session, org)}
+
+        return await self.db.run(create)
+
+    @staticmethod
+    def _org(session: Session, org_id: str) -> Org:
+        org = session.get(Org, org_uuid(org_id))
+        if org is None:
+            raise NotFound("organization not found")
+        return org
+
+    async def delete_org(self, principal: Principal, org_id: str) -> dict[str, Any]:
+        self.access.require_platform_admin(principal)
+
+        def delete(session: Session) -> dict[str, Any]:
+            org = self._org(session, org_id)
+            if org.slug == DEFAULT_SLUG:
+                raise Forbidden("the default organization cannot be deleted")
+            if session.scalar(select(func.count()).select_from(Project).where(Project.org_id == org.id)):
+                raise Conflict("organization still has projects - delete or move them first")
+            if session.scalar(select(func.count()).select_from(User).where(User.org_id == org.id)):
+                raise Conflict("organization still has users - delete or move them first")
+            slug = org.slug
+            session.delete(org)
+            session.flush()
+            self.audit.record(session, None, principal, "org.delete", slug)
+            return {"deleted": True, "org": slug}
+
+        return await self.db.run(delete)
+
+    async def list_org_members(
+        self, principal: Principal, org_id: str, page_size: Any = None, page_token: str | None = None
+    ) -> dict[str, Any]:
+        self.access.require_platform_admin(principal)
+
+        def fetch(session: Session) -> Page[dict[str, Any]]:
+            org = self._org(session, org_id)
+            request = self.pager.request(f"org-members:{org.id}", page_size, page_token)
+            rows = session.execute(
+                select(OrgMember, User).join(User, User.id == OrgMember.user_id).where(OrgMember.org_id == org.id).order_by(User.email)
+            ).all()
+            page = self.pager.page(rows, request)
+            return Page([self._member_view(m, u) for m, u in page.items], page.next_page_token)
+
+        page = await self.db.run(fetch)
+        return {"members": page.items, "next_page_token": page.next_page_token}
+
+    @staticmethod
+    def _org_role(raw: Any, default: str | None = None) -> str:
+        role = raw if raw not in (None, "") else default
+        if role not in ORG_ROLES:
+            raise BadRequest(ORG_ROLE_MESSAGE)
+        return role
+
+    @staticmethod
+    def _guard_only_admin(session: Session, org: Org, member: OrgMember) -> None:
+        if member.role != "admin":
+            return
+        admins = session.scalar(
+            select(func.count()).select_from(OrgMember).where(OrgMember.org_id == org.id, OrgMember.role == "admin")
+        )
+        if (admins or 0) <= 1:
+            raise Conflict("this is the organization's only admin - promote someone else first")
+
+    async def add_org_member(self, principal: Principal, org_id: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        self.access.require_platform_admin(principal)
+        email = validation.email(body.get("email"))
+        role = self._org_role(body.get("role"), "member")
+        now = self.clock.now()
+
+        def add(session: Session) -> tuple[int, dict[str, Any]]:
+            org = self._org(session, org_id)
+            user = session.scalar(select(User).where(User.email == email))
+            if user is None:
+                raise NotFound(f"no account exists for {email}")
+            member = session.get(OrgMember, (org.id, user.id))
+            if member is not None:
+                if member.role == role:
+                    return 200, {"member": self._member_view(member, user), "note": "already a member with that role"}
+                raise Conflict(f"{email} is already a member of this organization with role {member.role}; change the role instead")
+            member = OrgMember(org_id=org.id, user_id=user.id, role=role, created_at=now)
+            session.add(member)
+            body_out: dict[str, Any] = {"member": self._member_view(member, user)}
+            if user.org_id is None:
+                user.org_id = org.id  # an outsider gets a home organization
+                body_out["note"] = "this organization is now the account's home organization"
+            session.flush()
+            self.audit.record(session, None, principal, "org.member.add", email, {"org": org.slug, "role": role})
+            return 201, body_out
+
+        return await self.db.run(add)
+
+    def _org_member(self, session: Session, org_id: str, user_id: str) -> tuple[Org, OrgMember, User]:
+        org = self._org(session, org_id)
+        member = session.get(OrgMember, (org.id, user_id)) if validation.is_uuid(user_id) else None
+        user = session.get(User, user_id) if member else None
+        if member is None or user is None:
+            raise NotFound("not a member of this organization")
+        return org, member, user
+
+    async def set_org_member_role(self, principal: Principal, org_id: str, user_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.access.require_platform_admin(principal)
+        role = self._org_role(body.get("role"))
+
+        def update(session: Session) -> dict[str, Any]:
+            org, member, user = self._org_member(session, org_id, user_id)
+            if member.role == role:
+                return {"member": self._member_view(member, user), "note": "nothing changed"}
+            self._guard_only_admin(session, org, member)
+            member.role = role
+            self.audit.record(session, None, principal, "org.member.role", user.email, {"org": org.slug, "role": role})
+            return {"member": self._member_view(member, user), "note": "effective immediately"}
+
+        return await self.db.run(update)
+
+    async def remove_org_member(self, principal: Principal, org_id: str, user_id: str) -> dict[str, Any]:
+        self.access.require_platform_admin(principal)
+
+        def remove(session: Session) -> dict[str, Any]:
+            org, member, user = self._org_member(session, org_id, user_id)
+            self._guard_only_admin(session, org, member)
+            session.delete(member)
+            self.audit.record(session, None, principal, "org.member.remove", user.email, {"org": org.slug})
+            return {
+                "deleted": True,
+                "user_id": user.id,
+                "note": "the account keeps its direct project grants; org-inherited access ends now",
+            }
+
+        return await self.db.run(remove)
