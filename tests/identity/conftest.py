@@ -48,3 +48,13 @@ class World:
 @pytest.fixture
 async def world(client, platform, admin_headers):
     return World(client, platform, admin_headers)
+
+
+@pytest.fixture(autouse=True)
+def cheap_password_hashing(monkeypatch):
+    """argon2id with minimal cost: these tests hash hundreds of passwords and check rules, not the hasher."""
+    from argon2 import PasswordHasher
+
+    from caiplatform import security
+
+    monkeypatch.setattr(security, "_hasher", PasswordHasher(time_cost=1, memory_cost=64, parallelism=1))
