@@ -11,7 +11,16 @@ from datetime import timedelta
 from sqlalchemy.orm import Session
 
 from caiplatform import security
-from caiplatform.db.models import ApiKey, Invitation, Org, OrgMember, Project, ProjectMember, ServiceAccount, User
+from caiplatform.db.models import (
+    ApiKey,
+    Invitation,
+    Org,
+    OrgMember,
+    Project,
+    ProjectMember,
+    ServiceAccount,
+    User,
+)
 from caiplatform.platform import Platform
 from caiplatform.services.auth import new_short
 
