@@ -107,3 +107,53 @@ def test_committed_state_survives_a_restart(database_factory):
     again: Database = database_factory()
     again.migrate()
     assert again.run_sync(lambda s: s.scalar(select(Org).where(Org.slug == "survivor"))) is not None
+
+
+def test_deleting_a_project_cascades_to_grants_keys_and_service_accounts(database_factory):
+    """The identity services delete a project (or an account) with one DELETE and rely on the database
+    to remove what hangs off it, on every backend."""
+    from caiplatform.db.models import ApiKey, Invitation, ServiceAccount
+
+    db: Database = database_factory()
+    now = datetime.now(UTC)
+
+    def build(session):
+        org = _org("cascade-org")
+        session.add(org)
+        session.flush()
+        project = Project(org_id=org.id, slug="cascade-p", name="P", short="cascad", created_at=now, settings={})
+        user = User(email="cascade@example.com", password_hash="x", role="user", org_id=org.id, created_at=now)
+        session.add_all([project, user])
+        session.flush()
+        sa = ServiceAccount(project_id=project.id, name="bot", created_at=now)
+        session.add(sa)
+        session.flush()
+        session.add_all([
+            ProjectMember(project_id=project.id, user_id=user.id, role="admin", created_at=now),
+            ProjectMember(project_id=project.id, service_account_id=sa.id, role="member", created_at=now),
+            ApiKey(key_id="cascadekey01", secret_hash="h", kind="service_account", service_account_id=sa.id,
+                   project_id=project.id, created_at=now),
+            ApiKey(key_id="cascadekey02", secret_hash="h", kind="personal", user_id=user.id, created_at=now),
+            Invitation(project_id=project.id, email="i@example.com", role="member", token_hash="cascade-token",
+                       created_at=now, expires_at=now),
+        ])
+        return project.id, user.id
+
+    project_id, user_id = db.run_sync(build)
+    db.run_sync(lambda s: s.delete(s.get(Project, project_id)))
+
+    def left(session):
+        return (
+            session.scalars(select(ProjectMember).where(ProjectMember.project_id == project_id)).all(),
+            session.scalars(select(ServiceAccount).where(ServiceAccount.project_id == project_id)).all(),
+            session.scalars(select(ApiKey).where(ApiKey.key_id == "cascadekey01")).all(),
+            session.scalars(select(Invitation).where(Invitation.project_id == project_id)).all(),
+        )
+
+    assert left_all_empty(db.run_sync(left))
+    db.run_sync(lambda s: s.delete(s.get(User, user_id)))
+    assert db.run_sync(lambda s: s.scalars(select(ApiKey).where(ApiKey.key_id == "cascadekey02")).all()) == []
+
+
+def left_all_empty(groups) -> bool:
+    return all(len(group) == 0 for group in groups)
