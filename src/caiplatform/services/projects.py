@@ -181,9 +181,7 @@ class ProjectService:
                 if home is None and principal.kind is PrincipalKind.AUTOMATION:
                     home = session.scalar(select(Org.id).where(Org.slug == DEFAULT_SLUG))
                 if home is None:
-                    if not (platform or org_admin):
-                        raise Forbidden("creating a project requires the org admin role")
-                    raise Forbidden("you have no home organization; pass org_id")
+                    raise Forbidden("you have no home organization; pass org_id to choose one you administer")
                 org = session.get(Org, home)
             if not (platform or org.id in org_admin):
                 raise Forbidden("creating a project requires the org admin role")
