@@ -118,3 +118,20 @@ async def test_org_admin_inherits_admin_live(client, admin_headers, world):
     await client.delete(f"/v1/orgs/{world.ids['ORG']}/members/{org_admin['user_id']}", headers=admin_headers)
     # No membership rows were involved: the inherited grant ends on the next request.
     assert (await client.get(f"/v1/projects/{project}", headers=world.headers["org_admin"])).status_code == 404
+
+
+async def test_user_view_lists_projects_and_agents_within_the_callers_resource_grants(client, admin_headers, platform, world):
+    async def user_agents(user_id):
+        return [(world.ids["P"], "helper"), (world.ids["Q"], "other-agent")]
+
+    platform.agent_hooks.user_agents = user_agents
+    users = (await client.get("/v1/users", headers=world.headers["platform_admin"])).json()["users"]
+    target = next(u for u in users if u["email"] == world.ids["TARGET_EMAIL"])
+    assert target["projects"] == [f"p-{world.ids['TAG']}"]
+    # A platform admin without grants sees accounts, not tenant workload names.
+    assert target["agents"] == [] and target["agent_count"] == 0
+    bg = next(u for u in users if u["email"].startswith("bg-"))
+    assert bg["projects"] == [f"p-{world.ids['TAG']}"]  # a live break-glass grant
+    users = (await client.get("/v1/users", headers=world.headers["break_glass"])).json()["users"]
+    target = next(u for u in users if u["email"] == world.ids["TARGET_EMAIL"])
+    assert target["agents"] == ["helper"] and target["agent_count"] == 1

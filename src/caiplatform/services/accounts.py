@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -55,9 +56,12 @@ def org_uuid(raw: Any, message: str = ORG_ID_MESSAGE) -> str:
     return str(raw).lower()
 
 
-def user_projects_sync(session: Session, user: User) -> list[str]:
+def user_projects_sync(session: Session, user: User, now: datetime) -> list[str]:
     """Slugs of the projects a user holds a grant on: direct rows (live break-glass included) and org-admin inheritance."""
-    direct = select(ProjectMember.project_id).where(ProjectMember.user_id == user.id)
+    direct = select(ProjectMember.project_id).where(
+        ProjectMember.user_id == user.id,
+        ProjectMember.break_glass.is_(False) | (ProjectMember.expires_at > now),
+    )
     admin_orgs = select(OrgMember.org_id).where(OrgMember.user_id == user.id, OrgMember.role == "admin")
     rows = session.scalars(
         select(Project.slug).where(Project.id.in_(direct) | Project.org_id.in_(admin_orgs)).order_by(Project.slug)
@@ -88,7 +92,7 @@ class AccountService:
         view.update(
             external=user.org_id is None,
             created_at=rfc3339(user.created_at),
-            projects=user_projects_sync(session, user),
+            projects=user_projects_sync(session, user, self.clock.now()),
             agents=agents,
             agent_count=len(agents),
         )
