@@ -174,7 +174,7 @@ class Platform:
         self.agent_hooks = AgentHooks()
         self.accounts = AccountService(*args, self.agent_hooks)
         self.projects = ProjectService(
-            *args, provisioner, self.agent_hooks, throttle=self.auth.throttle_sign_in,
+            *args, provisioner, self.agent_hooks, sign_in_guard=self.auth,
             on_delete=[lambda project_id: self.secrets.purge_project(project_id)],
         )
         self.personal_keys = PersonalKeyService(self.db, self.access, self.audit, self.clock)

@@ -135,3 +135,17 @@ async def test_user_view_lists_projects_and_agents_within_the_callers_resource_g
     users = (await client.get("/v1/users", headers=world.headers["break_glass"])).json()["users"]
     target = next(u for u in users if u["email"] == world.ids["TARGET_EMAIL"])
     assert target["agents"] == ["helper"] and target["agent_count"] == 1
+
+
+async def test_only_failed_sign_ins_count_and_accept_shares_the_limit(client, clock):
+    from caiplatform.testing.http import ADMIN_PASSWORD
+
+    for _ in range(12):
+        assert (await client.post("/v1/auth/login", json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD})).status_code == 200
+    for _ in range(10):
+        assert (await client.post("/v1/invitations/accept", json={"token": "guessed", "password": "x" * 12})).status_code == 404
+    limited = await client.post("/v1/auth/login", json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD})
+    assert limited.status_code == 429 and limited.json()["error"].startswith("too many sign-in attempts; try again in ")
+    assert (await client.post("/v1/invitations/accept", json={"token": "guessed"})).status_code == 429
+    clock.advance(minutes=15, seconds=1)
+    assert (await client.post("/v1/auth/login", json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD})).status_code == 200

@@ -152,16 +152,24 @@ class AuthService:
 
     # -- sign-in --------------------------------------------------------------------------------
 
-    def throttle_sign_in(self, client_ip: str | None, email: str | None) -> None:
-        """Count one sign-in attempt (login, invitation accept) or refuse it with 429."""
+    def _throttle_keys(self, client_ip: str | None, email: str | None) -> list[tuple[SlidingWindowThrottle, str]]:
         keys = [(self.ip_throttle, f"ip:{client_ip or 'unknown'}")]
         if email:
             keys.append((self.account_throttle, f"account:{email}"))
-        for throttle, key in keys:
+        return keys
+
+    def throttle_sign_in(self, client_ip: str | None, email: str | None) -> None:
+        """Refuse a sign-in attempt (login, invitation accept) with 429 while its IP or account is over
+        the limit of failed attempts."""
+        for throttle, key in self._throttle_keys(client_ip, email):
             wait = throttle.retry_after(key)
             if wait is not None:
                 raise RateLimited(f"too many sign-in attempts; try again in {go_duration(wait)}", retry_after=wait)
-        for throttle, key in keys:
+
+    def record_failed_sign_in(self, client_ip: str | None, email: str | None) -> None:
+        """Count a failed attempt. Only failures count, so that people and scripts signing in correctly
+        are never locked out while guessing is still capped at 10 per IP and 50 per account."""
+        for throttle, key in self._throttle_keys(client_ip, email):
             throttle.hit(key)
 
     async def login(self, email: Any, password: Any, client_ip: str | None) -> SignIn:
@@ -182,6 +190,7 @@ class AuthService:
 
         user = await self.db.run(check)
         if user is None:
+            self.record_failed_sign_in(client_ip, email)
             raise Unauthenticated("invalid email or password")
         return self._sign_in(user)
 

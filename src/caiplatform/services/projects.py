@@ -12,7 +12,7 @@ import logging
 import secrets as token_source
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -52,6 +52,14 @@ SLUG_MESSAGE = "invalid slug (must be a lowercase DNS label, at most 63 characte
 RESERVED_SLUG_MESSAGE = "the slug default is reserved for the default project"
 
 UsageFn = Callable[[str], Awaitable[dict[str, int]]]
+
+
+class SignInGuard(Protocol):
+    """The sign-in throttle (`AuthService`): invitation accept is limited like login."""
+
+    def throttle_sign_in(self, client_ip: str | None, email: str | None) -> None: ...
+
+    def record_failed_sign_in(self, client_ip: str | None, email: str | None) -> None: ...
 
 
 def parse_role(raw: Any, default: str | None = None) -> str:
@@ -101,7 +109,7 @@ class ProjectService:
         hooks: AgentHooks,
         *,
         usage: UsageFn | None = None,
-        throttle: Callable[[str | None, str | None], None] | None = None,
+        sign_in_guard: SignInGuard | None = None,
         on_delete: list[Callable[[str], Awaitable[Any]]] | None = None,
     ):
         self.db = db
@@ -113,8 +121,8 @@ class ProjectService:
         self.hooks = hooks
         # The "used" side of the quota view: the workload runtime's `usage(namespace)`.
         self.usage = usage
-        # Invitation accept counts as a sign-in attempt (AuthService.throttle_sign_in).
-        self.throttle = throttle
+        # Invitation accept is throttled like sign-in: a bad or used token counts as a failed attempt.
+        self.sign_in_guard = sign_in_guard
         # Cleanups other areas register for a deleted project (secrets, ...); each is best effort.
         self.on_delete = on_delete if on_delete is not None else []
 
@@ -686,8 +694,16 @@ class ProjectService:
         return await self.db.run(preview)
 
     async def accept_invitation(self, body: dict[str, Any], client_ip: str | None = None) -> dict[str, Any]:
-        if self.throttle is not None:
-            self.throttle(client_ip, None)
+        if self.sign_in_guard is not None:
+            self.sign_in_guard.throttle_sign_in(client_ip, None)
+        try:
+            return await self._accept(body)
+        except (NotFound, Gone):
+            if self.sign_in_guard is not None:
+                self.sign_in_guard.record_failed_sign_in(client_ip, None)
+            raise
+
+    async def _accept(self, body: dict[str, Any]) -> dict[str, Any]:
         token, password = body.get("token"), body.get("password")
         now = self.clock.now()
 
