@@ -220,6 +220,7 @@ class Platform:
         self._started = True
         if self.mode != "memory":
             await self._start_engines()
+        await self.projects.provision_unrecorded()  # the bootstrap default project, interrupted creates
         # Memory stores: a platform restart restarts every recorded instance with its data.
         await self.memorystores.provisioner.start()
         self._closers.append(self.memorystores.provisioner.close)

@@ -228,3 +228,10 @@ async def test_search_matches_contents_only_with_resource_authority(client, worl
     assert set(projects["results"][0]) == {"kind", "name", "project", "project_short", "route", "subtitle"}
     other = (await client.get("/v1/search?q=robot", headers=world.headers["other_member"])).json()["results"]
     assert other == []
+
+
+async def test_the_default_project_is_provisioned_at_start(platform, client, admin_headers):
+    projects = (await client.get("/v1/projects", headers=admin_headers)).json()["projects"]
+    default = next(p for p in projects if p["slug"] == "default")
+    assert len(platform.projects.provisioner.steps[default["id"]]) == 5
+    assert await platform.projects.provision_unrecorded() == 0

@@ -217,6 +217,26 @@ class ProjectService:
             return project, self.access.grant_sync(session, principal, project), note
 
         project, grant, note = await self.db.run(create)
+        warning = await self._provision(project)
+        result: dict[str, Any] = {"project": project_view(project, grant)}
+        if warning:
+            result["warning"] = warning
+        if note:
+            result["note"] = note
+        return result
+
+    async def provision_unrecorded(self) -> int:
+        """Provision projects that have no provisioning record (the bootstrap default project, or a
+        project whose create was interrupted); run at platform start. Returns how many it provisioned."""
+        projects = await self.db.run(
+            lambda s: [p for p in s.scalars(select(Project)) if "provisioning" not in (p.settings or {})]
+        )
+        for project in projects:
+            await self._provision(project)
+        return len(projects)
+
+    async def _provision(self, project: Project) -> str | None:
+        """Run the provisioning steps and record the outcome; returns the warning, if any."""
         report = await self.provisioner.provision(self.spec(project))
 
         def remember(session: Session) -> None:
@@ -227,13 +247,8 @@ class ProjectService:
         try:
             await self.db.run(remember)
         except Exception:  # noqa: BLE001 - the record of provisioning is informational
-            log.exception("could not record provisioning of project %s", slug)
-        result: dict[str, Any] = {"project": project_view(project, grant)}
-        if report.warning:
-            result["warning"] = report.warning
-        if note:
-            result["note"] = note
-        return result
+            log.exception("could not record provisioning of project %s", project.slug)
+        return report.warning
 
     async def update(self, principal: Principal, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
         grant = await self._grant(principal, project_id, Role.ADMIN, Axis.METADATA, human=True)
