@@ -235,3 +235,17 @@ async def test_the_default_project_is_provisioned_at_start(platform, client, adm
     default = next(p for p in projects if p["slug"] == "default")
     assert len(platform.projects.provisioner.steps[default["id"]]) == 5
     assert await platform.projects.provision_unrecorded() == 0
+
+
+async def test_search_secrets_by_name_and_mcp_servers(client, world):
+    base = f"/v1/projects/{world.ids['P']}"
+    admin = world.headers["project_admin"]
+    assert (await client.post(f"{base}/secrets", headers=admin, json={"name": "stripe-key", "value": "sk-findme"})).status_code == 201
+    assert (await client.post(f"{base}/mcpservers", headers=admin, json={"name": "stripe-tools"})).status_code == 201
+    results = (await client.get("/v1/search?q=stripe", headers=world.headers["member"])).json()["results"]
+    assert {(r["kind"], r["name"]) for r in results} == {("mcp_server", "stripe-tools"), ("secret", "stripe-key")}
+    # Secrets match by name only, never by value; nothing is visible without resource authority.
+    assert (await client.get("/v1/search?q=findme", headers=world.headers["member"])).json()["results"] == []
+    assert (await client.get("/v1/search?q=stripe", headers=world.headers["platform_admin"])).json()["results"] == []
+    only = (await client.get(f"/v1/search?q=stripe&project={world.ids['Q']}", headers=world.headers["member"])).json()
+    assert only["results"] == []
