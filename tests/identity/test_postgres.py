@@ -61,3 +61,27 @@ async def test_tenancy_flow_on_postgres(pg_settings, clock):
             assert users == ["admin@example.com", "guest@example.com"]
     finally:
         await platform.aclose()
+
+
+async def test_guards_and_break_glass_expiry_on_postgres(pg_settings, clock):
+    from .world import build_world
+
+    platform = Platform.from_settings(pg_settings, clock=clock)
+    try:
+        world = build_world(platform, pg_settings.automation_token)
+        async with asgi_client(platform) as client:
+            base = f"/v1/projects/{world.ids['P']}"
+            members = (await client.get(f"{base}/members", headers=world.headers["member"])).json()["members"]
+            padmin = next(m for m in members if m["role"] == "admin" and m["kind"] == "user" and not m.get("break_glass"))
+            r = await client.delete(f"{base}/members/{padmin['user_id']}", headers=world.headers["org_admin"])
+            assert r.status_code == 409
+            admin = world.headers["platform_admin"]
+            r = await client.post(f"{base}/break-glass", headers=admin, json={"reason": "database repair", "minutes": 5})
+            assert r.status_code == 201
+            assert (await client.get(f"{base}/quota", headers=admin)).status_code == 200
+            clock.advance(minutes=6)
+            assert (await client.get(f"{base}/quota", headers=admin)).status_code == 403
+            rows = (await client.get(f"{base}/members", headers=admin)).json()["members"]
+            assert any(m.get("expired") for m in rows if m["email"].startswith("platadmin-"))
+    finally:
+        await platform.aclose()
