@@ -21,6 +21,7 @@ from caiplatform import security, validation
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models import Org, OrgMember, Project, ProjectMember, User
+from caiplatform.domain.identity import OrgMemberView, OrgView, UserView
 from caiplatform.errors import BadRequest, Conflict, Forbidden, NotFound
 from caiplatform.pagination import Page, Pager
 from caiplatform.principal import Principal, PrincipalKind
@@ -81,22 +82,18 @@ class AccountService:
     # -- views ------------------------------------------------------------------------------------
 
     def _user_view(self, session: Session, user: User, agents: list[str]) -> dict[str, Any]:
-        view: dict[str, Any] = {
-            "id": user.id,
-            "email": user.email,
-            "role": user.role,
-            "must_change_password": user.must_change_password,
-        }
-        if user.org_id:
-            view["org_id"] = user.org_id
-        view.update(
+        return UserView(
+            id=user.id,
+            email=user.email,
+            role=user.role,
+            must_change_password=user.must_change_password,
+            org_id=user.org_id,
             external=user.org_id is None,
             created_at=rfc3339(user.created_at),
             projects=user_projects_sync(session, user, self.clock.now()),
             agents=agents,
             agent_count=len(agents),
-        )
-        return view
+        ).body()
 
     async def _agents_by_user(self, principal: Principal) -> dict[str, list[str]]:
         """Agent names per user, limited to projects where the caller holds resource authority."""
@@ -113,18 +110,18 @@ class AccountService:
 
     @staticmethod
     def _org_view(session: Session, org: Org) -> dict[str, Any]:
-        return {
-            "id": org.id,
-            "slug": org.slug,
-            "name": org.name,
-            "created_at": rfc3339(org.created_at),
-            "projects": session.scalar(select(func.count()).select_from(Project).where(Project.org_id == org.id)) or 0,
-            "users": session.scalar(select(func.count()).select_from(User).where(User.org_id == org.id)) or 0,
-        }
+        return OrgView(
+            id=org.id,
+            slug=org.slug,
+            name=org.name,
+            created_at=rfc3339(org.created_at),
+            projects=session.scalar(select(func.count()).select_from(Project).where(Project.org_id == org.id)) or 0,
+            users=session.scalar(select(func.count()).select_from(User).where(User.org_id == org.id)) or 0,
+        ).body()
 
     @staticmethod
     def _member_view(member: OrgMember, user: User) -> dict[str, Any]:
-        return {"user_id": user.id, "email": user.email, "role": member.role, "created_at": rfc3339(member.created_at)}
+        return OrgMemberView(user_id=user.id, email=user.email, role=member.role, created_at=rfc3339(member.created_at)).body()
 
     # -- users ------------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from caiplatform import security
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models import ApiKey
+from caiplatform.domain.identity import KeyView
 from caiplatform.errors import BadRequest, Forbidden, NotFound
 from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.services.access import Access
@@ -32,21 +33,21 @@ PERSONAL_ONLY = "personal keys belong to a signed-in user"
 
 def key_view(key: ApiKey, now: datetime) -> dict[str, Any]:
     """No field of a key view can carry a secret."""
-    view: dict[str, Any] = {
-        "id": key.id,
-        "key_id": key.key_id,
-        "display_name": key.display_name,
-        "kind": "personal" if key.kind == "personal" else key.kind,
-        "created_at": rfc3339(key.created_at),
-    }
-    if key.expires_at is not None:
-        view["expires_at"] = rfc3339(key.expires_at)
-    if key.last_used_at is not None:
-        view["last_used_at"] = rfc3339(key.last_used_at)
-    if key.revoked_at is not None:
-        view["revoked_at"] = rfc3339(key.revoked_at)
-    view["live"] = key_live(key, now)
-    return view
+    return KeyView(
+        id=key.id,
+        key_id=key.key_id,
+        display_name=key.display_name,
+        kind=key.kind,
+        created_at=rfc3339(key.created_at),
+        expires_at=_iso(key.expires_at),
+        last_used_at=_iso(key.last_used_at),
+        revoked_at=_iso(key.revoked_at),
+        live=key_live(key, now),
+    ).body()
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return rfc3339(moment) if moment is not None else None
 
 
 def key_live(key: ApiKey, now: datetime) -> bool:

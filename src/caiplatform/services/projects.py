@@ -27,6 +27,11 @@ from caiplatform.domain.identity import (
     PLATFORM_CLOUD_KEY,
     QUOTA_KEY,
     QUOTA_LABELS,
+    AuditEntryView,
+    InvitationView,
+    ProjectMemberView,
+    ProjectView,
+    QuotaEntry,
     default_cloud_mapping,
 )
 from caiplatform.errors import BadRequest, Conflict, Forbidden, Gone, NotFound
@@ -77,20 +82,17 @@ def parse_slug(raw: Any) -> str:
 
 
 def project_view(project: Project, grant: ProjectGrant | None) -> dict[str, Any]:
-    view: dict[str, Any] = {
-        "id": project.id,
-        "org_id": project.org_id,
-        "slug": project.slug,
-        "name": project.name,
-        "short": project.short,
-        "namespace": project.namespace,
-        "created_at": rfc3339(project.created_at),
-    }
-    if grant is not None and grant.resource_role:
-        view["your_role"] = grant.resource_role
-    if grant is not None and grant.metadata_role:
-        view["your_metadata_role"] = grant.metadata_role
-    return view
+    return ProjectView(
+        id=project.id,
+        org_id=project.org_id,
+        slug=project.slug,
+        name=project.name,
+        short=project.short,
+        namespace=project.namespace,
+        created_at=rfc3339(project.created_at),
+        your_role=grant.resource_role if grant else None,
+        your_metadata_role=grant.metadata_role if grant else None,
+    ).body()
 
 
 def service_account_email(sa: ServiceAccount, short: str) -> str:
@@ -358,30 +360,23 @@ class ProjectService:
     # -- members ----------------------------------------------------------------------------------
 
     def _member_view(self, row: ProjectMember, user: User | None, sa: ServiceAccount | None, short: str) -> dict[str, Any]:
-        view: dict[str, Any] = {}
         if sa is not None:
-            view.update(
-                user_id=sa.id,
-                email=service_account_email(sa, short),
-                role=row.role,
-                kind="service_account",
-                service_account_id=sa.id,
-                external=False,
+            who: dict[str, Any] = dict(
+                user_id=sa.id, email=service_account_email(sa, short), kind="service_account", service_account_id=sa.id, external=False
             )
         else:
             assert user is not None
-            view.update(user_id=user.id, email=user.email, role=row.role, kind="user", external=user.org_id is None)
-        view["created_at"] = rfc3339(row.created_at)
+            who = dict(user_id=user.id, email=user.email, kind="user", external=user.org_id is None)
+        glass: dict[str, Any] = {}
         if row.break_glass:
-            view.update(
+            glass = dict(
                 break_glass=True,
                 expires_at=rfc3339(row.expires_at) if row.expires_at else None,
                 reason=row.reason or "",
                 granted_by=row.granted_by or "",
+                expired=True if row.expires_at is None or row.expires_at <= self.clock.now() else None,
             )
-            if row.expires_at is None or row.expires_at <= self.clock.now():
-                view["expired"] = True
-        return view
+        return ProjectMemberView(role=row.role, created_at=rfc3339(row.created_at), **who, **glass).body()
 
     def _members_sync(self, session: Session, project: Project) -> list[dict[str, Any]]:
         rows = session.execute(
@@ -601,15 +596,17 @@ class ProjectService:
             return "expired"
         return inv.state
 
-    def _invitation_view(self, inv: Invitation) -> dict[str, Any]:
-        return {
-            "id": inv.id,
-            "email": inv.email,
-            "role": inv.role,
-            "state": self._invitation_state(inv),
-            "created_at": rfc3339(inv.created_at),
-            "expires_at": rfc3339(inv.expires_at),
-        }
+    def _invitation_view(self, inv: Invitation, token: str | None = None) -> dict[str, Any]:
+        return InvitationView(
+            id=inv.id,
+            email=inv.email,
+            role=inv.role,
+            state=self._invitation_state(inv),
+            created_at=rfc3339(inv.created_at),
+            expires_at=rfc3339(inv.expires_at),
+            accept_url=f"/invite/{token}" if token else None,
+            token=token,
+        ).body()
 
     async def list_invitations(
         self, principal: Principal, project_id: str, page_size: Any = None, page_token: str | None = None
@@ -653,9 +650,8 @@ class ProjectService:
             session.add(inv)
             session.flush()
             self.audit.record(session, project.id, principal, "project.invite", email, {"role": role})
-            view = {**self._invitation_view(inv), "accept_url": f"/invite/{token}", "token": token}
             return {
-                "invitation": view,
+                "invitation": self._invitation_view(inv, token),
                 "note": f"send the accept link to {email}; the token is shown only once and expires in {INVITATION_DAYS} days",
             }
 
@@ -773,7 +769,7 @@ class ProjectService:
             hard_text = str(hard[resource])
             label = QUOTA_LABELS.get(resource, resource)
             display = f"{label}: {used_text} / {hard_text}" if hard_value > 0 else f"{label}: {used_text} (unlimited)"
-            quotas.append({"resource": resource, "used": used_text, "hard": hard_text, "used_pct": pct, "display": display})
+            quotas.append(QuotaEntry(resource=resource, used=used_text, hard=hard_text, used_pct=pct, display=display).body())
         note = "live from enforcement; read-only" if self.usage else "usage is not reported by this platform's workload runtime, so used reads 0"
         return {"project": project.slug, "namespace": project.namespace, "quotas": quotas, "note": note}
 
@@ -795,7 +791,7 @@ class ProjectService:
             )
             page = self.pager.page_from_probe(rows, request)
             items = [
-                {"ts": rfc3339(e.ts), "actor": e.actor, "action": e.action, "target": e.target, "detail": e.detail}
+                AuditEntryView(ts=rfc3339(e.ts), actor=e.actor, action=e.action, target=e.target, detail=e.detail).body()
                 for e in page.items
             ]
             return Page(items, page.next_page_token)

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from caiplatform.db import Database
 from caiplatform.db.models import McpServer, ServiceAccount
+from caiplatform.domain.identity import SearchResult
 from caiplatform.pagination import Pager
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access, ProjectGrant
@@ -30,14 +31,9 @@ KIND_ORDER = ("project", "agent", "function", "service", "mcp_server", "service_
 
 
 def result(kind: str, name: str, grant: ProjectGrant, route: str, subtitle: str = "") -> dict[str, Any]:
-    return {
-        "kind": kind,
-        "name": name,
-        "project": grant.project.slug,
-        "project_short": grant.project.short,
-        "route": route,
-        "subtitle": subtitle,
-    }
+    return SearchResult(
+        kind=kind, name=name, project=grant.project.slug, project_short=grant.project.short, route=route, subtitle=subtitle
+    ).body()
 
 
 @dataclass(frozen=True)

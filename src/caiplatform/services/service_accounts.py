@@ -18,6 +18,7 @@ from caiplatform import validation
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models import ApiKey, Project, ProjectMember, ServiceAccount
+from caiplatform.domain.identity import ServiceAccountView
 from caiplatform.errors import BadRequest, Conflict, NotFound
 from caiplatform.pagination import Pager
 from caiplatform.principal import Principal
@@ -54,17 +55,16 @@ class ServiceAccountService:
 
     @staticmethod
     def _view(sa: ServiceAccount, short: str, role: str | None) -> dict[str, Any]:
-        view: dict[str, Any] = {
-            "id": sa.id,
-            "project_id": sa.project_id,
-            "name": sa.name,
-            "email": service_account_email(sa, short),
-            "display_name": sa.display_name,
-        }
-        if role:
-            view["role"] = role
-        view.update(disabled=sa.disabled, created_at=rfc3339(sa.created_at))
-        return view
+        return ServiceAccountView(
+            id=sa.id,
+            project_id=sa.project_id,
+            name=sa.name,
+            email=service_account_email(sa, short),
+            display_name=sa.display_name,
+            role=role or None,
+            disabled=sa.disabled,
+            created_at=rfc3339(sa.created_at),
+        ).body()
 
     @staticmethod
     def _role(session: Session, sa: ServiceAccount) -> str | None:
