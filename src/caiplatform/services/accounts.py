@@ -140,7 +140,9 @@ class AccountService:
         return {"users": page.items, "unowned_agents": unowned, "next_page_token": page.next_page_token}
 
     def _creator_scope(self, session: Session, principal: Principal) -> tuple[bool, set[str], set[str]]:
-        """(platform admin?, orgs the caller administers, home orgs of projects the caller administers)."""
+        """(platform admin?, orgs the caller administers, orgs of the projects the caller administers).
+
+        A project admin may create accounts in their own home org only (document 2)."""
         platform = self.access.platform_authority_sync(session, principal)
         org_admin = self.access.org_admin_of(session, principal)
         project_admin: set[str] = set()
@@ -185,14 +187,14 @@ class AccountService:
                 org_id = org_uuid(raw_org, BODY_ORG_ID_MESSAGE)
                 if session.get(Org, org_id) is None:
                     raise BadRequest(f"{BODY_ORG_ID_MESSAGE} (no such organization)")
-                if not (platform or org_id in org_admin or (org_id == home and org_id in project_admin)):
+                if not (platform or org_id in org_admin or (project_admin and org_id == home)):
                     raise Forbidden("creating in that organization requires administering it")
             else:
                 org_id = home
                 if org_id is None:
                     default = session.scalar(select(Org).where(Org.slug == DEFAULT_SLUG))
                     org_id = default.id if default else None
-                if not (platform or org_id in org_admin or org_id in project_admin):
+                if not (platform or org_id in org_admin or (project_admin and org_id == home)):
                     raise Forbidden("creating in that organization requires administering it")
             if session.scalar(select(User).where(User.email == email)) is not None:
                 raise Conflict(
