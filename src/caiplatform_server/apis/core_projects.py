@@ -108,7 +108,7 @@ async def delete_member(projectID: str, userID: str, principal: Principal = Call
 
 @router.post(P + "/break-glass", status_code=201, summary="Take an expiring, audited grant (platform admin)")
 async def break_glass(projectID: str, request: Request, principal: Principal = Caller, platform: Platform = Plat) -> dict[str, Any]:
-    return await platform.projects.break_glass(principal, projectID, await json_body(request))
+    return await platform.projects.break_glass(principal, projectID, await json_body(request, optional=True))
 
 
 # -- invitations --------------------------------------------------------------------------------
