@@ -18,6 +18,19 @@ How a caller gets a role on a project, resolved live on every request:
 
 The 404 rule: no role on either axis → 404, identical to a missing project. Some role, but not the one
 the action needs → 403.
+
+Gates that are not about one project (`OrgAuthority`):
+
+| action                     | who                                                                       |
+|----------------------------|---------------------------------------------------------------------------|
+| users, orgs, model key     | platform admin (or the automation token); never a service-account key     |
+| create an account          | platform admin anywhere; org admin in their orgs; project admin in their home org; only a platform admin creates a platform admin |
+| create a project           | platform admin anywhere; org admin in their orgs                          |
+| break-glass                | a platform admin, with a person's credential, holding no resource grant on the project |
+
+Before any of these: no credential → 401; a workload key → 403 (`WORKLOAD_KEY_LIMIT`); a user who owes
+a password change → 403 (`PASSWORD_CHANGE_REQUIRED`); credentials, accounts and membership are never
+managed by a service-account key → 403 (`SERVICE_ACCOUNT_LIMIT`).
 """
 
 from __future__ import annotations
@@ -89,6 +102,25 @@ class ProjectGrant:
         return self.metadata_role if axis is Axis.METADATA else self.resource_role
 
 
+@dataclass(frozen=True)
+class OrgAuthority:
+    """What a caller may do at the organization level, resolved live."""
+
+    platform: bool  # platform admin or automation token
+    home_org: str | None
+    org_admin: frozenset[str]  # orgs the caller administers
+    project_admin: bool  # holds a real (not break-glass) admin grant on some project
+
+    def may_create_accounts(self) -> bool:
+        return self.platform or bool(self.org_admin) or self.project_admin
+
+    def may_create_account_in(self, org_id: str | None) -> bool:
+        return self.platform or org_id in self.org_admin or (self.project_admin and org_id == self.home_org)
+
+    def may_create_project_in(self, org_id: str) -> bool:
+        return self.platform or org_id in self.org_admin
+
+
 class Access:
     def __init__(self, db: Database, clock: Clock):
         self.db = db
@@ -133,6 +165,29 @@ class Access:
             return False
         user = session.get(User, principal.user_id)
         return user is not None and user.role == "admin"
+
+    def org_authority_sync(self, session: Session, principal: Principal) -> OrgAuthority:
+        home: str | None = None
+        project_admin = False
+        if principal.kind is PrincipalKind.USER and principal.user_id:
+            user = session.get(User, principal.user_id)
+            home = user.org_id if user else None
+            project_admin = (
+                session.scalar(
+                    select(ProjectMember.id).where(
+                        ProjectMember.user_id == principal.user_id,
+                        ProjectMember.role == "admin",
+                        ProjectMember.break_glass.is_(False),
+                    ).limit(1)
+                )
+                is not None
+            )
+        return OrgAuthority(
+            self.platform_authority_sync(session, principal),
+            home,
+            frozenset(self.org_admin_of(session, principal)),
+            project_admin,
+        )
 
     def org_admin_of(self, session: Session, principal: Principal) -> set[str]:
         if principal.kind is not PrincipalKind.USER or not principal.user_id:

@@ -24,7 +24,7 @@ from caiplatform.db.models import Org, OrgMember, Project, ProjectMember, User
 from caiplatform.domain.identity import OrgMemberView, OrgView, UserView
 from caiplatform.errors import BadRequest, Conflict, Forbidden, NotFound
 from caiplatform.pagination import Page, Pager
-from caiplatform.principal import Principal, PrincipalKind
+from caiplatform.principal import Principal
 from caiplatform.services.access import Access
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.auth import DEFAULT_SLUG
@@ -139,40 +139,19 @@ class AccountService:
         unowned = await self.hooks.unowned_agents() if self.hooks.unowned_agents else []
         return {"users": page.items, "unowned_agents": unowned, "next_page_token": page.next_page_token}
 
-    def _creator_scope(self, session: Session, principal: Principal) -> tuple[bool, set[str], set[str]]:
-        """(platform admin?, orgs the caller administers, orgs of the projects the caller administers).
-
-        A project admin may create accounts in their own home org only (document 2)."""
-        platform = self.access.platform_authority_sync(session, principal)
-        org_admin = self.access.org_admin_of(session, principal)
-        project_admin: set[str] = set()
-        if principal.kind is PrincipalKind.USER and principal.user_id:
-            project_admin = set(
-                session.scalars(
-                    select(Project.org_id)
-                    .join(ProjectMember, ProjectMember.project_id == Project.id)
-                    .where(
-                        ProjectMember.user_id == principal.user_id,
-                        ProjectMember.role == "admin",
-                        ProjectMember.break_glass.is_(False),
-                    )
-                )
-            )
-        return platform, org_admin, project_admin
-
     async def create_user(self, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
         self.access.require_human(principal)
         now = self.clock.now()
 
         def create(session: Session) -> dict[str, Any]:
-            platform, org_admin, project_admin = self._creator_scope(session, principal)
-            if not (platform or org_admin or project_admin):
+            authority = self.access.org_authority_sync(session, principal)
+            if not authority.may_create_accounts():
                 raise Forbidden("creating an account requires administering an organization or a project")
             email = validation.email(body.get("email"))
             role = body.get("role") or "user"
             if role not in ROLES:
                 raise BadRequest(USER_ROLE_MESSAGE)
-            if role == "admin" and not platform:
+            if role == "admin" and not authority.platform:
                 raise Forbidden("only a platform admin can create a platform admin")
             password = body.get("password")
             temporary = None
@@ -180,22 +159,17 @@ class AccountService:
                 temporary = password = security.generate_password()
             else:
                 validation.password(password)
-            caller = session.get(User, principal.user_id) if principal.user_id else None
-            home = caller.org_id if caller else None
             raw_org = body.get("org_id")
             if raw_org not in (None, ""):
                 org_id = org_uuid(raw_org, BODY_ORG_ID_MESSAGE)
                 if session.get(Org, org_id) is None:
                     raise BadRequest(f"{BODY_ORG_ID_MESSAGE} (no such organization)")
-                if not (platform or org_id in org_admin or (project_admin and org_id == home)):
-                    raise Forbidden("creating in that organization requires administering it")
             else:
-                org_id = home
-                if org_id is None:
-                    default = session.scalar(select(Org).where(Org.slug == DEFAULT_SLUG))
-                    org_id = default.id if default else None
-                if not (platform or org_id in org_admin or (project_admin and org_id == home)):
-                    raise Forbidden("creating in that organization requires administering it")
+                org_id = authority.home_org
+                if org_id is None:  # the automation token and external users: the default org
+                    org_id = session.scalar(select(Org.id).where(Org.slug == DEFAULT_SLUG))
+            if not authority.may_create_account_in(org_id):
+                raise Forbidden("creating in that organization requires administering it")
             if session.scalar(select(User).where(User.email == email)) is not None:
                 raise Conflict(
                     f"an account already exists for {email}; add the existing account to the project instead"

@@ -178,22 +178,20 @@ class ProjectService:
         now = self.clock.now()
 
         def create(session: Session) -> tuple[Project, ProjectGrant, str | None]:
-            platform = self.access.platform_authority_sync(session, principal)
-            org_admin = self.access.org_admin_of(session, principal)
+            authority = self.access.org_authority_sync(session, principal)
             raw_org = body.get("org_id")
             if raw_org not in (None, ""):
                 org = session.get(Org, org_uuid(raw_org, BODY_ORG_ID_MESSAGE))
                 if org is None:
                     raise BadRequest(f"{BODY_ORG_ID_MESSAGE} (no such organization)")
             else:
-                caller = session.get(User, principal.user_id) if principal.user_id else None
-                home = caller.org_id if caller else None
+                home = authority.home_org
                 if home is None and principal.kind is PrincipalKind.AUTOMATION:
                     home = session.scalar(select(Org.id).where(Org.slug == DEFAULT_SLUG))
                 if home is None:
                     raise Forbidden("you have no home organization; pass org_id to choose one you administer")
                 org = session.get(Org, home)
-            if not (platform or org.id in org_admin):
+            if not authority.may_create_project_in(org.id):
                 raise Forbidden("creating a project requires the org admin role")
             if slug == DEFAULT_SLUG:
                 raise Conflict(RESERVED_SLUG_MESSAGE)
@@ -211,7 +209,7 @@ class ProjectService:
             session.flush()
             self.audit.record(session, project.id, principal, "project.create", slug, {"org": org.slug})
             note = None
-            if org.id not in org_admin and principal.kind is PrincipalKind.USER:
+            if org.id not in authority.org_admin and principal.kind is PrincipalKind.USER:
                 note = (
                     "you hold no role inside this project (a platform admin has metadata authority only); "
                     "add an administrator with POST /v1/projects/" + project.id + "/members"
