@@ -8,7 +8,7 @@ from caiplatform.testing.conformance.builder import *  # noqa: F403
 from caiplatform.testing.conformance.builder import apply_notimpl
 
 
-@pytest.fixture(params=["memory"])
+@pytest.fixture(params=["memory", "local"])
 def backend(request) -> str:
     return request.param
 
@@ -20,6 +20,10 @@ async def builder(request, backend, tmp_path):
         from caiplatform.adapters.memory.builder import InMemoryBuilder
 
         adapter = InMemoryBuilder()
+    else:
+        from caiplatform.adapters.local.builder import LocalBuilder
+
+        adapter = LocalBuilder(tmp_path / "data")
     try:
         yield adapter
     finally:

@@ -284,6 +284,14 @@ class InstanceRuntime(WorkloadRuntime):
     def _workload(self, ref: WorkloadRef) -> Workload | None:
         return self._workloads.get(ref.key)
 
+    def _newest_live(self, ref: WorkloadRef) -> Instance | None:
+        """The instance whose lines `logs` shows: the most recently started one still running."""
+        workload = self._workload(ref)
+        if workload is None:
+            return None
+        live = [i for r in workload.revisions.values() for i in r.instances if not i.stopping]
+        return max(live, key=lambda i: i.started_at, default=None)
+
     # -- lifecycle ----------------------------------------------------------------------------------
 
     async def start(self) -> None:
