@@ -222,7 +222,7 @@ async def test_failing_start_leaves_revision_not_ready(kit: RuntimeKit):
 async def test_unhealthy_instance_is_not_ready(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w, image=kit.image(TINY_UNHEALTHY="1"))
-    kit.runtime.readiness_timeout = 3.0  # type: ignore[attr-defined]
+    kit.runtime.readiness_timeout = 1.5  # type: ignore[attr-defined]
     await kit.runtime.apply(s)
     status = await wait_for(kit, w, revision_state(s.revision, "not_ready"), what="not ready")
     assert status.revisions[0].reason == "HealthCheckFailed" and "503" in status.revisions[0].message
@@ -258,7 +258,7 @@ async def test_min_scale_keeps_instances_warm(kit: RuntimeKit):
     s = spec(kit, w, scaling=Scaling(min_scale=2, max_scale=3))
     await ready(kit, s)
     await wait_for(kit, w, lambda st: st.revisions[0].replicas == 2, what="two warm instances")
-    await asyncio.sleep(kit.idle_seconds * 2 + 0.5)
+    await asyncio.sleep(kit.idle_seconds * 1.5 + 0.3)
     assert await replicas(kit, w, s.revision) == 2
 
 
