@@ -226,5 +226,5 @@ async def test_embedded_platform_wires_local_builder_and_runtime(tmp_path):
         await ready(platform.runtime, ref, f"{ref.name}-00001")
         assert any(p.name.startswith("workload-") for p in platform.supervisor().processes)
     finally:
-        await platform.runtime.close()
-        await platform.aclose()
+        await platform.aclose()  # stops the runtime's instances, then the supervisor
+    assert not any(p.name.startswith("workload-") for p in platform.supervisor().processes)

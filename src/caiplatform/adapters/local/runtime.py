@@ -204,8 +204,10 @@ class LocalProcessRuntime(InstanceRuntime):
             ))
         except ProcessStartError as exc:
             self._ingest(workload.ref, revision.name, pod, process)
+            self._pending.pop(process.name, None)
             raise _start_error(pod, str(exc), log_path, health.last if health is not None else "") from None
         except (OSError, ValueError) as exc:
+            self._pending.pop(process.name, None)
             raise InstanceStartError("ContainerFailed", f"{pod} could not start: {exc}") from None
         return Instance(
             name=pod,
