@@ -27,6 +27,8 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
+
 from caiplatform.adapters.local.builder import LocalBuilder
 from caiplatform.adapters.local.runtime import LocalProcessRuntime
 from caiplatform.ports.builder import BuildRequest
@@ -70,13 +72,13 @@ async def deploy(builder: LocalBuilder, runtime: LocalProcessRuntime, ref: Workl
     return time.perf_counter() - started
 
 
-async def request(runtime: LocalProcessRuntime, ref: WorkloadRef) -> float:
+async def request(runtime: LocalProcessRuntime, ref: WorkloadRef, client: httpx.AsyncClient) -> float:
+    """One invoke through `acquire` (a pooled client, as the platform's proxy keeps one)."""
     started = time.perf_counter()
     endpoint = await runtime.acquire(ref, timeout=120)
     try:
-        async with endpoint.client(timeout=120) as client:
-            response = await client.post("/invoke", json={"message": "ping"})
-            response.raise_for_status()
+        response = await client.post(f"{endpoint.base_url}/invoke", json={"message": "ping"})
+        response.raise_for_status()
     finally:
         await endpoint.release()
     return time.perf_counter() - started
@@ -98,14 +100,16 @@ async def one_round(args: argparse.Namespace) -> tuple[float, float, float, floa
         await runtime.start()
         project = str(uuid.uuid4())
         ref = WorkloadRef(project, project[:8], "bench", kind="function")
+        client = httpx.AsyncClient(timeout=120)
         try:
             first = await deploy(builder, runtime, ref, function_source(Path(tmp) / "v1", 1, args.requirement), 1)
             rebuild = await deploy(builder, runtime, ref, function_source(Path(tmp) / "v2", 2, args.requirement), 2)
-            await request(runtime, ref)  # make sure an instance of the newest revision is up
-            warm = statistics.median([await request(runtime, ref) for _ in range(args.warm)])
+            await request(runtime, ref, client)  # make sure an instance of the newest revision is up
+            warm = statistics.median([await request(runtime, ref, client) for _ in range(args.warm)])
             await scaled_to_zero(runtime, ref)
-            cold = await request(runtime, ref)
+            cold = await request(runtime, ref, client)
         finally:
+            await client.aclose()
             await runtime.close()
         return first, rebuild, warm, cold
 
