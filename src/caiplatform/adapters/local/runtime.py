@@ -203,9 +203,9 @@ class LocalProcessRuntime(InstanceRuntime):
                 inherit_env=False,
             ))
         except ProcessStartError as exc:
-            self._ingest(workload.ref, revision.name, pod, process)
-            self._pending.pop(process.name, None)
-            raise _start_error(pod, str(exc), log_path, health.last if health is not None else "") from None
+            error = _start_error(pod, str(exc), log_path, health.last if health is not None else "")
+            self._finish_log(workload.ref, revision.name, pod, process)
+            raise error from None
         except (OSError, ValueError) as exc:
             self._pending.pop(process.name, None)
             raise InstanceStartError("ContainerFailed", f"{pod} could not start: {exc}") from None
@@ -220,8 +220,7 @@ class LocalProcessRuntime(InstanceRuntime):
     async def _stop_instance(self, workload: Workload, instance: Instance) -> None:
         process: _Process = instance.handle
         await self.supervisor.stop(process.name)
-        self._ingest(workload.ref, instance.revision, instance.name, process)
-        self._pending.pop(process.name, None)
+        self._finish_log(workload.ref, instance.revision, instance.name, process)
 
     def _instance_alive(self, instance: Instance) -> bool:
         process: _Process = instance.handle
@@ -232,7 +231,14 @@ class LocalProcessRuntime(InstanceRuntime):
     def _ingest_later(self, ref: WorkloadRef, revision: str, pod: str, process: _Process) -> None:
         self._pending[process.name] = (ref, revision, pod, process)
 
-    def _ingest(self, ref: WorkloadRef, revision: str, pod: str, process: _Process) -> None:
+    def _finish_log(self, ref: WorkloadRef, revision: str, pod: str, process: _Process) -> None:
+        """The instance is gone: copy the rest of its output (a last unfinished line too), drop the file."""
+        self._ingest(ref, revision, pod, process, final=True)
+        self._pending.pop(process.name, None)
+        with contextlib.suppress(OSError):
+            process.log_path.unlink()
+
+    def _ingest(self, ref: WorkloadRef, revision: str, pod: str, process: _Process, final: bool = False) -> None:
         """Copy the complete lines an instance wrote since last time into the workload's history."""
         if ref.key not in self._workloads:
             return
@@ -242,7 +248,7 @@ class LocalProcessRuntime(InstanceRuntime):
                 data = fh.read()
         except OSError:
             return
-        end = data.rfind(b"\n")
+        end = len(data) - 1 if final and data else data.rfind(b"\n")
         if end < 0:
             return
         process.offset += end + 1
