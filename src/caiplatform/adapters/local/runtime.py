@@ -97,6 +97,8 @@ class LocalProcessRuntime(InstanceRuntime):
         self._last_compaction = 0.0
         # Instance logs still being copied into the history, by process name.
         self._pending: dict[str, tuple[WorkloadRef, str, str, _Process]] = {}
+        # Recorded workloads are known at once (reads work before `start()`); instances wait for it.
+        self._load()
 
     # -- paths --------------------------------------------------------------------------------------
 
@@ -117,7 +119,10 @@ class LocalProcessRuntime(InstanceRuntime):
             stale = [r["name"] for r in self.supervisor.records() if str(r.get("name", "")).startswith(PROCESS_PREFIX)]
             if stale:
                 await asyncio.to_thread(self.supervisor.reap_stale, stale)
-            self._load()
+            for workload in self._workloads.values():
+                for revision in workload.revisions.values():
+                    if revision.state == "unknown":  # it was starting when the previous run ended
+                        self._spawn(self._prove_ready(workload, revision), f"ready-{revision.name}")
         await super().start()
 
     async def close(self) -> None:
@@ -126,6 +131,7 @@ class LocalProcessRuntime(InstanceRuntime):
             await self.supervisor.stop_all()
 
     def _load(self) -> None:
+        """The workloads a previous run recorded (synchronous: a few small files)."""
         directory = self.root / "workloads"
         for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
             try:
@@ -133,9 +139,6 @@ class LocalProcessRuntime(InstanceRuntime):
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             self._workloads[workload.ref.key] = workload
-            for revision in workload.revisions.values():
-                if revision.state == "unknown":  # it was starting when the previous run ended
-                    self._spawn(self._prove_ready(workload, revision), f"ready-{revision.name}")
 
     def _persist(self, workload: Workload) -> None:
         path = self._workload_path(workload.ref.key)
