@@ -30,6 +30,7 @@ from caiplatform.services.auth import AuthService
 from caiplatform.settings import Settings
 
 if TYPE_CHECKING:
+    from caiplatform.services.agents import AgentService
     from caiplatform.services.memorystore import MemoryStoreService
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class Platform:
         self._started = False
         self._closers: list[Any] = []
         self.secrets = self._build_secrets()
+        self.secrets.set_agents(self.agents.secret_port)
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -182,6 +184,8 @@ class Platform:
         # Memory stores: a platform restart restarts every recorded instance with its data.
         await self.memorystores.provisioner.start()
         self._closers.append(self.memorystores.provisioner.close)
+        await self.agents.start()
+        self._closers.append(self.agents.close)
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
@@ -233,6 +237,33 @@ class Platform:
         return MemoryStoreService(
             self.db, self.access, self.audit, self.clock, self.pager, provisioner,
             checks={"database": database, "session_key": session_key},
+        )
+
+    @cached_property
+    def agents(self) -> AgentService:
+        return self._build_agents()
+
+    def _build_agents(self) -> AgentService:
+        """Agents and functions: the builder and workload runtime of this mode, and the secrets area's hooks."""
+        from caiplatform.services.agents import AgentService
+
+        if self.mode == "memory":
+            builder = self.registry.load("builder", "memory")(self.settings.registry_host)
+            runtime = self.registry.load("runtime", "memory")(
+                images=builder.resolve, idle_seconds=self.settings.scale_to_zero_seconds,
+                log_retention=self.settings.log_retention,
+            )
+        else:
+            builder = self.registry.load("builder", "local")(self.data_dir, registry_host=self.settings.registry_host)
+            runtime = self.registry.load("runtime", "local")(
+                self.data_dir, supervisor=self.supervisor(), images=builder.resolve,
+                idle_seconds=self.settings.scale_to_zero_seconds, log_retention=self.settings.log_retention,
+            )
+        return AgentService(
+            self.db, self.access, self.audit, self.clock, self.pager, self.settings, builder, runtime, self.hosts,
+            mode=self.mode,
+            bound_values=lambda principal, agent: self.secrets.values_for_deploy(principal, agent),
+            forget_bindings=lambda agent_id: self.secrets.forget_agent(agent_id),
         )
 
     # -- health ---------------------------------------------------------------------------------
