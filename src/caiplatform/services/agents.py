@@ -604,7 +604,9 @@ class AgentService:
                     reason="ExposureRefused" if refusal else "", message=refusal,
                 ))
                 agent.latest_revision, agent.updated_at = revision, now
-                if refusal:
+                if agent.build_claimed_at is not None:
+                    pass  # a build is under way: it owns the state and rolls again when it finishes
+                elif refusal:
                     agent.state, agent.message = "failed", refusal
                 else:
                     agent.state, agent.message = "deploying", ""
