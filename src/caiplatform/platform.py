@@ -30,6 +30,8 @@ from caiplatform.services.auth import AuthService
 from caiplatform.settings import Settings
 
 if TYPE_CHECKING:
+    from caiplatform.ports.builder import Builder
+    from caiplatform.ports.runtime import WorkloadRuntime
     from caiplatform.services.agents import AgentService
     from caiplatform.services.memorystore import MemoryStoreService
 
@@ -83,7 +85,7 @@ class Platform:
         self._started = False
         self._closers: list[Any] = []
         self.secrets = self._build_secrets()
-        self.secrets.set_agents(self.agents.secret_port)
+        self.secrets.set_agents(self._agent_secrets())
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -184,6 +186,9 @@ class Platform:
         # Memory stores: a platform restart restarts every recorded instance with its data.
         await self.memorystores.provisioner.start()
         self._closers.append(self.memorystores.provisioner.close)
+        # Workloads: a restart serves the recorded revisions again (min_scale instances come back warm).
+        await self.runtime.start()
+        self._closers.append(self.runtime.close)
         await self.agents.start()
         self._closers.append(self.agents.close)
 
@@ -243,28 +248,45 @@ class Platform:
     def agents(self) -> AgentService:
         return self._build_agents()
 
+    def _agent_secrets(self) -> Any:
+        from caiplatform.services.agents import LazyAgentSecrets
+
+        return LazyAgentSecrets(lambda: self.agents.secret_port)
+
     def _build_agents(self) -> AgentService:
-        """Agents and functions: the builder and workload runtime of this mode, and the secrets area's hooks."""
+        """Agents and functions over the platform's builder and runtime, with the secrets area's hooks."""
         from caiplatform.services.agents import AgentService
 
-        if self.mode == "memory":
-            builder = self.registry.load("builder", "memory")(self.settings.registry_host)
-            runtime = self.registry.load("runtime", "memory")(
-                images=builder.resolve, idle_seconds=self.settings.scale_to_zero_seconds,
-                log_retention=self.settings.log_retention,
-            )
-        else:
-            builder = self.registry.load("builder", "local")(self.data_dir, registry_host=self.settings.registry_host)
-            runtime = self.registry.load("runtime", "local")(
-                self.data_dir, supervisor=self.supervisor(), images=builder.resolve,
-                idle_seconds=self.settings.scale_to_zero_seconds, log_retention=self.settings.log_retention,
-            )
         return AgentService(
-            self.db, self.access, self.audit, self.clock, self.pager, self.settings, builder, runtime, self.hosts,
-            mode=self.mode,
+            self.db, self.access, self.audit, self.clock, self.pager, self.settings, self.builder, self.runtime,
+            self.hosts, mode=self.mode,
             bound_values=lambda principal, agent: self.secrets.values_for_deploy(principal, agent),
             forget_bindings=lambda agent_id: self.secrets.forget_agent(agent_id),
         )
+
+    @cached_property
+    def builder(self) -> Builder:
+        """Source tree → image: a private copy in memory, an image directory with its own Python
+        environment under `<data-dir>/images` otherwise."""
+        if self.mode == "memory":
+            builder = self.registry.load("builder", "memory")(self.settings.registry_host)
+        else:
+            builder = self.registry.load("builder", "local")(self.data_dir, registry_host=self.settings.registry_host)
+        self._closers.append(builder.close)
+        return builder
+
+    @cached_property
+    def runtime(self) -> WorkloadRuntime:
+        """Revisions of agents, functions, services and MCP servers: in-process apps in memory, supervised
+        subprocesses on loopback ports otherwise. Started by `start()`, stopped by `aclose()`."""
+        common = {
+            "images": self.builder.resolve,
+            "idle_seconds": self.settings.scale_to_zero_seconds,
+            "log_retention": self.settings.log_retention,
+        }
+        if self.mode == "memory":
+            return self.registry.load("runtime", "memory")(**common)
+        return self.registry.load("runtime", "local")(self.data_dir, supervisor=self.supervisor(), **common)
 
     # -- health ---------------------------------------------------------------------------------
 

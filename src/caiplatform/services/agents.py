@@ -192,8 +192,8 @@ class AgentService:
     # == lifecycle ===================================================================================
 
     async def start(self) -> None:
-        """After a restart: finish builds and rollouts that were under way, re-publish public hosts."""
-        await self.runtime.start()
+        """After a restart: finish builds and rollouts that were under way, re-publish public hosts.
+        (The platform starts the shared runtime first.)"""
         rows = await self.db.run(lambda s: [(a.id, a.state, a.build_id) for a in s.scalars(select(Agent))])
         for agent_id, state, build_id in rows:
             if state == "building" and build_id:
@@ -213,8 +213,6 @@ class AgentService:
             with contextlib.suppress(BaseException):
                 await task
         self._tasks.clear()
-        await self.runtime.close()
-        await self.builder.close()
 
     def _spawn(self, agent_id: str, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -1301,3 +1299,26 @@ class AgentSecretsOnTables(AgentSecrets):
 
     async def roll_revision(self, agent: AgentRef, reason: str) -> bool:
         return await self.service._roll(agent.id, reason)
+
+
+class LazyAgentSecrets(AgentSecrets):
+    """The agent-secret port, resolved on first use (the agents service needs the builder and runtime,
+    which the platform creates lazily)."""
+
+    def __init__(self, resolve: Callable[[], AgentSecrets]):
+        self._resolve = resolve
+
+    async def find_agent(self, project_id: str, name: str) -> AgentRef | None:
+        return await self._resolve().find_agent(project_id, name)
+
+    async def get_agent(self, agent_id: str) -> AgentRef | None:
+        return await self._resolve().get_agent(agent_id)
+
+    async def set_keys(self, agent: AgentRef, values: Any) -> None:
+        await self._resolve().set_keys(agent, values)
+
+    async def remove_keys(self, agent: AgentRef, keys: Any) -> list[str]:
+        return await self._resolve().remove_keys(agent, keys)
+
+    async def roll_revision(self, agent: AgentRef, reason: str) -> bool:
+        return await self._resolve().roll_revision(agent, reason)
