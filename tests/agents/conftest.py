@@ -39,8 +39,6 @@ def settings():
     return Settings(
         CAI_AUTOMATION_TOKEN="automation-token-for-tests",
         CAI_INTERNAL_TOKEN="internal-token-for-tests",
-        CAI_ADMIN_EMAIL="root@example.com",
-        CAI_ADMIN_PASSWORD="correct horse battery staple",
         RATELIMIT_RPS=10_000,
         RATELIMIT_BURST=10_000,
         MODEL_BASE_URL="http://127.0.0.1:9/v1",

@@ -573,11 +573,14 @@ class AgentService:
         return env, secret_env
 
     def _service_quota_sync(self, session: Session, project: Project) -> int:
+        """The project's services quota when one is set (`settings["quota"]["services"]`); 0 = unlimited.
+
+        On one machine nothing enforces the cluster's default of 30, so only an explicit quota applies."""
         quota = (project.settings or {}).get("quota") or {}
         try:
-            return int(quota.get("services", 30)) if isinstance(quota, dict) else 30
+            return int(quota.get("services", 0)) if isinstance(quota, dict) else 0
         except (TypeError, ValueError):
-            return 30
+            return 0
 
     async def _roll(self, agent_id: str, reason: str, *, watch: bool = True, principal: Principal | None = None) -> bool:
         """Roll a new revision from the agent's current record. False when there is no image yet (the

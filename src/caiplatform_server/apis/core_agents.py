@@ -31,7 +31,7 @@ def _project(request: Request) -> str | None:
 
 async def _deploy_form(request: Request, limit: int) -> DeployUpload:
     content_type = request.headers.get("content-type", "")
-    if not content_type.lower().startswith("multipart/form-data"):
+    if not content_type.lower().startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
         raise BadRequest("invalid multipart form: the body must be multipart/form-data with fields name and code")
     raw = await read_body(request, limit)
     request._body = raw  # the form parser reads the already bounded body
