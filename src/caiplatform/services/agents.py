@@ -687,6 +687,9 @@ class AgentService:
         if record is None or not record.latest_revision:
             return
         revision = record.latest_revision
+        held = await self.db.run(lambda s: (lambda r: r is not None and bool(r.reason))(s.get(AgentRevision, (agent_id, revision))))
+        if held:
+            return  # refused or waiting for quota: nothing will report on it
         deadline = self.clock.monotonic() + READY_TIMEOUT_SECONDS
         loop_deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS
         while True:
