@@ -203,7 +203,7 @@ class AgentService:
             elif state == "ready":
                 record = await self._record_by_id(agent_id)
                 if record is not None:
-                    self._publish(record)
+                    await self._publish(record)
 
     async def close(self) -> None:
         tasks = [t for group in self._tasks.values() for t in group]
@@ -699,10 +699,8 @@ class AgentService:
             status = await self._status(current)
             found = next((r for r in (status.revisions if status else []) if r.name == revision), None)
             if found is not None and found.state == "ready":
-                if await self._set_state(agent_id, revision, "ready"):
-                    current = await self._record_by_id(agent_id)
-                    if current is not None:
-                        self._publish(current)
+                await self._publish(current)  # before `ready`, so a caller who sees ready finds the host
+                await self._set_state(agent_id, revision, "ready")
                 return
             if found is not None and found.state == "not_ready" and found.reason not in ("", "Deploying", "ContainerCreating"):
                 await self._set_state(agent_id, revision, "failed", found.message or found.reason)
@@ -725,7 +723,7 @@ class AgentService:
                 port = f":{parsed.port}"
         return f"http://{host}{port}"
 
-    def _publish(self, record: AgentRecord) -> None:
+    async def _publish(self, record: AgentRecord) -> None:
         mode, refusal = rules.exposure(record.env)
         host = self.hosts.host_for(record.name, record.project.short)
         if mode is None or refusal:
@@ -740,7 +738,7 @@ class AgentService:
         self.hosts.register(host, upstream)
         url = self._external_url(record)
         if record.external_url != url:
-            self._spawn(record.id, self._store_external_url(record.id, url))
+            await self._store_external_url(record.id, url)
 
     async def _store_external_url(self, agent_id: str, url: str) -> None:
         def run(session: Session) -> None:
