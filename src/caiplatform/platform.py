@@ -30,6 +30,7 @@ from caiplatform.services.auth import AuthService
 from caiplatform.settings import Settings
 
 if TYPE_CHECKING:
+    from caiplatform.services.invoke import InvokeService
     from caiplatform.services.memorystore import MemoryStoreService
 
 log = logging.getLogger(__name__)
@@ -211,6 +212,16 @@ class Platform:
     @cached_property
     def memorystores(self) -> MemoryStoreService:
         return self._build_memorystore()
+
+    @cached_property
+    def invoke(self) -> InvokeService:
+        """Invoke, session browsing, memorize, embed. `invoke.attach(directory=..., runtime=...)` wires
+        the agents area's `AgentDirectory` and the workload runtime in."""
+        from caiplatform.services.invoke import InvokeService
+
+        service = InvokeService(self.settings)
+        self._closers.append(service.aclose)
+        return service
 
     def _build_memorystore(self) -> MemoryStoreService:
         from caiplatform.ports.memorystore import ProvisionerHealth

@@ -65,3 +65,31 @@ async def harness_client():
     for client in clients:
         await client.aclose()
         await client.harness.aclose()
+
+
+@pytest.fixture
+async def wired(platform, harness_env):
+    """The platform's invoke service over a fixed directory and in-process harnesses.
+
+    `wired.deploy(name, framework, files, **env)` makes an agent invocable and returns its target."""
+    from caiplatform.testing.invoke import InProcessHarnesses, StaticDirectory, target_for
+
+    directory = StaticDirectory()
+    harnesses = InProcessHarnesses()
+    platform.invoke.attach(directory=directory, runtime=harnesses)
+
+    class Wired:
+        def __init__(self):
+            self.directory = directory
+            self.harnesses = harnesses
+
+        def deploy(self, name: str, framework: str, files: dict[str, str], *, project_short: str = "p0001", **env: str):
+            target = directory.add(target_for(name, framework, project_short=project_short))
+            token = platform.settings.internal_token
+            harnesses.serve(target.workload, harness_env(framework, files, AGENT_NAME=name,
+                                                         CAI_PROJECT_ID=target.project_id,
+                                                         **({"CAI_INTERNAL_TOKEN": token} if token else {}), **env))
+            return target
+
+    yield Wired()
+    await harnesses.aclose()
