@@ -113,3 +113,23 @@ async def test_embed_config_and_invoke_with_cors(wired, client):
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
     r = await client.post("/v1/embed/ek_public/invoke", json={"message": "hi"}, headers={"Origin": "https://x.example"})
     assert r.status_code == 403
+
+
+async def test_the_published_address_serves_the_harness_routes(wired, client, platform):
+    target = wired.deploy("pub", "function", PYTHON_FUNCTION, GREETING="hi")
+    host = platform.hosts.host_for("pub", target.project_short)
+    platform.hosts.register(host, lambda: platform.invoke.public_upstream(target))
+    on_host = {"Host": host}
+    assert (await client.get("/healthz", headers=on_host)).json() == {"status": "ok"}
+    debug = (await client.get("/debug/config", headers=on_host)).json()
+    assert debug["agent"] == "pub" and debug["config_keys"] == ["GREETING"]
+    r = await client.post("/invoke", json={"message": "hi"}, headers=on_host)
+    assert r.status_code == 200 and r.json()["echo"] == "hi"
+    r = await client.post("/invoke/stream", json={"message": "hi"}, headers=on_host)
+    assert r.status_code == 200 and r.text.strip().splitlines()[-1].startswith('{"type": "done"')
+    # outside callers are anonymous: a short chosen session id is refused; the internal routes are locked
+    r = await client.post("/invoke", json={"message": "hi", "session_id": "short"}, headers=on_host)
+    assert r.status_code == 400
+    r = await client.get("/internal/users", headers=on_host)
+    assert r.status_code == 401
+    assert wired.harnesses.held == 0

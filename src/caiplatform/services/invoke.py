@@ -500,6 +500,18 @@ class InvokeService:
         if self.memory is not None:
             await self.memory.forget(target)
 
+    # -- published address ---------------------------------------------------------------------------
+    async def public_upstream(self, target: InvokeTarget) -> Any:
+        """Where the published address `<name>-<short>.<apps_domain>` sends a request: a slot on an
+        instance of the agent, which serves the harness routes itself (`/invoke`, `/invoke/stream`,
+        `/healthz`, `/debug/config`; the internal routes refuse outside callers). Register it with
+        `platform.hosts.register(host, lambda: platform.invoke.public_upstream(target))`."""
+        from caiplatform.routing import Upstream
+
+        deadline = time.monotonic() + self.timeout
+        endpoint = await self._acquire(target, deadline)
+        return Upstream(endpoint.base_url, endpoint.release, self.timeout, transport=endpoint.transport)
+
     # -- embed -------------------------------------------------------------------------------------
     async def embed(self, key: str, origin: str | None) -> tuple[EmbedTarget, dict[str, str]]:
         """The enabled embed behind `key`, if `origin` is on its allowlist; plus the CORS headers."""
