@@ -30,6 +30,8 @@ from caiplatform.services.auth import AuthService
 from caiplatform.settings import Settings
 
 if TYPE_CHECKING:
+    from caiplatform.ports.builder import Builder
+    from caiplatform.ports.runtime import WorkloadRuntime
     from caiplatform.services.invoke import InvokeService
     from caiplatform.services.memorystore import MemoryStoreService
 
@@ -183,6 +185,9 @@ class Platform:
         # Memory stores: a platform restart restarts every recorded instance with its data.
         await self.memorystores.provisioner.start()
         self._closers.append(self.memorystores.provisioner.close)
+        # Workloads: a restart serves the recorded revisions again (min_scale instances come back warm).
+        await self.runtime.start()
+        self._closers.append(self.runtime.close)
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
@@ -219,7 +224,8 @@ class Platform:
         the agents area's `AgentDirectory` and the workload runtime in."""
         from caiplatform.services.invoke import InvokeService
 
-        service = InvokeService(self.settings)
+        # The agents area's service is the directory (`self.agents`, once that area is merged in).
+        service = InvokeService(self.settings, wiring=lambda: (getattr(self, "agents", None), self.runtime))
         self._closers.append(service.aclose)
         return service
 
@@ -245,6 +251,30 @@ class Platform:
             self.db, self.access, self.audit, self.clock, self.pager, provisioner,
             checks={"database": database, "session_key": session_key},
         )
+
+    @cached_property
+    def builder(self) -> Builder:
+        """Source tree → image: a private copy in memory, an image directory with its own Python
+        environment under `<data-dir>/images` otherwise."""
+        if self.mode == "memory":
+            builder = self.registry.load("builder", "memory")(self.settings.registry_host)
+        else:
+            builder = self.registry.load("builder", "local")(self.data_dir, registry_host=self.settings.registry_host)
+        self._closers.append(builder.close)
+        return builder
+
+    @cached_property
+    def runtime(self) -> WorkloadRuntime:
+        """Revisions of agents, functions, services and MCP servers: in-process apps in memory, supervised
+        subprocesses on loopback ports otherwise. Started by `start()`, stopped by `aclose()`."""
+        common = {
+            "images": self.builder.resolve,
+            "idle_seconds": self.settings.scale_to_zero_seconds,
+            "log_retention": self.settings.log_retention,
+        }
+        if self.mode == "memory":
+            return self.registry.load("runtime", "memory")(**common)
+        return self.registry.load("runtime", "local")(self.data_dir, supervisor=self.supervisor(), **common)
 
     # -- health ---------------------------------------------------------------------------------
 

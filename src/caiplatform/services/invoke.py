@@ -124,11 +124,15 @@ def _upstream_message(content: bytes, status: int) -> str:
 
 class InvokeService:
     def __init__(self, settings: Any, *, directory: AgentDirectory | None = None,
-                 runtime: WorkloadRuntime | None = None, memory: AgentMemory | None = None):
+                 runtime: WorkloadRuntime | None = None, memory: AgentMemory | None = None,
+                 wiring: Callable[[], tuple[AgentDirectory | None, WorkloadRuntime | None]] | None = None):
+        """`wiring` (the platform's) names the directory and runtime on first use, for whatever
+        `attach` has not set."""
         self.settings = settings
         self.directory = directory
         self.runtime = runtime
         self.memory = memory
+        self._wiring = wiring
         self._client: httpx.AsyncClient | None = None
 
     def attach(self, *, directory: AgentDirectory | None = None, runtime: WorkloadRuntime | None = None,
@@ -148,6 +152,10 @@ class InvokeService:
 
     # -- plumbing --------------------------------------------------------------------------------
     def _wired(self) -> tuple[AgentDirectory, WorkloadRuntime]:
+        if (self.directory is None or self.runtime is None) and self._wiring is not None:
+            directory, runtime = self._wiring()
+            self.directory = self.directory or directory
+            self.runtime = self.runtime or runtime
         if self.directory is None or self.runtime is None:
             raise Unavailable(NOT_ATTACHED)
         return self.directory, self.runtime
