@@ -245,7 +245,7 @@ def create_harness_app(env: Mapping[str, str]) -> ASGIApp:
         return JSONResponse({"status": "ok"})
 
     async def debug(request: Request) -> Response:
-        keys = [k for k in harness.env if k not in PLATFORM_VARIABLES]
+        keys = [k for k in harness.env if k not in PLATFORM_VARIABLES and not k.startswith("K_")]
         return JSONResponse(debug_config(harness.agent, harness.framework, harness.env, keys))
 
     def internal(request: Request) -> None:

@@ -108,6 +108,9 @@ def chat_model(**kwargs: Any):
 
 def adk_model(**kwargs: Any):
     """An ADK model (LiteLLM, OpenAI-compatible provider) on the configured endpoint."""
+    # LiteLLM otherwise downloads a model price list at import, retrying for seconds where the machine
+    # has no internet; the copy it ships is enough for an OpenAI-compatible endpoint.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from google.adk.models.lite_llm import LiteLlm
 
     s = model_settings()
