@@ -31,6 +31,7 @@ from caiplatform.settings import Settings
 
 if TYPE_CHECKING:
     from caiplatform.services.memorystore import MemoryStoreService
+    from caiplatform.services.vector import IndexService
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +183,11 @@ class Platform:
         # Memory stores: a platform restart restarts every recorded instance with its data.
         await self.memorystores.provisioner.start()
         self._closers.append(self.memorystores.provisioner.close)
+        # Vector indexes: open the engine, finish the collection creations a previous run left pending.
+        await self.indexes.engine.start()
+        self._closers.append(self.indexes.engine.close)
+        self._closers.append(self.indexes.wait_reconciled)
+        await self.indexes.start()
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
@@ -233,6 +239,41 @@ class Platform:
         return MemoryStoreService(
             self.db, self.access, self.audit, self.clock, self.pager, provisioner,
             checks={"database": database, "session_key": session_key},
+        )
+
+    @cached_property
+    def indexes(self) -> IndexService:
+        return self._build_vector()
+
+    @property
+    def vector_engine(self) -> Any:
+        """The vector-engine port itself (named collections, no index records): agents' long-term memory."""
+        return self.indexes.engine
+
+    def _build_vector(self) -> IndexService:
+        """In memory for `in_memory()`; a Qdrant server at `CAI_QDRANT_URL`; else Qdrant's local mode in
+        `<data-dir>/qdrant` (see docs/decisions/vector.md)."""
+        from caiplatform.services.vector import IndexService
+
+        if self.mode == "memory" and not self.settings.qdrant_url:
+            engine = self.registry.load("vector", "memory")()
+        elif self.settings.qdrant_url:
+            engine = self.registry.load("vector", "qdrant")(self.settings.qdrant_url, api_key=self.settings.qdrant_api_key)
+        else:
+            engine = self.registry.load("vector", "qdrant")(path=self.data_dir / "qdrant")
+
+        async def database() -> str | None:
+            ok, detail = self.database_health()
+            return None if ok else (detail or "the database did not answer")
+
+        async def kubernetes() -> str | None:
+            # One machine: the platform itself reconciles index records into collections (no cluster).
+            return None
+
+        return IndexService(
+            self.db, self.access, self.audit, self.clock, self.pager, engine,
+            max_points=self.settings.vector_max_points_per_request, max_top_k=self.settings.vector_max_top_k,
+            checks={"database": database, "kubernetes": kubernetes},
         )
 
     # -- health ---------------------------------------------------------------------------------
