@@ -59,3 +59,9 @@ async def project(platform) -> Project3:
 async def http(platform):
     async with asgi_client(platform, ["vectordb"]) as c:
         yield c
+
+
+@pytest.fixture
+def project_of():
+    """`await project_of(platform)` for tests that build their own platform."""
+    return project_with_users
