@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from caiplatform.ports.runtime import WorkloadRuntime
     from caiplatform.services.invoke import InvokeService
     from caiplatform.services.memorystore import MemoryStoreService
+    from caiplatform.services.vector import IndexService
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +189,11 @@ class Platform:
         # Workloads: a restart serves the recorded revisions again (min_scale instances come back warm).
         await self.runtime.start()
         self._closers.append(self.runtime.close)
+        # Vector indexes: open the engine, finish the collection creations a previous run left pending.
+        await self.indexes.engine.start()
+        self._closers.append(self.indexes.engine.close)
+        self._closers.append(self.indexes.wait_reconciled)
+        await self.indexes.start()
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
@@ -275,6 +281,41 @@ class Platform:
         if self.mode == "memory":
             return self.registry.load("runtime", "memory")(**common)
         return self.registry.load("runtime", "local")(self.data_dir, supervisor=self.supervisor(), **common)
+
+    @cached_property
+    def indexes(self) -> IndexService:
+        return self._build_vector()
+
+    @property
+    def vector_engine(self) -> Any:
+        """The vector-engine port itself (named collections, no index records): agents' long-term memory."""
+        return self.indexes.engine
+
+    def _build_vector(self) -> IndexService:
+        """In memory for `in_memory()`; a Qdrant server at `CAI_QDRANT_URL`; else Qdrant's local mode in
+        `<data-dir>/qdrant` (see docs/decisions/vector.md)."""
+        from caiplatform.services.vector import IndexService
+
+        if self.mode == "memory" and not self.settings.qdrant_url:
+            engine = self.registry.load("vector", "memory")()
+        elif self.settings.qdrant_url:
+            engine = self.registry.load("vector", "qdrant")(self.settings.qdrant_url, api_key=self.settings.qdrant_api_key)
+        else:
+            engine = self.registry.load("vector", "qdrant")(path=self.data_dir / "qdrant")
+
+        async def database() -> str | None:
+            ok, detail = self.database_health()
+            return None if ok else (detail or "the database did not answer")
+
+        async def kubernetes() -> str | None:
+            # One machine: the platform itself reconciles index records into collections (no cluster).
+            return None
+
+        return IndexService(
+            self.db, self.access, self.audit, self.clock, self.pager, engine,
+            max_points=self.settings.vector_max_points_per_request, max_top_k=self.settings.vector_max_top_k,
+            checks={"database": database, "kubernetes": kubernetes},
+        )
 
     # -- health ---------------------------------------------------------------------------------
 
