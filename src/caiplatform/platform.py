@@ -229,9 +229,12 @@ class Platform:
         """Invoke, session browsing, memorize, embed. `invoke.attach(directory=..., runtime=...)` wires
         the agents area's `AgentDirectory` and the workload runtime in."""
         from caiplatform.services.invoke import InvokeService
+        from caiplatform.services.invoke_memory import Embedder, VectorMemory
 
+        embedder = Embedder(getattr(self.settings, "embed_base_url", None), getattr(self.settings, "model_api_key", None))
         # The agents area's service is the directory (`self.agents`, once that area is merged in).
-        service = InvokeService(self.settings, wiring=lambda: (getattr(self, "agents", None), self.runtime))
+        service = InvokeService(self.settings, memory=VectorMemory(lambda: self.vector_engine, embedder),
+                                wiring=lambda: (getattr(self, "agents", None), self.runtime))
         self._closers.append(service.aclose)
         return service
 
