@@ -175,6 +175,9 @@ def platform_principal():
     return Principal.anonymous("127.0.0.1")
 
 
-async def test_not_wired_is_503(platform, client):
-    r = await client.post("/v1/agents/x/invoke", json={"message": "hi"})
-    assert r.status_code == 503 and r.json()["error"] == "agent invocation is not configured on this platform"
+async def test_unwired_service_is_503(settings):
+    from caiplatform.errors import Unavailable
+    from caiplatform.services.invoke import InvokeService
+
+    with pytest.raises(Unavailable, match="agent invocation is not configured on this platform"):
+        await InvokeService(settings).invoke(platform_principal(), "x", None, b'{"message": "hi"}')
