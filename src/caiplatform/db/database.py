@@ -81,7 +81,7 @@ class Database:
         config.set_main_option("script_location", str(files("caiplatform.db") / "migrations"))
         with self.engine.begin() as connection:
             config.attributes["connection"] = connection
-            command.upgrade(config, "head")
+            command.upgrade(config, "heads")  # every branch, so unrelinked area revisions all apply
 
     def create_all(self) -> None:
         """Create the schema straight from the models, without migrations: for throwaway in-memory

@@ -171,6 +171,8 @@ class AgentService:
         mode: str = "memory",
         bound_values: Callable[[Principal | None, AgentRef], Any] | None = None,
         forget_bindings: Callable[[str], Any] | None = None,
+        forget_memory: Callable[[InvokeTarget], Any] | None = None,
+        public_upstream: Callable[[InvokeTarget], Any] | None = None,
     ):
         self.db = db
         self.access = access
@@ -185,6 +187,9 @@ class AgentService:
         # Hooks into the secrets area: bound values at deploy, forget bindings at delete.
         self.bound_values = bound_values
         self.forget_bindings = forget_bindings
+        # Hooks into the invoke area: drop the long-term memory at delete; serve the published host.
+        self.forget_memory = forget_memory
+        self.public_upstream = public_upstream
         self._tasks: dict[str, set[asyncio.Task[Any]]] = {}
         self._roll_locks: dict[str, asyncio.Lock] = {}
         self.secret_port = AgentSecretsOnTables(self)
@@ -730,8 +735,11 @@ class AgentService:
             self._unpublish(record)
             return
         ref, timeout = record.workload, float(record.config.get("timeout_seconds") or self.settings.invoke_timeout_seconds)
+        target, hook = self._target_of(record), self.public_upstream
 
         async def upstream() -> Upstream:
+            if hook is not None:
+                return await hook(target)
             endpoint = await self.runtime.acquire(ref, timeout=timeout)
             return Upstream(endpoint.base_url, endpoint.release, timeout)
 
@@ -810,6 +818,11 @@ class AgentService:
                 await self.forget_bindings(record.id)
             except Exception:  # noqa: BLE001 - the agent is gone; a stale binding row is harmless
                 log.exception("forgetting the bindings of %s failed", record.name)
+        if self.forget_memory is not None:
+            try:
+                await self.forget_memory(self._target_of(record))
+            except Exception:  # noqa: BLE001 - the agent is gone; report, do not fail the delete
+                log.exception("dropping the long-term memory of %s failed", record.name)
         for image in images:
             with contextlib.suppress(Exception):
                 await self.builder.remove(image)
@@ -1197,6 +1210,13 @@ class AgentService:
         return {"agent": record.name, **self._embed_view(embed)}
 
     # == AgentDirectory (for the invoke path) ========================================================
+
+    @staticmethod
+    def _target_of(record: AgentRecord) -> InvokeTarget:
+        return InvokeTarget(
+            agent=record.name, agent_id=record.id, project_id=record.project.id, project_short=record.project.short,
+            kind=record.kind, framework=record.framework, workload=record.workload,
+        )
 
     def _target(self, agent: Agent, project: Project) -> InvokeTarget:
         return InvokeTarget(
