@@ -46,11 +46,13 @@ def settings():
 
 
 @pytest.fixture(autouse=True)
-def tiny_instances(platform):
-    """Instances run the tiny test app in-process, so the tests exercise the agents area, not a framework."""
+def tiny_instances(request, platform):
+    """Instances run the tiny test app in-process, so the tests exercise the agents area, not a framework
+    (a module with `REAL_HARNESS = True` runs the harness itself)."""
     from caiplatform.testing import tiny_app
 
-    platform.agents.runtime.app_factory = lambda image, env: tiny_app.create_app(env)
+    if not getattr(request.module, "REAL_HARNESS", False):
+        platform.agents.runtime.app_factory = lambda image, env: tiny_app.create_app(env)
 
 
 def _user(session, email: str, org_id: str) -> User:
