@@ -256,3 +256,12 @@ async def test_stale_claims_do_not_block_forever(platform, client, world, clock)
     assert (await deploy(client, world.member, "held")).status_code == 409
     clock.advance(minutes=2)
     assert (await deploy(client, world.member, "held")).status_code == 202
+
+
+async def test_malformed_multipart(client, world):
+    response = await client.post("/v1/agents", headers={**world.member, "Content-Type": "multipart/form-data"},
+                                 content=b"garbage")
+    assert response.status_code == 400 and response.json()["error"].startswith("invalid multipart form: ")
+    response = await client.post("/v1/agents", headers={**world.member, "Content-Type": "multipart/form-data; boundary=xyz"},
+                                 content=b"--xyz\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nabc\r\n--xyz--\r\n")
+    assert response.status_code == 400 and response.json()["error"].startswith("missing 'code' file field: ")

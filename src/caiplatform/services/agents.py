@@ -646,6 +646,10 @@ class AgentService:
             except WorkloadError as exc:
                 await self._set_state(agent_id, revision, "failed", exc.message)
                 return True
+            except Exception as exc:  # noqa: BLE001 - the rollout failed; the agent says why
+                log.exception("applying %s failed", revision)
+                await self._set_state(agent_id, revision, "failed", f"rolling out {revision} failed: {exc}")
+                return True
         if watch:
             self._spawn(agent_id, self._watch_latest(agent_id))
         return True

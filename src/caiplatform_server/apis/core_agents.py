@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
 
 from caiplatform.domain.agents import DEPLOY_FIELDS
@@ -39,6 +40,8 @@ async def _deploy_form(request: Request, limit: int) -> DeployUpload:
         form = await request.form(max_files=4, max_fields=16, max_part_size=FORM_SLACK)
     except MultiPartException as exc:
         raise BadRequest(f"invalid multipart form: {exc.message}") from None
+    except StarletteHTTPException as exc:  # starlette wraps the parser's errors
+        raise BadRequest(f"invalid multipart form: {exc.detail}") from None
     except (ValueError, KeyError) as exc:
         raise BadRequest(f"invalid multipart form: {exc}") from None
     upload = DeployUpload()
