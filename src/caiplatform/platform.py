@@ -32,7 +32,10 @@ from caiplatform.settings import Settings
 if TYPE_CHECKING:
     from caiplatform.ports.builder import Builder
     from caiplatform.ports.runtime import WorkloadRuntime
+    from caiplatform.services.agents import AgentService
+    from caiplatform.services.invoke import InvokeService
     from caiplatform.services.memorystore import MemoryStoreService
+    from caiplatform.services.vector import IndexService
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +88,7 @@ class Platform:
         self._closers: list[Any] = []
         self.secrets = self._build_secrets()
         self._build_identity()
+        self.secrets.set_agents(self._agent_secrets())
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -228,6 +232,13 @@ class Platform:
         self._closers.append(self.memorystores.provisioner.close)
         # Workloads: a restart serves the recorded revisions again (min_scale instances come back warm).
         await self.runtime.start()
+        await self.agents.start()
+        self._closers.append(self.agents.close)
+        # Vector indexes: open the engine, finish the collection creations a previous run left pending.
+        await self.indexes.engine.start()
+        self._closers.append(self.indexes.engine.close)
+        self._closers.append(self.indexes.wait_reconciled)
+        await self.indexes.start()
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
@@ -258,6 +269,20 @@ class Platform:
     def memorystores(self) -> MemoryStoreService:
         return self._build_memorystore()
 
+    @cached_property
+    def invoke(self) -> InvokeService:
+        """Invoke, session browsing, memorize, embed. `invoke.attach(directory=..., runtime=...)` wires
+        the agents area's `AgentDirectory` and the workload runtime in."""
+        from caiplatform.services.invoke import InvokeService
+        from caiplatform.services.invoke_memory import Embedder, VectorMemory
+
+        embedder = Embedder(getattr(self.settings, "embed_base_url", None), getattr(self.settings, "model_api_key", None))
+        # The agents area's service is the directory (`self.agents`, once that area is merged in).
+        service = InvokeService(self.settings, memory=VectorMemory(lambda: self.vector_engine, embedder),
+                                wiring=lambda: (getattr(self, "agents", None), self.runtime))
+        self._closers.append(service.aclose)
+        return service
+
     def _build_memorystore(self) -> MemoryStoreService:
         from caiplatform.ports.memorystore import ProvisionerHealth
         from caiplatform.services.memorystore import MemoryStoreService
@@ -279,6 +304,28 @@ class Platform:
         return MemoryStoreService(
             self.db, self.access, self.audit, self.clock, self.pager, provisioner,
             checks={"database": database, "session_key": session_key},
+        )
+
+    @cached_property
+    def agents(self) -> AgentService:
+        return self._build_agents()
+
+    def _agent_secrets(self) -> Any:
+        from caiplatform.services.agents import LazyAgentSecrets
+
+        return LazyAgentSecrets(lambda: self.agents.secret_port)
+
+    def _build_agents(self) -> AgentService:
+        """Agents and functions over the platform's builder and runtime, with the secrets area's hooks."""
+        from caiplatform.services.agents import AgentService
+
+        return AgentService(
+            self.db, self.access, self.audit, self.clock, self.pager, self.settings, self.builder, self.runtime,
+            self.hosts, mode=self.mode,
+            bound_values=lambda principal, agent: self.secrets.values_for_deploy(principal, agent),
+            forget_bindings=lambda agent_id: self.secrets.forget_agent(agent_id),
+            forget_memory=lambda target: self.invoke.forget_agent(target),
+            public_upstream=lambda target: self.invoke.public_upstream(target),
         )
 
     @cached_property
@@ -307,6 +354,41 @@ class Platform:
             runtime = self.registry.load("runtime", "local")(self.data_dir, supervisor=self.supervisor(), **common)
         self._closers.append(runtime.close)  # after the supervisor's, so it runs before it on aclose()
         return runtime
+
+    @cached_property
+    def indexes(self) -> IndexService:
+        return self._build_vector()
+
+    @property
+    def vector_engine(self) -> Any:
+        """The vector-engine port itself (named collections, no index records): agents' long-term memory."""
+        return self.indexes.engine
+
+    def _build_vector(self) -> IndexService:
+        """In memory for `in_memory()`; a Qdrant server at `CAI_QDRANT_URL`; else Qdrant's local mode in
+        `<data-dir>/qdrant` (see docs/decisions/vector.md)."""
+        from caiplatform.services.vector import IndexService
+
+        if self.mode == "memory" and not self.settings.qdrant_url:
+            engine = self.registry.load("vector", "memory")()
+        elif self.settings.qdrant_url:
+            engine = self.registry.load("vector", "qdrant")(self.settings.qdrant_url, api_key=self.settings.qdrant_api_key)
+        else:
+            engine = self.registry.load("vector", "qdrant")(path=self.data_dir / "qdrant")
+
+        async def database() -> str | None:
+            ok, detail = self.database_health()
+            return None if ok else (detail or "the database did not answer")
+
+        async def kubernetes() -> str | None:
+            # One machine: the platform itself reconciles index records into collections (no cluster).
+            return None
+
+        return IndexService(
+            self.db, self.access, self.audit, self.clock, self.pager, engine,
+            max_points=self.settings.vector_max_points_per_request, max_top_k=self.settings.vector_max_top_k,
+            checks={"database": database, "kubernetes": kubernetes},
+        )
 
     # -- health ---------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from caiplatform.adapters.memory.sessions import InMemorySessionStore
+from caiplatform.testing.example_agents import ADK_WEATHER
 from caiplatform.testing.model_server import Step, tool_step
 from caiplatform.testing.turn_checks import (
     check_buffered_equals_stream,
@@ -18,19 +19,7 @@ from caiplatform.turns import Conversation, load_runner
 
 pytest.importorskip("google.adk", reason="pip install 'caiplatform[agents]'")
 
-AGENT = {
-    "agent.py": '''
-        from google.adk.agents import LlmAgent
-        from caiplatform.turns.models import adk_model
-
-        def get_weather(city: str) -> str:
-            """Weather of a city."""
-            return f"sunny in {city}"
-
-        root_agent = LlmAgent(name="weather_agent", model=adk_model(), instruction="Answer about weather.",
-                              tools=[get_weather])
-    ''',
-}
+AGENT = ADK_WEATHER
 
 SCRIPT = [
     tool_step("get_weather", reasoning="I should look it up.", city="Paris"),

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from caiplatform.adapters.memory.sessions import InMemorySessionStore
+from caiplatform.testing.example_agents import LANGGRAPH_WEATHER
 from caiplatform.testing.model_server import Step, tool_step
 from caiplatform.testing.turn_checks import (
     check_buffered_equals_stream,
@@ -18,20 +19,7 @@ from caiplatform.turns import Conversation, TurnError, load_runner
 
 pytest.importorskip("langgraph", reason="pip install 'caiplatform[agents]'")
 
-GRAPH = {
-    "tools.py": '''
-        def get_weather(city: str) -> str:
-            """Weather of a city."""
-            return f"sunny in {city}"
-    ''',
-    "graph.py": '''
-        from langgraph.prebuilt import create_react_agent
-        from caiplatform.turns.models import chat_model
-        from tools import get_weather
-
-        graph = create_react_agent(chat_model(), [get_weather])
-    ''',
-}
+GRAPH = LANGGRAPH_WEATHER
 
 SCRIPT = [
     tool_step("get_weather", reasoning="I should look it up.", city="Paris"),

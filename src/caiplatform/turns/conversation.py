@@ -29,18 +29,27 @@ class Conversation:
         if not self.runner.persists_transcript and ctx.events:
             await self.store.append(self.agent, ctx.user_id, ctx.session_id, ctx.events)
 
-    async def invoke(self, message: str, session_id: str, user_id: str, *, body: dict[str, Any] | None = None) -> TurnResult:
-        history = await self._history(session_id, user_id)
+    def _context(self, message: str, session_id: str, user_id: str, history: list[dict[str, Any]],
+                 body: dict[str, Any] | None, preamble: str):
         ctx = self.runner.new_context(message, session_id, user_id, history, body=body)
+        if preamble:
+            # The model reads the preamble (e.g. recalled memories); the transcript keeps what the user said.
+            ctx.message = preamble + message
+        return ctx
+
+    async def invoke(self, message: str, session_id: str, user_id: str, *, body: dict[str, Any] | None = None,
+                     preamble: str = "") -> TurnResult:
+        history = await self._history(session_id, user_id)
+        ctx = self._context(message, session_id, user_id, history, body, preamble)
         try:
             return await self.runner.run(message, session_id, user_id, history, body=body, context=ctx)
         finally:
             await self._record(ctx)
 
     async def stream(self, message: str, session_id: str, user_id: str, *,
-                     body: dict[str, Any] | None = None) -> AsyncIterator[StreamLine]:
+                     body: dict[str, Any] | None = None, preamble: str = "") -> AsyncIterator[StreamLine]:
         history = await self._history(session_id, user_id)
-        ctx = self.runner.new_context(message, session_id, user_id, history, body=body)
+        ctx = self._context(message, session_id, user_id, history, body, preamble)
         try:
             async for line in self.runner.stream(message, session_id, user_id, history, body=body, context=ctx):
                 if line["type"] in ("done", "error"):

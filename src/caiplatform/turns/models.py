@@ -7,7 +7,10 @@ agent code may also build its own client from the same variables.
 
 from __future__ import annotations
 
+import contextvars
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +28,30 @@ class ModelSettings:
         return bool(self.api_key)
 
 
-def model_settings(env: dict[str, str] | None = None) -> ModelSettings:
-    env = os.environ if env is None else env
+# The environment of the agent being served. A harness process serves one agent from `os.environ`; the
+# in-memory runtime serves several agents in one process, each with its own mapping, so the harness sets
+# this around loading the agent and around every request (threads started from there inherit it).
+_agent_env: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("cai_agent_env", default=None)
+
+
+@contextmanager
+def agent_env(env: Mapping[str, str]) -> Iterator[None]:
+    """Model helpers called inside this block read `env` instead of `os.environ`."""
+    token = _agent_env.set(env)
+    try:
+        yield
+    finally:
+        _agent_env.reset(token)
+
+
+def current_env() -> Mapping[str, str]:
+    """The served agent's environment: the harness's mapping when one is set, else `os.environ`."""
+    env = _agent_env.get()
+    return os.environ if env is None else env
+
+
+def model_settings(env: Mapping[str, str] | None = None) -> ModelSettings:
+    env = current_env() if env is None else env
     return ModelSettings(
         base_url=env.get("MODEL_BASE_URL") or None,
         api_key=env.get("MODEL_API_KEY") or None,
@@ -83,6 +108,9 @@ def chat_model(**kwargs: Any):
 
 def adk_model(**kwargs: Any):
     """An ADK model (LiteLLM, OpenAI-compatible provider) on the configured endpoint."""
+    # LiteLLM otherwise downloads a model price list at import, retrying for seconds where the machine
+    # has no internet; the copy it ships is enough for an OpenAI-compatible endpoint.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from google.adk.models.lite_llm import LiteLlm
 
     s = model_settings()

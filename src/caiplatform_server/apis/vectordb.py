@@ -1,19 +1,126 @@
-"""vectordb API (document 3). Routes come with its issue; health is served from the start."""
+"""Vector index API (document 3): per-project indexes, their four data verbs, the direct credential.
+
+Routes decode, make one `IndexService` call and encode; the rules live in the service. Data verbs are
+POSTs to the index path with a verb suffix (`.../indexes/docs:query`), so the POST route takes the
+whole last segment and the service splits the verb off.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
 
+from caiplatform.domain.vector import VERBS
+from caiplatform.errors import MethodNotAllowed
 from caiplatform.platform import Platform
+from caiplatform.principal import Principal
+from caiplatform_server.app_deps import platform_of, principal_of
+from caiplatform_server.http import json_body
 
 router = APIRouter(tags=["vectordb"])
 
+COLLECTION = "/v1/projects/{project_id}/indexes"
+INDEX = COLLECTION + "/{name}"
+
+
+def _body_limit(platform: Platform) -> int:
+    return platform.settings.vector_max_body_bytes
+
+
+def _refuse_verb_path(name: str) -> None:
+    """`GET .../indexes/docs:query` names a data verb, which only answers POST."""
+    _, sep, verb = name.partition(":")
+    if sep and verb in VERBS:
+        raise MethodNotAllowed("method not allowed")
+
+
+@router.get(COLLECTION, summary="List the project's vector indexes")
+async def list_indexes(
+    project_id: str,
+    request: Request,
+    principal: Principal = Depends(principal_of),
+    platform: Platform = Depends(platform_of),
+) -> dict[str, Any]:
+    query = request.query_params
+    page_size = query.get("page_size", query.get("limit"))
+    return await platform.indexes.list(principal, project_id, page_size=page_size, page_token=query.get("page_token"))
+
+
+@router.post(COLLECTION, status_code=201, summary="Create a vector index (201, state pending)")
+async def create_index(
+    project_id: str,
+    request: Request,
+    principal: Principal = Depends(principal_of),
+    platform: Platform = Depends(platform_of),
+) -> JSONResponse:
+    await platform.indexes.require_member(principal, project_id)
+    body = await json_body(request, _body_limit(platform))
+    return JSONResponse(await platform.indexes.create(principal, project_id, body), status_code=201)
+
+
+@router.get(INDEX, summary="Read a vector index with its live counts")
+async def get_index(
+    project_id: str,
+    name: str,
+    principal: Principal = Depends(principal_of),
+    platform: Platform = Depends(platform_of),
+) -> dict[str, Any]:
+    _refuse_verb_path(name)
+    return await platform.indexes.get(principal, project_id, name)
+
+
+@router.patch(INDEX, summary="Edit replicas and payload_on_disk (admin)")
+async def update_index(
+    project_id: str,
+    name: str,
+    request: Request,
+    principal: Principal = Depends(principal_of),
+    platform: Platform = Depends(platform_of),
+) -> dict[str, Any]:
+    _refuse_verb_path(name)
+    await platform.indexes.require_member(principal, project_id)
+    body = await json_body(request, _body_limit(platform), optional=True)
+    return await platform.indexes.update(principal, project_id, name, body)
+
+
+@router.delete(INDEX, status_code=204, summary="Destroy an index and every vector in it (admin)")
+async def delete_index(
+    project_id: str,
+    name: str,
+    principal: Principal = Depends(principal_of),
+    platform: Platform = Depends(platform_of),
+) -> Response:
+    _refuse_verb_path(name)
+    await platform.indexes.delete(principal, project_id, name)
+    return Response(status_code=204)
+
+
+@router.post(INDEX, summary="A data verb: :upsert, :query, :scroll or :delete-points")
+async def index_data_verb(
+    project_id: str,
+    name: str,
+    request: Request,
+    principal: Principal = Depends(principal_of),
+    platform: Platform = Depends(platform_of),
+) -> JSONResponse:
+    index_name, sep, verb = name.partition(":")
+    await platform.indexes.require_member(principal, project_id)
+    body = await json_body(request, _body_limit(platform), optional=True)
+    result = await platform.indexes.data(principal, project_id, index_name, verb if sep else None, body)
+    return JSONResponse(result)
+
+
+@router.get("/v1/projects/{project_id}/vectordb/credentials", summary="The direct engine credential (admin)")
+async def vectordb_credentials(
+    project_id: str,
+    principal: Principal = Depends(principal_of),
+    platform: Platform = Depends(platform_of),
+) -> dict[str, Any]:
+    return await platform.indexes.credentials(principal, project_id)
+
 
 async def health(platform: Platform) -> tuple[int, dict[str, Any]]:
-    ok, detail = platform.database_health()
-    body: dict[str, Any] = {"status": "ok" if ok else "degraded", "database": "ok" if ok else "unreachable"}
-    if detail:
-        body["database_detail"] = detail
-    return (200 if ok else 503), body
+    """`{status, dependencies: {vector_store, kubernetes, database}}`, each `{ok, latency_ms, error?}`."""
+    return await platform.indexes.health()

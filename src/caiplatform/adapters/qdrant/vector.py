@@ -1,0 +1,253 @@
+"""Qdrant through `qdrant-client`: a Qdrant server at a URL, or Qdrant's local mode in a directory.
+
+The client is synchronous and runs in worker threads; local mode is not thread-safe and holds a file
+lock on its directory, so its calls go one at a time and `close()` releases the lock (a restarted
+platform reopens the same directory). The same code serves both modes: only the client differs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+from pydantic import ValidationError
+from qdrant_client import QdrantClient
+from qdrant_client.http import models
+from qdrant_client.http.exceptions import UnexpectedResponse
+
+from caiplatform.ports.vector import (
+    CollectionConfig,
+    CollectionInfo,
+    Point,
+    PointId,
+    Record,
+    ScoredPoint,
+    VectorEngine,
+    VectorEngineRejected,
+)
+
+T = TypeVar("T")
+
+_DISTANCE = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT, "euclid": models.Distance.EUCLID}
+
+
+def _quantization(config: CollectionConfig) -> models.QuantizationConfig | None:
+    q = config.quantization
+    if q.kind == "scalar":
+        return models.ScalarQuantization(
+            scalar=models.ScalarQuantizationConfig(
+                type=models.ScalarType.INT8, quantile=q.quantile, always_ram=q.always_ram
+            )
+        )
+    if q.kind == "binary":
+        return models.BinaryQuantization(binary=models.BinaryQuantizationConfig(always_ram=q.always_ram))
+    return None
+
+
+def _filter(spec: Mapping[str, Any] | None) -> models.Filter | None:
+    if spec is None:
+        return None
+    try:
+        return models.Filter.model_validate(spec)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()) if not str(p).startswith(("list[", "union[")))
+        raise VectorEngineRejected(
+            f"Format error in JSON body: {exc.error_count()} problems in the filter, first at {where}: {first['msg']}"
+        ) from None
+
+
+def _rejection(exc: UnexpectedResponse) -> str:
+    try:
+        body = json.loads(exc.content)
+        return str(body["status"]["error"])
+    except (ValueError, KeyError, TypeError):
+        return f"{exc.status_code} {exc.reason_phrase}"
+
+
+class QdrantVectorEngine(VectorEngine):
+    name = "qdrant"
+
+    def __init__(self, url: str | None = None, *, path: str | Path | None = None, api_key: str | None = None):
+        if (url is None) == (path is None):
+            raise ValueError("give exactly one of a Qdrant server url or a local-mode path")
+        self.url = url
+        self.path = Path(path) if path is not None else None
+        self.api_key = api_key
+        self._client: QdrantClient | None = None
+        # Local mode is one in-process engine guarded by nothing: one call at a time.
+        self._limiter = anyio.CapacityLimiter(1 if self.path is not None else 16)
+
+    @property
+    def local(self) -> bool:
+        return self.path is not None
+
+    def _open(self) -> QdrantClient:
+        if self._client is None:
+            if self.path is not None:
+                self.path.mkdir(parents=True, exist_ok=True)
+                self._client = QdrantClient(path=str(self.path))
+            else:
+                self._client = QdrantClient(url=self.url, api_key=self.api_key, timeout=30)
+        return self._client
+
+    async def _call(self, fn: Callable[[QdrantClient], T]) -> T:
+        def run() -> T:
+            client = self._open()
+            try:
+                return fn(client)
+            except UnexpectedResponse as exc:
+                raise VectorEngineRejected(_rejection(exc)) from None
+            except ValidationError as exc:
+                raise VectorEngineRejected(f"Format error in JSON body: {exc.errors()[0]['msg']}") from None
+            except ValueError as exc:  # local mode refuses with ValueError
+                raise VectorEngineRejected(str(exc)) from None
+
+        return await anyio.to_thread.run_sync(run, limiter=self._limiter)
+
+    async def start(self) -> None:
+        await self._call(lambda client: None)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await anyio.to_thread.run_sync(client.close, limiter=self._limiter)
+
+    def service_url(self) -> str:
+        if self.url is not None:
+            return self.url.rstrip("/")
+        return self.path.resolve().as_uri() if self.path is not None else ""
+
+    async def health(self) -> None:
+        await self._call(lambda client: client.get_collections())
+
+    async def create_collection(self, name: str, config: CollectionConfig) -> None:
+        def create(client: QdrantClient) -> None:
+            if client.collection_exists(name):
+                raise VectorEngineRejected(f"Wrong input: Collection `{name}` already exists!")
+            client.create_collection(
+                name,
+                vectors_config=models.VectorParams(
+                    size=config.dimensions, distance=_DISTANCE[config.distance], on_disk=config.on_disk
+                ),
+                shard_number=config.shards,
+                replication_factor=config.replicas,
+                on_disk_payload=config.payload_on_disk,
+                quantization_config=_quantization(config),
+            )
+
+        await self._call(create)
+
+    async def drop_collection(self, name: str) -> bool:
+        def drop(client: QdrantClient) -> bool:
+            if not client.collection_exists(name):
+                return False
+            return bool(client.delete_collection(name))
+
+        return await self._call(drop)
+
+    async def collection_info(self, name: str) -> CollectionInfo | None:
+        def info(client: QdrantClient) -> CollectionInfo | None:
+            if not client.collection_exists(name):
+                return None
+            got = client.get_collection(name)
+            points = got.points_count or 0
+            status = got.status.value if hasattr(got.status, "value") else str(got.status)
+            return CollectionInfo(status, points, points, got.segments_count or 0)
+
+        return await self._call(info)
+
+    async def list_collections(self) -> list[str]:
+        return await self._call(lambda client: sorted(c.name for c in client.get_collections().collections))
+
+    async def update_collection(
+        self, name: str, *, replicas: int | None = None, payload_on_disk: bool | None = None
+    ) -> None:
+        def update(client: QdrantClient) -> None:
+            if not client.collection_exists(name):
+                raise VectorEngineRejected(f"Not found: Collection `{name}` doesn't exist!")
+            client.update_collection(
+                name,
+                collection_params=models.CollectionParamsDiff(
+                    replication_factor=replicas, on_disk_payload=payload_on_disk
+                ),
+            )
+
+        await self._call(update)
+
+    async def upsert(self, name: str, points: Sequence[Point]) -> None:
+        structs = [
+            models.PointStruct(id=p.id, vector=[float(x) for x in p.vector], payload=dict(p.payload or {}))
+            for p in points
+        ]
+        await self._call(lambda client: client.upsert(name, points=structs, wait=True))
+
+    async def query(
+        self,
+        name: str,
+        vector: Sequence[float],
+        *,
+        top_k: int = 10,
+        filter: Mapping[str, Any] | None = None,
+        with_payload: bool = True,
+        with_vector: bool = False,
+        score_threshold: float | None = None,
+        offset: int = 0,
+    ) -> list[ScoredPoint]:
+        query_filter = _filter(filter)
+        dense = [float(x) for x in vector]
+
+        def search(client: QdrantClient) -> list[ScoredPoint]:
+            found = client.query_points(
+                name,
+                query=dense,
+                limit=top_k,
+                offset=offset,
+                query_filter=query_filter,
+                with_payload=with_payload,
+                with_vectors=with_vector,
+                score_threshold=score_threshold,
+            ).points
+            return [
+                ScoredPoint(
+                    id=p.id,
+                    score=float(p.score),
+                    payload=dict(p.payload or {}) if with_payload else None,
+                    vector=[float(x) for x in p.vector] if with_vector and isinstance(p.vector, list) else None,
+                )
+                for p in found
+            ]
+
+        return await self._call(search)
+
+    async def scroll(
+        self,
+        name: str,
+        *,
+        limit: int = 50,
+        offset: PointId | None = None,
+        filter: Mapping[str, Any] | None = None,
+    ) -> tuple[list[Record], PointId | None]:
+        scroll_filter = _filter(filter)
+
+        def browse(client: QdrantClient) -> tuple[list[Record], PointId | None]:
+            records, next_offset = client.scroll(
+                name, scroll_filter=scroll_filter, limit=limit, offset=offset, with_payload=True, with_vectors=False
+            )
+            page = [Record(r.id, dict(r.payload or {})) for r in records]
+            return page, next_offset  # type: ignore[return-value]
+
+        return await self._call(browse)
+
+    async def delete_points(
+        self, name: str, *, ids: Sequence[PointId] | None = None, filter: Mapping[str, Any] | None = None
+    ) -> None:
+        if filter is not None:
+            selector: models.PointsSelector = models.FilterSelector(filter=_filter(filter))
+        else:
+            selector = models.PointIdsList(points=list(ids or ()))
+        await self._call(lambda client: client.delete(name, points_selector=selector, wait=True))

@@ -1,0 +1,555 @@
+"""The control plane's side of invoke: document 1's invoke rules, the users and sessions browser,
+memorize, and the public embed routes.
+
+`InvokeService` finds agents only through the `AgentDirectory` protocol (the agents area implements
+it) and reaches them only through the `WorkloadRuntime` port: `acquire` gives a slot on an instance
+(cold-starting one if needed), the request goes to that instance's harness (`caiplatform.harness`),
+and `Endpoint.release()` frees the slot when the answer is complete or the caller went away.
+
+The harness contract between the two sides:
+- `POST /invoke` and `/invoke/stream` with the resolved ids in `X-CAI-Session-Id` / `X-CAI-User-Id`
+  and, for agents, the body `{message, session_id, user_id}` (+ `memories`, recalled long-term memories);
+  a function gets the caller's body as is (its `event`).
+- `/internal/...` with `X-CAI-Internal` = `CAI_INTERNAL_TOKEN` for users, sessions and transcripts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+import httpx
+
+from caiplatform import validation
+from caiplatform.errors import (
+    BadGateway,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    PlatformError,
+    Unauthenticated,
+    Unavailable,
+)
+from caiplatform.ports.runtime import Endpoint, NoCapacity, WorkloadError, WorkloadRuntime
+from caiplatform.principal import Principal
+from caiplatform.services import invoke_ids
+from caiplatform.services.access import AUTH_REQUIRED
+from caiplatform.services.agent_directory import AgentDirectory, EmbedTarget, InvokeTarget
+from caiplatform.turns.browse import INTERNAL_HEADER, NOT_CONFIGURED
+
+MiB = 1024 * 1024
+AGENT_BODY_LIMIT = 1 * MiB  # invoke, stream, memorize (document 1, Limits)
+FUNCTION_BODY_LIMIT = 8 * MiB  # a function's direct event body (DECISIONS.md)
+UPSTREAM_LIMIT = 32 * MiB  # buffered upstream response; larger is 502
+SESSION_HEADER = "X-CAI-Session-Id"
+USER_HEADER = "X-CAI-User-Id"
+
+MESSAGE_REQUIRED = "message is required"
+INVOKE_AUTH_REQUIRED = "invoke requires authentication on this platform (INVOKE_AUTH_REQUIRED=true); sign in or use an API key"
+MEMORIZE_NEEDS_AUTH = (
+    "memorize requires authentication: invoke without 'memorize', then call "
+    "POST /v1/agents/{name}/sessions/{session_id}/memorize with a session token or API key"
+)
+MEMORIZE_TYPE = "memorize must be a boolean"
+NOT_ATTACHED = "agent invocation is not configured on this platform"
+EMBED_UNKNOWN = "unknown embed key"
+EMBED_ORIGIN = "origin {origin} is not allowed to use this embed"
+EMBED_NO_ORIGIN = "an Origin header from an allowed origin is required to use this embed"
+EMBED_NO_MEMORIZE = "memorize is not available on the embed route"
+EMBED_FIELDS = ("message", "session_id", "user_id")
+EMBED_CONFIG_FIELDS = ("title", "subtitle", "greeting", "accent_color", "launcher_text", "position")
+
+
+class AgentMemory(Protocol):
+    """Long-term memory of agents (`caiplatform.services.invoke_memory`)."""
+
+    async def commit(self, target: InvokeTarget, session: dict[str, Any]) -> None: ...
+
+    async def recall(self, target: InvokeTarget, text: str) -> list[str]: ...
+
+    async def forget(self, target: InvokeTarget) -> None: ...
+
+
+@dataclass
+class Prepared:
+    """A validated invoke request with its target."""
+
+    target: InvokeTarget
+    ids: invoke_ids.InvokeIds
+    message: str
+    memorize: bool
+    body: bytes  # what goes to the harness
+    content_type: str = "application/json"
+
+    @property
+    def id_headers(self) -> dict[str, str]:
+        return {SESSION_HEADER: self.ids.session_id, USER_HEADER: self.ids.user_id}
+
+
+@dataclass
+class Reply:
+    """A buffered answer, passed through as the harness gave it."""
+
+    status: int
+    content: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    media_type: str = "application/json"
+
+
+@dataclass
+class TurnStream:
+    """An open NDJSON stream: `headers` are known before the first line; always `aclose()` it."""
+
+    headers: dict[str, str]
+    lines: AsyncIterator[bytes]
+    aclose: Callable[[], Awaitable[None]]
+
+
+def _upstream_message(content: bytes, status: int) -> str:
+    try:
+        body = json.loads(content)
+    except (ValueError, UnicodeDecodeError):
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return body["error"]
+    text = content.decode("utf-8", "replace").strip()
+    return text[:500] if text else f"the agent answered HTTP {status}"
+
+
+class InvokeService:
+    def __init__(self, settings: Any, *, directory: AgentDirectory | None = None,
+                 runtime: WorkloadRuntime | None = None, memory: AgentMemory | None = None,
+                 wiring: Callable[[], tuple[AgentDirectory | None, WorkloadRuntime | None]] | None = None):
+        """`wiring` (the platform's) names the directory and runtime on first use, for whatever
+        `attach` has not set."""
+        self.settings = settings
+        self.directory = directory
+        self.runtime = runtime
+        self.memory = memory
+        self._wiring = wiring
+        self._client: httpx.AsyncClient | None = None
+
+    def attach(self, *, directory: AgentDirectory | None = None, runtime: WorkloadRuntime | None = None,
+               memory: AgentMemory | None = None) -> None:
+        """Wire in the agents area's directory, the workload runtime and the memory bank."""
+        if directory is not None:
+            self.directory = directory
+        if runtime is not None:
+            self.runtime = runtime
+        if memory is not None:
+            self.memory = memory
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    # -- plumbing --------------------------------------------------------------------------------
+    def _wired(self) -> tuple[AgentDirectory, WorkloadRuntime]:
+        if (self.directory is None or self.runtime is None) and self._wiring is not None:
+            directory, runtime = self._wiring()
+            self.directory = self.directory or directory
+            self.runtime = self.runtime or runtime
+        if self.directory is None or self.runtime is None:
+            raise Unavailable(NOT_ATTACHED)
+        return self.directory, self.runtime
+
+    @property
+    def timeout(self) -> float:
+        return float(self.settings.invoke_timeout_seconds)
+
+    @property
+    def internal_token(self) -> str | None:
+        return self.settings.internal_token or None
+
+    def _internal_headers(self) -> dict[str, str]:
+        return {INTERNAL_HEADER: self.internal_token} if self.internal_token else {}
+
+    def _http(self, endpoint: Endpoint) -> tuple[httpx.AsyncClient, bool]:
+        """A client for the endpoint and whether the caller must close it (in-process transports)."""
+        if endpoint.transport is not None:
+            return endpoint.client(), True
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_keepalive_connections=100))
+        return self._client, False
+
+    @staticmethod
+    def _url(endpoint: Endpoint, path: str) -> str:
+        return path if endpoint.transport is not None else endpoint.base_url.rstrip("/") + path
+
+    async def _acquire(self, target: InvokeTarget, deadline: float) -> Endpoint:
+        runtime = self._wired()[1]
+        try:
+            with anyio.fail_after(max(deadline - time.monotonic(), 0.001)):
+                return await runtime.acquire(target.workload, timeout=max(deadline - time.monotonic(), 0.001))
+        except TimeoutError:
+            raise self._failed(target, f"timed out after {self.timeout:g}s waiting for an instance") from None
+        except NoCapacity as exc:
+            raise self._failed(target, exc.message) from None
+        except LookupError:
+            raise self._failed(target, "no revision of this agent is serving") from None
+        except WorkloadError as exc:
+            raise self._failed(target, exc.message) from None
+
+    @staticmethod
+    def _failed(target: InvokeTarget, detail: str) -> BadGateway:
+        return BadGateway(f"invoke agent {target.agent}: {detail}")
+
+    async def _exchange(self, target: InvokeTarget, method: str, path: str, *, deadline: float,
+                        content: bytes | None = None, headers: dict[str, str] | None = None,
+                        params: dict[str, Any] | None = None, limit: int | None = None) -> tuple[int, bytes, httpx.Headers]:
+        """One buffered request to an instance of the target, within the deadline and the size limit."""
+        limit = UPSTREAM_LIMIT if limit is None else limit
+        endpoint = await self._acquire(target, deadline)
+        client, owned = self._http(endpoint)
+        try:
+            with anyio.fail_after(max(deadline - time.monotonic(), 0.001)):
+                request = client.build_request(method, self._url(endpoint, path), content=content,
+                                               headers=headers, params=params)
+                response = await client.send(request, stream=True)
+                try:
+                    chunks: list[bytes] = []
+                    size = 0
+                    async for chunk in response.aiter_bytes():
+                        size += len(chunk)
+                        if size > limit:
+                            raise self._failed(target, f"the response is larger than {limit} bytes")
+                        chunks.append(chunk)
+                finally:
+                    await response.aclose()
+            return response.status_code, b"".join(chunks), response.headers
+        except TimeoutError:
+            raise self._failed(target, f"timed out after {self.timeout:g}s") from None
+        except httpx.HTTPError as exc:
+            raise self._failed(target, f"{type(exc).__name__}: {exc}") from None
+        finally:
+            if owned:
+                await client.aclose()
+            await endpoint.release()
+
+    def _raise_upstream(self, target: InvokeTarget, status: int, content: bytes) -> None:
+        """Caller mistakes the harness found (400, 409, 413) keep their status; the rest is 502."""
+        message = _upstream_message(content, status)
+        for cls in (BadRequest, Conflict, PayloadTooLarge):
+            if status == cls.status:
+                raise cls(message)
+        raise self._failed(target, message)
+
+    # -- invoke ----------------------------------------------------------------------------------
+    async def prepare(self, principal: Principal, name: str, project: str | None, raw: bytes, *,
+                      target: InvokeTarget | None = None, allow_memorize: bool = True) -> Prepared:
+        """Invoke rules 1 to 7 up to the call itself (`target` given: the embed route found it)."""
+        directory = self._wired()[0]
+        if target is None and self.settings.invoke_auth_required and not principal.authenticated:
+            raise Unauthenticated(INVOKE_AUTH_REQUIRED)
+        if len(raw) > FUNCTION_BODY_LIMIT:
+            raise PayloadTooLarge(f"request body too large (limit {FUNCTION_BODY_LIMIT} bytes)")
+        body = self._decode(raw)
+        fields = body if isinstance(body, dict) else {}
+        message = fields.get("message")
+        has_message = isinstance(message, str) and bool(message.strip())
+        if not has_message and target is None:
+            # Functions take any event; for everything else (and for a name that resolves to nothing,
+            # since validation comes before lookup) rule 1 holds.
+            try:
+                target = await directory.invoke_target(principal, name, project)
+            except (NotFound, Conflict, Forbidden):
+                raise BadRequest(MESSAGE_REQUIRED) from None
+        if not has_message and (target is None or target.kind != "function"):
+            raise BadRequest(MESSAGE_REQUIRED)
+        if not isinstance(body, dict):
+            raise BadRequest("invalid JSON body: expected a JSON object")
+        session_id = fields.get("session_id")
+        user_id = fields.get("user_id")
+        function_ids = target is not None and target.kind == "function"
+        if function_ids:  # an event's own fields need not be ids
+            session_id = session_id if isinstance(session_id, str) else None
+            user_id = user_id if isinstance(user_id, str) and validation.USER_ID.match(user_id) else None
+        ids = invoke_ids.resolve(session_id, user_id, authenticated=principal.authenticated)
+        memorize = fields.get("memorize", False)
+        if memorize is None:
+            memorize = False
+        if not isinstance(memorize, bool):
+            raise BadRequest(MEMORIZE_TYPE)
+        if memorize and not allow_memorize:
+            raise BadRequest(EMBED_NO_MEMORIZE)
+        if memorize and not principal.authenticated:
+            raise Unauthenticated(MEMORIZE_NEEDS_AUTH)
+        if target is None:
+            target = await directory.invoke_target(principal, name, project)
+        if target.kind != "function" and len(raw) > AGENT_BODY_LIMIT:
+            raise PayloadTooLarge(f"request body too large (limit {AGENT_BODY_LIMIT} bytes)")
+        if target.kind == "function":
+            return Prepared(target, ids, message if has_message else "", memorize, raw)
+        upstream: dict[str, Any] = {"message": message, "session_id": ids.session_id, "user_id": ids.user_id}
+        if self.memory is not None:
+            memories = await self.memory.recall(target, message)
+            if memories:
+                upstream["memories"] = memories
+        return Prepared(target, ids, message, memorize, json.dumps(upstream, ensure_ascii=False).encode())
+
+    @staticmethod
+    def _decode(raw: bytes) -> Any:
+        if not raw.strip():
+            return {}
+        try:
+            return json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BadRequest(f"invalid JSON body: {exc}") from None
+
+    def _turn_headers(self, prepared: Prepared) -> dict[str, str]:
+        return {"Content-Type": prepared.content_type, **prepared.id_headers, **self._internal_headers()}
+
+    async def invoke(self, principal: Principal, name: str, project: str | None, raw: bytes, *,
+                     prepared: Prepared | None = None) -> Reply:
+        """POST /v1/agents/{name}/invoke: one message, one reply (a function's own return value)."""
+        deadline = time.monotonic() + self.timeout
+        prepared = prepared or await self.prepare(principal, name, project, raw)
+        status, content, headers = await self._exchange(
+            prepared.target, "POST", "/invoke", deadline=deadline, content=prepared.body,
+            headers=self._turn_headers(prepared))
+        if status != 200:
+            self._raise_upstream(prepared.target, status, content)
+        if prepared.memorize:
+            await self._memorize(prepared.target, prepared.ids.session_id, deadline)
+        return Reply(200, content, prepared.id_headers, headers.get("content-type", "application/json"))
+
+    async def stream(self, principal: Principal, name: str, project: str | None, raw: bytes, *,
+                     prepared: Prepared | None = None) -> TurnStream:
+        """POST /v1/agents/{name}/invoke/stream. Errors before the first line are raised; later ones
+        (timeout, oversized stream) end the stream with an `error` line."""
+        deadline = time.monotonic() + self.timeout
+        prepared = prepared or await self.prepare(principal, name, project, raw)
+        target = prepared.target
+        endpoint = await self._acquire(target, deadline)
+        client, owned = self._http(endpoint)
+        response: httpx.Response | None = None
+
+        async def finish() -> None:
+            try:
+                if response is not None:
+                    await response.aclose()
+                if owned:
+                    await client.aclose()
+            finally:
+                await endpoint.release()
+
+        try:
+            with anyio.fail_after(max(deadline - time.monotonic(), 0.001)):
+                request = client.build_request("POST", self._url(endpoint, "/invoke/stream"), content=prepared.body,
+                                               headers=self._turn_headers(prepared))
+                response = await client.send(request, stream=True)
+                if response.status_code != 200:
+                    content = await response.aread()
+                    self._raise_upstream(target, response.status_code, content)
+        except TimeoutError:
+            await finish()
+            raise self._failed(target, f"timed out after {self.timeout:g}s") from None
+        except httpx.HTTPError as exc:
+            await finish()
+            raise self._failed(target, f"{type(exc).__name__}: {exc}") from None
+        except BaseException:
+            await finish()
+            raise
+
+        upstream = response
+
+        async def lines() -> AsyncIterator[bytes]:
+            size = 0
+            at_line_start = True
+            chunks = upstream.aiter_raw().__aiter__()
+            problem: str | None = None
+            try:
+                while True:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        problem = f"timed out after {self.timeout:g}s"
+                        break
+                    try:
+                        with anyio.fail_after(remaining):
+                            chunk = await chunks.__anext__()
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        problem = f"timed out after {self.timeout:g}s"
+                        break
+                    except httpx.HTTPError as exc:
+                        problem = f"{type(exc).__name__}: {exc}"
+                        break
+                    size += len(chunk)
+                    if size > UPSTREAM_LIMIT:
+                        problem = f"the response is larger than {UPSTREAM_LIMIT} bytes"
+                        break
+                    if chunk:
+                        at_line_start = chunk.endswith(b"\n")
+                        yield chunk
+                if problem is not None:
+                    line = json.dumps({"type": "error", "message": f"invoke agent {target.agent}: {problem}"})
+                    yield (b"" if at_line_start else b"\n") + line.encode() + b"\n"
+                elif prepared.memorize:
+                    try:
+                        await self._memorize(target, prepared.ids.session_id, deadline)
+                    except PlatformError as exc:
+                        yield (json.dumps({"type": "error", "message": exc.message}) + "\n").encode()
+            finally:
+                await finish()
+
+        iterator = lines()
+
+        async def close() -> None:
+            await iterator.aclose()
+            await finish()
+
+        return TurnStream(prepared.id_headers, iterator, close)
+
+    # -- users and sessions browser ----------------------------------------------------------------
+    async def _browse(self, principal: Principal, name: str, project: str | None, method: str, path: str,
+                      params: dict[str, Any] | None = None, *, manage: bool = True) -> tuple[int, bytes, InvokeTarget]:
+        if not principal.authenticated:
+            raise Unauthenticated(AUTH_REQUIRED)
+        directory = self._wired()[0]
+        if not self.internal_token:
+            raise Unavailable(NOT_CONFIGURED)
+        if manage:
+            target = await directory.manage_target(principal, name, project)
+        else:
+            target = await directory.invoke_target(principal, name, project)
+        deadline = time.monotonic() + self.timeout
+        status, content, _ = await self._exchange(target, method, path, deadline=deadline, params=params,
+                                                  headers=self._internal_headers())
+        return status, content, target
+
+    def _browse_result(self, target: InvokeTarget, status: int, content: bytes) -> Any:
+        if status == 204:
+            return None
+        if status == 200:
+            return json.loads(content)
+        message = _upstream_message(content, status)
+        if status == 400:
+            raise BadRequest(message)
+        if status == 404:
+            raise NotFound(message)
+        raise BadGateway(f"agent {target.agent}: {message}")
+
+    @staticmethod
+    def _paging(page_size: Any, page_token: str | None) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        if page_size is not None:
+            params["page_size"] = page_size
+        if page_token:
+            params["page_token"] = page_token
+        return params
+
+    async def users(self, principal: Principal, name: str, project: str | None, *, page_size: Any = None,
+                    page_token: str | None = None) -> dict[str, Any]:
+        status, content, target = await self._browse(principal, name, project, "GET", "/internal/users",
+                                                      self._paging(page_size, page_token))
+        return self._browse_result(target, status, content)
+
+    async def sessions(self, principal: Principal, name: str, project: str | None, user_id: str | None, *,
+                       page_size: Any = None, page_token: str | None = None) -> dict[str, Any]:
+        if not principal.authenticated:
+            raise Unauthenticated(AUTH_REQUIRED)
+        if not user_id:
+            from caiplatform.turns.browse import USER_ID_REQUIRED
+
+            raise BadRequest(USER_ID_REQUIRED)
+        params = {"user_id": user_id, **self._paging(page_size, page_token)}
+        status, content, target = await self._browse(principal, name, project, "GET", "/internal/sessions", params)
+        return self._browse_result(target, status, content)
+
+    async def transcript(self, principal: Principal, name: str, project: str | None, session_id: str) -> dict[str, Any]:
+        self._session_path(principal, session_id)
+        status, content, target = await self._browse(principal, name, project, "GET", f"/internal/sessions/{session_id}")
+        return self._browse_result(target, status, content)
+
+    async def delete_session(self, principal: Principal, name: str, project: str | None, session_id: str) -> None:
+        self._session_path(principal, session_id)
+        status, content, target = await self._browse(principal, name, project, "DELETE",
+                                                     f"/internal/sessions/{session_id}")
+        self._browse_result(target, status, content)
+
+    @staticmethod
+    def _session_path(principal: Principal, session_id: str) -> None:
+        if not principal.authenticated:
+            raise Unauthenticated(AUTH_REQUIRED)
+        validation.session_id(session_id)
+
+    # -- long-term memory ----------------------------------------------------------------------------
+    async def memorize(self, principal: Principal, name: str, project: str | None, session_id: str) -> dict[str, str]:
+        """POST /v1/agents/{name}/sessions/{id}/memorize: always authenticated, any caller of the agent."""
+        self._session_path(principal, session_id)
+        status, content, target = await self._browse(principal, name, project, "GET",
+                                                     f"/internal/sessions/{session_id}", manage=False)
+        session = self._browse_result(target, status, content)
+        await self._commit(target, session)
+        return {"status": "ok"}
+
+    async def _memorize(self, target: InvokeTarget, session_id: str, deadline: float) -> None:
+        if not self.internal_token:
+            raise Unavailable(NOT_CONFIGURED)
+        status, content, _ = await self._exchange(target, "GET", f"/internal/sessions/{session_id}",
+                                                  deadline=deadline, headers=self._internal_headers())
+        await self._commit(target, self._browse_result(target, status, content))
+
+    async def _commit(self, target: InvokeTarget, session: dict[str, Any]) -> None:
+        if self.memory is None:
+            raise Unavailable("long-term memory is not configured on this platform")
+        await self.memory.commit(target, session)
+
+    async def forget_agent(self, target: InvokeTarget) -> None:
+        """Deleting an agent removes its long-term memory collection (the agents area calls this)."""
+        if self.memory is not None:
+            await self.memory.forget(target)
+
+    # -- published address ---------------------------------------------------------------------------
+    async def public_upstream(self, target: InvokeTarget) -> Any:
+        """Where the published address `<name>-<short>.<apps_domain>` sends a request: a slot on an
+        instance of the agent, which serves the harness routes itself (`/invoke`, `/invoke/stream`,
+        `/healthz`, `/debug/config`; the internal routes refuse outside callers). Register it with
+        `platform.hosts.register(host, lambda: platform.invoke.public_upstream(target))`."""
+        from caiplatform.routing import Upstream
+
+        deadline = time.monotonic() + self.timeout
+        endpoint = await self._acquire(target, deadline)
+        return Upstream(endpoint.base_url, endpoint.release, self.timeout, transport=endpoint.transport)
+
+    # -- embed -------------------------------------------------------------------------------------
+    async def embed(self, key: str, origin: str | None) -> tuple[EmbedTarget, dict[str, str]]:
+        """The enabled embed behind `key`, if `origin` is on its allowlist; plus the CORS headers."""
+        directory = self._wired()[0]
+        embed = await directory.embed_target(key)
+        if embed is None:
+            raise NotFound(EMBED_UNKNOWN)
+        allowed = list(embed.allowed_origins or embed.config.get("allowed_origins") or [])
+        if "*" in allowed:
+            return embed, {"Access-Control-Allow-Origin": origin or "*", "Vary": "Origin"}
+        if not origin:
+            raise Forbidden(EMBED_NO_ORIGIN)
+        if origin.rstrip("/") not in {o.rstrip("/") for o in allowed}:
+            raise Forbidden(EMBED_ORIGIN.format(origin=origin))
+        return embed, {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
+
+    async def embed_config(self, key: str, origin: str | None) -> tuple[dict[str, Any], dict[str, str]]:
+        embed, cors = await self.embed(key, origin)
+        config = embed.config
+        body: dict[str, Any] = {"agent": embed.target.agent}
+        for name in EMBED_CONFIG_FIELDS:
+            body[name] = config.get(name, "right" if name == "position" else "")
+        body["position"] = body["position"] or "right"
+        body["streaming"] = True
+        return body, cors
+
+    async def embed_prepare(self, key: str, origin: str | None, raw: bytes,
+                            client_ip: str | None) -> tuple[Prepared, dict[str, str]]:
+        """POST /v1/embed/{key}/invoke: an anonymous invoke of the embed's agent (no memorize)."""
+        embed, cors = await self.embed(key, origin)
+        prepared = await self.prepare(Principal.anonymous(client_ip), embed.target.agent, None, raw,
+                                      target=embed.target, allow_memorize=False)
+        return prepared, cors

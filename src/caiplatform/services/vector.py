@@ -1,0 +1,506 @@
+"""IndexService: the vector index API's rules, over a vector-engine port.
+
+Members list, read and create indexes and use the four data verbs; project admins also PATCH and
+DELETE an index and read the direct credential. The platform keeps one record per index (relational,
+so it survives a restart); the points live in the engine's collection `p_<short>_<name>`.
+
+Create answers `pending` and creates the collection in the background; reads and data verbs finish a
+pending creation first, so an index is ready as soon as its collection exists, and a creation that
+failed (engine down) is retried by the next call or the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import anyio
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from caiplatform.clock import Clock
+from caiplatform.db import Database
+from caiplatform.db.models.vector import VectorIndex
+from caiplatform.domain.vector import (
+    ENGINE_REJECTED,
+    MAX_CREDENTIAL_COLLECTIONS,
+    MAX_POINTS_PER_REQUEST,
+    MAX_TOP_K,
+    NAME_TAKEN,
+    NOT_FOUND,
+    NOT_READY,
+    VERBS,
+    Index,
+    IndexSpec,
+    State,
+    collection_name,
+    collection_prefix,
+    is_index_name,
+    parse_create,
+    parse_delete,
+    parse_patch,
+    parse_query,
+    parse_scroll,
+    parse_upsert,
+    quantization_json,
+    quantization_of,
+)
+from caiplatform.errors import BadRequest, Conflict, NotFound, PlatformError, Unavailable
+from caiplatform.pagination import Pager, page_body
+from caiplatform.ports.vector import VectorEngine, VectorEngineRejected
+from caiplatform.principal import Principal
+from caiplatform.services.access import Access, ProjectRef, Role
+from caiplatform.services.audit import AuditLog
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+HEALTH_BUDGET_SECONDS = 5.0
+CREDENTIAL_NOTE = (
+    "the platform does not enforce per-project access control on the vector database, so no token is "
+    "minted: use the service URL with the collection names listed, and only those. The list is a snapshot; "
+    "fetch this again after creating an index. The engine's master key is never returned."
+)
+UNKNOWN_VERB = "unknown verb ':{verb}'; the supported verbs are :upsert, :query, :scroll and :delete-points"
+MISSING_VERB = (
+    "missing verb: data operations are POSTs to the index path with a verb suffix: "
+    ":upsert, :query, :scroll or :delete-points"
+)
+
+#: a health check: returns the error text, or None when healthy
+HealthCheck = Callable[[], Awaitable[str | None]]
+
+
+@dataclass(frozen=True)
+class _Record:
+    """One index row, detached from its session."""
+
+    id: str
+    project_id: str
+    project_short: str
+    spec: IndexSpec
+    collection: str
+    state: str
+    message: str
+    created_at: Any
+
+    @classmethod
+    def of(cls, row: VectorIndex, short: str) -> _Record:
+        spec = IndexSpec(
+            name=row.name,
+            dimensions=row.dimensions,
+            distance=row.distance,
+            on_disk=row.on_disk,
+            payload_on_disk=row.payload_on_disk,
+            quantization=quantization_of(row.quantization),
+            shards=row.shards,
+            replicas=row.replicas,
+        )
+        return cls(row.id, row.project_id, short, spec, row.collection, row.state, row.message, row.created_at)
+
+    def index(self, info: Any = None, *, state: str | None = None, message: str | None = None) -> Index:
+        return Index(
+            project_id=self.project_id,
+            project_short=self.project_short,
+            spec=self.spec,
+            collection=self.collection,
+            state=state or self.state,
+            message=self.message if message is None else message,
+            created_at=self.created_at,
+            info=info,
+        )
+
+
+class IndexService:
+    def __init__(
+        self,
+        db: Database,
+        access: Access,
+        audit: AuditLog,
+        clock: Clock,
+        pager: Pager,
+        engine: VectorEngine,
+        *,
+        max_points: int = MAX_POINTS_PER_REQUEST,
+        max_top_k: int = MAX_TOP_K,
+        checks: Mapping[str, HealthCheck] | None = None,
+    ):
+        self.db = db
+        self.access = access
+        self.audit = audit
+        self.clock = clock
+        self.pager = pager
+        self.engine = engine
+        self.max_points = max_points
+        self.max_top_k = max_top_k
+        self._checks = dict(checks or {})
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------------------------ helpers
+
+    async def _project(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef:
+        self.access.require_management(principal)
+        grant = await self.access.project(
+            principal, project_id, need=Role.ADMIN if admin else Role.MEMBER, bad_id=BadRequest
+        )
+        return grant.project
+
+    async def require_member(self, principal: Principal, project_id: str) -> None:
+        """The member gate alone, so that a route can refuse a stranger before it reads the body."""
+        await self._project(principal, project_id)
+
+    async def _record(self, project: ProjectRef, name: str) -> _Record:
+        if not is_index_name(name):
+            raise NotFound(NOT_FOUND)
+
+        def load(session: Session) -> _Record | None:
+            row = session.scalar(
+                select(VectorIndex).where(VectorIndex.project_id == project.id, VectorIndex.name == name)
+            )
+            return None if row is None else _Record.of(row, project.short)
+
+        record = await self.db.run(load)
+        if record is None:
+            raise NotFound(NOT_FOUND)
+        return record
+
+    async def _engine(self, call: Awaitable[T]) -> T:
+        """One engine call: its refusals become 400 in the engine's words, its absence 503."""
+        try:
+            return await call
+        except PlatformError:
+            raise
+        except VectorEngineRejected as exc:
+            raise BadRequest(ENGINE_REJECTED + str(exc)) from None
+        except Exception as exc:  # connection failures and the like
+            log.warning("vector database call failed", exc_info=True)
+            raise Unavailable(f"the vector database is unreachable: {exc or type(exc).__name__}") from exc
+
+    async def _set_state(self, record_id: str, state: str, message: str) -> None:
+        def update(session: Session) -> None:
+            row = session.get(VectorIndex, record_id)
+            if row is not None:
+                row.state, row.message = state, message
+
+        await self.db.run(update)
+
+    async def _reconcile(self, record: _Record) -> _Record:
+        """Create the collection of a pending index (adopting one that exists) and mark it ready."""
+        if record.state != State.PENDING:
+            return record
+        lock = self._locks.setdefault(record.id, asyncio.Lock())
+        async with lock:
+            current = await self.db.run(lambda s: s.get(VectorIndex, record.id))
+            if current is None:
+                raise NotFound(NOT_FOUND)
+            if current.state != State.PENDING:
+                return _Record.of(current, record.project_short)
+            try:
+                if await self.engine.collection_info(record.collection) is None:
+                    await self.engine.create_collection(record.collection, record.spec.collection_config())
+            except Exception as exc:  # noqa: BLE001 - kept as the reason; retried on the next call
+                message = f"could not create the collection: {exc or type(exc).__name__}"
+                if isinstance(exc, VectorEngineRejected):
+                    message = ENGINE_REJECTED + str(exc)
+                await self._set_state(record.id, State.PENDING, message)
+                return replace(record, message=message)
+            await self._set_state(record.id, State.READY, "")
+            self._locks.pop(record.id, None)
+            return replace(record, state=State.READY, message="")
+
+    def _reconcile_later(self, record: _Record) -> None:
+        async def run() -> None:
+            try:
+                await self._reconcile(record)
+            except Exception:  # noqa: BLE001 - the next read retries
+                log.warning("creating the collection of index %s failed", record.spec.name, exc_info=True)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait_reconciled(self) -> None:
+        """Wait for background collection creations (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def start(self) -> None:
+        """Finish the creations a previous run left pending."""
+        pending = await self.db.run(
+            lambda s: list(s.scalars(select(VectorIndex.id).where(VectorIndex.state == State.PENDING)))
+        )
+        for record_id in pending:
+            record = await self.db.run(lambda s, rid=record_id: self._detached(s, rid))
+            if record is not None:
+                self._reconcile_later(record)
+
+    @staticmethod
+    def _detached(session: Session, record_id: str) -> _Record | None:
+        from caiplatform.db.models import Project
+
+        row = session.get(VectorIndex, record_id)
+        if row is None:
+            return None
+        project = session.get(Project, row.project_id)
+        return _Record.of(row, project.short if project is not None else "")
+
+    async def _view(self, record: _Record) -> Index:
+        """The index with the engine's live status and counts."""
+        record = await self._reconcile(record)
+        if not record.state == State.READY:
+            return record.index()
+        try:
+            info = await self.engine.collection_info(record.collection)
+        except Exception as exc:  # noqa: BLE001 - reported as the index's state
+            return record.index(state=State.DEGRADED, message=f"the vector database did not answer: {exc}")
+        if info is None:
+            return record.index(state=State.DEGRADED, message="its collection is missing from the vector database")
+        return record.index(info)
+
+    async def _ready(self, principal: Principal, project_id: str, name: str) -> _Record:
+        project = await self._project(principal, project_id)
+        record = await self._reconcile(await self._record(project, name))
+        if record.state != State.READY:
+            raise Conflict(NOT_READY)
+        return record
+
+    # ------------------------------------------------------------------------------------ resource
+
+    async def create(self, principal: Principal, project_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """201: the index in state `pending`; its collection is created right after."""
+        project = await self._project(principal, project_id)
+        spec = parse_create(body)
+        now = self.clock.now()
+
+        def insert(session: Session) -> _Record:
+            taken = session.scalar(
+                select(VectorIndex.id).where(VectorIndex.project_id == project.id, VectorIndex.name == spec.name)
+            )
+            if taken is not None:
+                raise Conflict(NAME_TAKEN)
+            row = VectorIndex(
+                project_id=project.id,
+                name=spec.name,
+                collection=collection_name(project.short, spec.name),
+                dimensions=spec.dimensions,
+                distance=spec.distance,
+                on_disk=spec.on_disk,
+                payload_on_disk=spec.payload_on_disk,
+                quantization=quantization_json(spec.quantization),
+                shards=spec.shards,
+                replicas=spec.replicas,
+                state=State.PENDING,
+                message="the collection is being created",
+                created_at=now,
+            )
+            session.add(row)
+            session.flush()
+            self.audit.record(session, project.id, principal, "vector_index.create", spec.name,
+                              {"dimensions": spec.dimensions, "distance": spec.distance})
+            return _Record.of(row, project.short)
+
+        try:
+            record = await self.db.run(insert)
+        except IntegrityError:  # a concurrent create of the same name
+            raise Conflict(NAME_TAKEN) from None
+        self._reconcile_later(record)
+        return record.index().to_json()
+
+    async def list(
+        self, principal: Principal, project_id: str, *, page_size: Any = None, page_token: str | None = None
+    ) -> dict[str, Any]:
+        """200 `{indexes, next_page_token?}`: the token is omitted on the last page."""
+        project = await self._project(principal, project_id)
+        request = self.pager.request(f"indexes:{project.id}", page_size, page_token)
+
+        def load(session: Session) -> list[_Record]:
+            rows = session.scalars(
+                select(VectorIndex)
+                .where(VectorIndex.project_id == project.id)
+                .order_by(VectorIndex.name)
+                .offset(request.offset)
+                .limit(request.size + 1)
+            )
+            return [_Record.of(row, project.short) for row in rows]
+
+        page = self.pager.page_from_probe(await self.db.run(load), request)
+        page.items = [(await self._view(record)).to_json() for record in page.items]
+        return page_body("indexes", page, omit_empty_token=True)
+
+    async def get(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+        project = await self._project(principal, project_id)
+        return (await self._view(await self._record(project, name))).to_json()
+
+    async def update(self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """PATCH (admin): `replicas` and `payload_on_disk` only."""
+        project = await self._project(principal, project_id, admin=True)
+        record = await self._record(project, name)
+        changes = parse_patch(body)
+        record = await self._reconcile(record)
+        if record.state == State.READY:
+            await self._engine(self.engine.update_collection(record.collection, **changes))
+
+        def save(session: Session) -> _Record:
+            row = session.get(VectorIndex, record.id)
+            if row is None:
+                raise NotFound(NOT_FOUND)
+            for key, value in changes.items():
+                setattr(row, key, value)
+            self.audit.record(session, project.id, principal, "vector_index.update", name, changes)
+            return _Record.of(row, project.short)
+
+        return (await self._view(await self.db.run(save))).to_json()
+
+    async def delete(self, principal: Principal, project_id: str, name: str) -> None:
+        """DELETE (admin): the collection and every point in it are destroyed; no backup exists."""
+        project = await self._project(principal, project_id, admin=True)
+        record = await self._record(project, name)
+        lock = self._locks.setdefault(record.id, asyncio.Lock())
+        async with lock:
+            await self._engine(self.engine.drop_collection(record.collection))
+
+            def remove(session: Session) -> None:
+                row = session.get(VectorIndex, record.id)
+                if row is not None:
+                    session.delete(row)
+                self.audit.record(session, project.id, principal, "vector_index.delete", name)
+
+            await self.db.run(remove)
+        self._locks.pop(record.id, None)
+
+    # ------------------------------------------------------------------------------------ data verbs
+
+    async def data(
+        self, principal: Principal, project_id: str, name: str, verb: str | None, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Route a `POST .../indexes/{name}:{verb}` to its verb (400 for a missing or unknown one)."""
+        await self._project(principal, project_id)
+        if verb is None:
+            raise BadRequest(MISSING_VERB)
+        if verb not in VERBS:
+            raise BadRequest(UNKNOWN_VERB.format(verb=verb))
+        method = {
+            "upsert": self.upsert,
+            "query": self.query,
+            "scroll": self.scroll,
+            "delete-points": self.delete_points,
+        }[verb]
+        return await method(principal, project_id, name, body)
+
+    async def upsert(self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        record = await self._ready(principal, project_id, name)
+        points = parse_upsert(body, record.spec.name, record.spec.dimensions, self.max_points)
+        await self._engine(self.engine.upsert(record.collection, points))
+        return {"index": record.spec.name, "upserted_count": len(points)}
+
+    async def query(self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        record = await self._ready(principal, project_id, name)
+        request = parse_query(body, record.spec.name, record.spec.dimensions, self.max_top_k)
+        hits = await self._engine(
+            self.engine.query(
+                record.collection,
+                request.vector,
+                top_k=request.top_k,
+                filter=request.filter,
+                with_payload=request.with_payload,
+                with_vector=request.with_vector,
+                score_threshold=request.score_threshold,
+                offset=request.offset,
+            )
+        )
+        results = []
+        for hit in hits:
+            item: dict[str, Any] = {"id": hit.id, "score": hit.score}
+            if request.with_payload:
+                item["payload"] = hit.payload or {}
+            if request.with_vector and hit.vector is not None:
+                item["vector"] = hit.vector
+            results.append(item)
+        return {"index": record.spec.name, "results": results}
+
+    async def scroll(self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        record = await self._ready(principal, project_id, name)
+        limit, offset, scroll_filter = parse_scroll(body)
+        points, next_offset = await self._engine(
+            self.engine.scroll(record.collection, limit=limit, offset=offset, filter=scroll_filter)
+        )
+        out: dict[str, Any] = {
+            "index": record.spec.name,
+            "points": [{"id": p.id, "payload": p.payload} for p in points],
+        }
+        if next_offset is not None:
+            out["next_offset"] = next_offset
+        return out
+
+    async def delete_points(
+        self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        record = await self._ready(principal, project_id, name)
+        ids, delete_filter = parse_delete(body)
+        await self._engine(self.engine.delete_points(record.collection, ids=ids, filter=delete_filter))
+        out: dict[str, Any] = {"index": record.spec.name, "status": "ok"}
+        if ids is not None:
+            out["ids_requested"] = len(ids)
+        return out
+
+    # ------------------------------------------------------------------------------------ credential
+
+    async def credentials(self, principal: Principal, project_id: str) -> dict[str, Any]:
+        """The direct engine credential (admin). No token: per-project access control is not enforced."""
+        project = await self._project(principal, project_id, admin=True)
+        names = await self.db.run(
+            lambda s: list(
+                s.scalars(
+                    select(VectorIndex.collection)
+                    .where(VectorIndex.project_id == project.id)
+                    .order_by(VectorIndex.collection)
+                    .limit(MAX_CREDENTIAL_COLLECTIONS + 1)
+                )
+            )
+        )
+        return {
+            "service_url": self.engine.service_url(),
+            "collection_prefix": collection_prefix(project.short),
+            "collections": names[:MAX_CREDENTIAL_COLLECTIONS],
+            "truncated": len(names) > MAX_CREDENTIAL_COLLECTIONS,
+            "note": CREDENTIAL_NOTE,
+        }
+
+    # ------------------------------------------------------------------------------------ health
+
+    async def health(self) -> tuple[int, dict[str, Any]]:
+        """`/healthz`: (200 or 503, `{status, dependencies: {vector_store, kubernetes, database}}`)."""
+
+        async def engine_check() -> str | None:
+            await self.engine.health()
+            return None
+
+        checks: dict[str, HealthCheck] = {"vector_store": engine_check, **self._checks}
+        dependencies: dict[str, Any] = {}
+        for key in ("vector_store", "kubernetes", "database"):
+            check = checks.get(key)
+            started = time.perf_counter()
+            error: str | None
+            if check is None:
+                error = f"no {key} check is configured"
+            else:
+                try:
+                    with anyio.fail_after(HEALTH_BUDGET_SECONDS):
+                        error = await check()
+                except TimeoutError:
+                    error = f"no answer within {HEALTH_BUDGET_SECONDS:g} s"
+                except Exception as exc:  # noqa: BLE001 - reported, not raised
+                    error = str(exc) or type(exc).__name__
+            entry: dict[str, Any] = {"ok": error is None, "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
+            if error is not None:
+                entry["error"] = error
+            dependencies[key] = entry
+        healthy = all(d["ok"] for d in dependencies.values())
+        return (200 if healthy else 503), {"status": "ok" if healthy else "degraded", "dependencies": dependencies}

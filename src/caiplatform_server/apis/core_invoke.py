@@ -1,0 +1,134 @@
+"""Core API, invoke (document 1, "Invoke", "Users and sessions browser", "Embed"): thin routes over
+`InvokeService`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from caiplatform.platform import Platform
+from caiplatform.principal import Principal
+from caiplatform.services.invoke import AGENT_BODY_LIMIT, FUNCTION_BODY_LIMIT, Prepared, TurnStream
+from caiplatform_server.app_deps import platform_of, principal_of
+from caiplatform_server.http import read_body
+
+router = APIRouter(tags=["invoke"])
+
+A = "/v1/agents/{name}"
+NDJSON = "application/x-ndjson"
+PREFLIGHT_HEADERS = {
+    "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+    "Access-Control-Allow-Headers": "Content-Type, Accept, X-Request-Id",
+    "Access-Control-Expose-Headers": "X-CAI-Session-Id, X-CAI-User-Id, X-Request-Id",
+    "Access-Control-Max-Age": "600",
+}
+
+
+class TurnStreamResponse(StreamingResponse):
+    """An NDJSON stream whose upstream slot is released however the response ends (a client that
+    goes away mid-stream included)."""
+
+    def __init__(self, turn: TurnStream, headers: dict[str, str] | None = None):
+        super().__init__(turn.lines, media_type=NDJSON, headers={**turn.headers, **(headers or {})})
+        self.turn = turn
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.turn.aclose()
+
+
+def _project(request: Request) -> str | None:
+    return request.query_params.get("project") or None
+
+
+def _page_args(request: Request) -> tuple[Any, str | None]:
+    q = request.query_params
+    return q.get("page_size", q.get("limit")), q.get("page_token")
+
+
+@router.post(A + "/invoke", summary="One message in, one reply out")
+async def invoke(name: str, request: Request, principal: Principal = Depends(principal_of),
+                 platform: Platform = Depends(platform_of)) -> Response:
+    raw = await read_body(request, FUNCTION_BODY_LIMIT)
+    reply = await platform.invoke.invoke(principal, name, _project(request), raw)
+    return Response(reply.content, status_code=reply.status, headers=reply.headers, media_type=reply.media_type)
+
+
+@router.post(A + "/invoke/stream", summary="The same turn as an NDJSON stream")
+async def invoke_stream(name: str, request: Request, principal: Principal = Depends(principal_of),
+                        platform: Platform = Depends(platform_of)) -> Response:
+    raw = await read_body(request, FUNCTION_BODY_LIMIT)
+    return TurnStreamResponse(await platform.invoke.stream(principal, name, _project(request), raw))
+
+
+@router.get(A + "/users", summary="Callers of the agent")
+async def users(name: str, request: Request, principal: Principal = Depends(principal_of),
+                platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    size, token = _page_args(request)
+    return await platform.invoke.users(principal, name, _project(request), page_size=size, page_token=token)
+
+
+@router.get(A + "/sessions", summary="One user's sessions")
+async def sessions(name: str, request: Request, principal: Principal = Depends(principal_of),
+                   platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    size, token = _page_args(request)
+    return await platform.invoke.sessions(principal, name, _project(request), request.query_params.get("user_id"),
+                                          page_size=size, page_token=token)
+
+
+@router.get(A + "/sessions/{session_id}", summary="A session's transcript")
+async def transcript(name: str, session_id: str, request: Request, principal: Principal = Depends(principal_of),
+                     platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.invoke.transcript(principal, name, _project(request), session_id)
+
+
+@router.delete(A + "/sessions/{session_id}", status_code=204, summary="Delete a session")
+async def delete_session(name: str, session_id: str, request: Request, principal: Principal = Depends(principal_of),
+                         platform: Platform = Depends(platform_of)) -> Response:
+    await platform.invoke.delete_session(principal, name, _project(request), session_id)
+    return Response(status_code=204)
+
+
+@router.post(A + "/sessions/{session_id}/memorize", summary="Commit a session to long-term memory")
+async def memorize(name: str, session_id: str, request: Request, principal: Principal = Depends(principal_of),
+                   platform: Platform = Depends(platform_of)) -> dict[str, str]:
+    await read_body(request, AGENT_BODY_LIMIT)
+    return await platform.invoke.memorize(principal, name, _project(request), session_id)
+
+
+# -- public embed routes: anonymous, gated by the embed key and the Origin allowlist ----------------
+
+@router.get("/v1/embed/{key}/config", summary="Public widget config")
+async def embed_config(key: str, request: Request, platform: Platform = Depends(platform_of)) -> Response:
+    body, cors = await platform.invoke.embed_config(key, request.headers.get("origin"))
+    return JSONResponse(body, headers=cors)
+
+
+@router.post("/v1/embed/{key}/invoke", summary="Public widget invoke")
+async def embed_invoke(key: str, request: Request, platform: Platform = Depends(platform_of)) -> Response:
+    raw = await read_body(request, AGENT_BODY_LIMIT)
+    client_ip = request.client.host if request.client else None
+    prepared: Prepared
+    prepared, cors = await platform.invoke.embed_prepare(key, request.headers.get("origin"), raw, client_ip)
+    cors = {**cors, "Access-Control-Expose-Headers": PREFLIGHT_HEADERS["Access-Control-Expose-Headers"]}
+    wants_stream = request.query_params.get("stream") in ("1", "true") or NDJSON in request.headers.get("accept", "")
+    if wants_stream:
+        turn = await platform.invoke.stream(Principal.anonymous(client_ip), prepared.target.agent, None, raw,
+                                            prepared=prepared)
+        return TurnStreamResponse(turn, cors)
+    reply = await platform.invoke.invoke(Principal.anonymous(client_ip), prepared.target.agent, None, raw,
+                                         prepared=prepared)
+    return Response(reply.content, status_code=reply.status, headers={**reply.headers, **cors},
+                    media_type=reply.media_type)
+
+
+@router.options("/v1/embed/{key}/config", include_in_schema=False)
+@router.options("/v1/embed/{key}/invoke", include_in_schema=False)
+async def embed_preflight(key: str, request: Request, platform: Platform = Depends(platform_of)) -> Response:
+    _, cors = await platform.invoke.embed(key, request.headers.get("origin"))
+    return Response(status_code=204, headers={**cors, **PREFLIGHT_HEADERS})

@@ -1,0 +1,54 @@
+"""The embedded default (Qdrant local mode in the data dir): index records and points survive a restart."""
+
+from __future__ import annotations
+
+from caiplatform.platform import Platform
+from caiplatform.testing.http import asgi_client
+
+
+async def test_restart_keeps_indexes_and_points(tmp_path, settings, project_of):
+    first = Platform.embedded(tmp_path, settings)
+    await first.start()
+    try:
+        project = await project_of(first)
+        base = f"/v1/projects/{project.id}/indexes"
+        async with asgi_client(first, ["vectordb"]) as c:
+            assert (await c.post(base, headers=project.member, json={"name": "kept", "dimensions": 3,
+                                                                     "distance": "euclid"})).status_code == 201
+            got = (await c.get(f"{base}/kept", headers=project.member)).json()
+            assert got["ready"] is True and got["collection_status"] == "green"
+            r = await c.post(f"{base}/kept:upsert", headers=project.member, json={"points": [
+                {"id": 1, "vector": [0, 0, 0], "payload": {"k": "origin"}},
+                {"id": 2, "vector": [3, 4, 0], "payload": {"k": "far"}}]})
+            assert r.status_code == 200
+            # An index whose collection could not be created stays pending, to be finished by the next start.
+            engine = first.vector_engine
+            original = engine.create_collection
+
+            async def refuse(*args, **kwargs):
+                raise ConnectionError("engine down")
+
+            engine.create_collection = refuse
+            assert (await c.post(base, headers=project.member, json={"name": "late", "dimensions": 2})).status_code == 201
+            await first.indexes.wait_reconciled()
+            assert (await c.get(f"{base}/late", headers=project.member)).json()["state"] == "pending"
+            engine.create_collection = original
+    finally:
+        await first.aclose()
+    assert (tmp_path / "qdrant").is_dir()
+
+    second = Platform.embedded(tmp_path, settings)
+    await second.start()
+    try:
+        await second.indexes.wait_reconciled()
+        async with asgi_client(second, ["vectordb"]) as c:
+            listed = (await c.get(base, headers=project.member)).json()
+            assert [(i["name"], i["state"]) for i in listed["indexes"]] == [("kept", "ready"), ("late", "ready")]
+            kept = listed["indexes"][0]
+            assert kept["points_count"] == 2 and kept["distance"] == "euclid" and kept["dimensions"] == 3
+            hits = (await c.post(f"{base}/kept:query", headers=project.member, json={"vector": [3, 4, 0]})).json()
+            assert [(h["id"], h["score"], h["payload"]) for h in hits["results"]] == [
+                (2, 0.0, {"k": "far"}), (1, 5.0, {"k": "origin"})]
+            assert (await c.delete(f"{base}/kept", headers=project.admin)).status_code == 204
+    finally:
+        await second.aclose()
