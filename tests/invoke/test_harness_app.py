@@ -137,8 +137,14 @@ async def test_internal_surface_needs_the_internal_token(harness_env, harness_cl
     env = harness_env("function", PYTHON_FUNCTION, CAI_INTERNAL_TOKEN=TOKEN)
     client = harness_client(env)
     for headers in ({}, {"X-CAI-Internal": "wrong"}):
-        assert (await client.get("/internal/users", headers=headers)).status_code == 401
-        assert (await client.get("/internal/sessions/x", headers=headers)).status_code == 401
+        for path in ("/internal/users", "/internal/sessions/x", "/users", "/sessions?user_id=a", "/sessions/x",
+                     "/memory", "/internal/anything"):
+            assert (await client.get(path, headers=headers)).status_code == 401, path
+        assert (await client.post("/sessions/x/memorize", headers=headers)).status_code == 401
+    for path in ("/sessions/x", "/memorize", "/recall"):
+        assert (await open_client.post(path, headers=INTERNAL)).status_code == 503, path
+    assert (await open_client.get("/users")).status_code == 503
+    assert (await client.post("/sessions/x", headers=INTERNAL)).status_code == 405
     sessions = []
     for i in range(3):
         r = await client.post("/invoke", json={"message": f"m{i}", "user_id": "alice"})
