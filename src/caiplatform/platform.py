@@ -188,7 +188,6 @@ class Platform:
         self._closers.append(self.memorystores.provisioner.close)
         # Workloads: a restart serves the recorded revisions again (min_scale instances come back warm).
         await self.runtime.start()
-        self._closers.append(self.runtime.close)
         # Vector indexes: open the engine, finish the collection creations a previous run left pending.
         await self.indexes.engine.start()
         self._closers.append(self.indexes.engine.close)
@@ -282,8 +281,11 @@ class Platform:
             "log_retention": self.settings.log_retention,
         }
         if self.mode == "memory":
-            return self.registry.load("runtime", "memory")(**common)
-        return self.registry.load("runtime", "local")(self.data_dir, supervisor=self.supervisor(), **common)
+            runtime = self.registry.load("runtime", "memory")(**common)
+        else:
+            runtime = self.registry.load("runtime", "local")(self.data_dir, supervisor=self.supervisor(), **common)
+        self._closers.append(runtime.close)  # after the supervisor's, so it runs before it on aclose()
+        return runtime
 
     @cached_property
     def indexes(self) -> IndexService:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import anyio
 
-from caiplatform.build.checks import check_source, framework_for
-from caiplatform.build.digest import image_reference, source_digest, source_files
-from caiplatform.ports.builder import Builder, BuildError, BuildLog, BuildRequest, Image
+from caiplatform.build.digest import source_files
+from caiplatform.build.prepare import check_request
+from caiplatform.ports.builder import Builder, BuildLog, BuildRequest, Image
 
 HARNESS_MODULE = "caiplatform.harness"
 
@@ -43,13 +43,8 @@ class InMemoryBuilder(Builder):
 
     async def build(self, request: BuildRequest, log: BuildLog | None = None) -> Image:
         emit = log or (lambda _line: None)
-        framework = framework_for(request.framework, request.runtime)
-        source = Path(request.source_dir)
-        if not source.is_dir():
-            raise BuildError(f"the source directory of {request.workload} is missing")
-        await anyio.to_thread.run_sync(check_source, source, framework, request.runtime)
-        digest = await anyio.to_thread.run_sync(source_digest, source, framework, request.runtime)
-        reference = image_reference(self.registry_host, request.project_short, request.workload, digest)
+        checked = await check_request(request, self.registry_host)
+        source, framework, digest, reference = checked.source, checked.framework, checked.digest, checked.reference
         existing = self._images.get(digest)
         if existing is not None and Path(existing.location).is_dir():
             emit(f"reusing image {digest} (the same source was built before)")

@@ -272,13 +272,6 @@ class InMemoryRuntime(InstanceRuntime):
     def _forget(self, ref: WorkloadRef) -> None:
         self._history.pop(ref.key, None)
 
-    def _newest_live(self, ref: WorkloadRef) -> Instance | None:
-        workload = self._workload(ref)
-        if workload is None:
-            return None
-        live = [i for r in workload.revisions.values() for i in r.instances if not i.stopping]
-        return max(live, key=lambda i: i.started_at, default=None)
-
     def logs(self, ref: WorkloadRef, *, tail: int = 500, follow: bool = False) -> AsyncIterator[str] | None:
         instance = self._newest_live(ref)
         if instance is None:
