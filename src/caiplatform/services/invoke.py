@@ -263,7 +263,7 @@ class InvokeService:
                 raise BadRequest(MESSAGE_REQUIRED) from None
         if not has_message and (target is None or target.kind != "function"):
             raise BadRequest(MESSAGE_REQUIRED)
-        if not isinstance(body, dict):
+        if not isinstance(body, dict) and (target is None or target.kind != "function"):
             raise BadRequest("invalid JSON body: expected a JSON object")
         session_id = fields.get("session_id")
         user_id = fields.get("user_id")
@@ -330,8 +330,13 @@ class InvokeService:
         endpoint = await self._acquire(target, deadline)
         client, owned = self._http(endpoint)
         response: httpx.Response | None = None
+        finished = False
 
         async def finish() -> None:
+            nonlocal finished
+            if finished:
+                return
+            finished = True
             try:
                 if response is not None:
                     await response.aclose()
