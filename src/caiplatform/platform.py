@@ -31,6 +31,7 @@ from caiplatform.settings import Settings
 
 if TYPE_CHECKING:
     from caiplatform.services.memorystore import MemoryStoreService
+    from caiplatform.services.serverless import ServerlessService
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +183,7 @@ class Platform:
         # Memory stores: a platform restart restarts every recorded instance with its data.
         await self.memorystores.provisioner.start()
         self._closers.append(self.memorystores.provisioner.close)
+        await self._start_serverless()
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
@@ -234,6 +236,65 @@ class Platform:
             self.db, self.access, self.audit, self.clock, self.pager, provisioner,
             checks={"database": database, "session_key": session_key},
         )
+
+    def image_builder(self) -> Any:
+        """The one builder of this platform (in memory, or local images in the data dir)."""
+        if "builder" not in self.components:
+            if self.mode == "memory":
+                builder = self.registry.load("builder", "memory")()
+            else:
+                builder = self.registry.load("builder", "local")(self.data_dir / "images")
+            self.components["builder"] = builder
+            self._closers.append(builder.close)
+        return self.components["builder"]
+
+    def workload_runtime(self) -> Any:
+        """The one workload runtime of this platform (agents, functions, services, MCP servers)."""
+        if "runtime" not in self.components:
+            builder = self.image_builder()
+            if self.mode == "memory":
+                runtime = self.registry.load("runtime", "memory")(images=builder.resolve)
+            else:
+                runtime = self.registry.load("runtime", "local")(
+                    self.data_dir / "workloads", supervisor=self.supervisor(), images=builder.resolve
+                )
+            self.components["runtime"] = runtime
+        return self.components["runtime"]
+
+    @cached_property
+    def serverless(self) -> ServerlessService:
+        return self._build_serverless()
+
+    def _build_serverless(self) -> ServerlessService:
+        from caiplatform.errors import NotFound
+        from caiplatform.services.serverless import ServerlessService
+        from caiplatform.services.serverless_triggers import TriggerService
+
+        async def read_secret(project_id: str, name: str) -> str | None:
+            backend = self.secrets.backend
+            if backend is None:
+                return None
+            try:
+                return (await backend.read(project_id, name)).value
+            except NotFound:
+                return None
+
+        runtime = self.workload_runtime()
+        service = ServerlessService(
+            self.db, self.access, self.audit, self.clock, self.pager, runtime, self.hosts, read_secret=read_secret
+        )
+        # Agent and function targets (`find_workload`) and pub/sub sources (`pubsub`) are hooks that the
+        # agents and messaging areas fill in.
+        service.triggers = TriggerService(self.db, self.audit, self.clock, self.pager, runtime, service.project)
+        return service
+
+    async def _start_serverless(self) -> None:
+        runtime = self.workload_runtime()
+        await runtime.start()
+        self._closers.append(runtime.close)
+        await self.serverless.start()
+        self.serverless.triggers.start()
+        self._closers.append(self.serverless.triggers.close)
 
     # -- health ---------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 async def _nothing() -> None:
@@ -21,6 +22,8 @@ class Upstream:
     base_url: str
     release: Callable[[], Awaitable[None]] = field(default=_nothing)
     timeout_seconds: float = 300.0
+    # An in-process upstream (the in-memory runtime's `httpx.ASGITransport`); None means the network.
+    transport: Any = None
 
 
 UpstreamFactory = Callable[[], Awaitable[Upstream]]

@@ -51,12 +51,18 @@ async def proxy(router: HostRouter, client: httpx.AsyncClient, scope: Scope, rec
     url = upstream.base_url.rstrip("/") + path.decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
     headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP]
     headers.append((b"x-forwarded-host", host.encode("latin-1")))
+    own_client = None
+    if upstream.transport is not None:
+        # An in-process upstream (the in-memory runtime): its own transport, no socket.
+        client = own_client = httpx.AsyncClient(transport=upstream.transport)
     try:
         request = client.build_request(scope["method"], url, headers=headers, content=body_stream(),
                                        timeout=upstream.timeout_seconds)
         response = await client.send(request, stream=True, follow_redirects=False)
     except httpx.HTTPError as exc:
         await upstream.release()
+        if own_client is not None:
+            await own_client.aclose()
         body = json.dumps({"error": f"upstream failed: {exc}", "request_id": request_id}).encode()
         await _json(send, 502, body, request_id)
         return
@@ -70,3 +76,5 @@ async def proxy(router: HostRouter, client: httpx.AsyncClient, scope: Scope, rec
     finally:
         await response.aclose()
         await upstream.release()
+        if own_client is not None:
+            await own_client.aclose()
