@@ -289,7 +289,13 @@ class Platform:
         return service
 
     async def _start_serverless(self) -> None:
-        runtime = self.workload_runtime()
+        from caiplatform.errors import MissingDriver
+
+        try:
+            runtime = self.workload_runtime()
+        except (MissingDriver, ModuleNotFoundError) as exc:  # serverless health reports it; the rest serves
+            log.warning("serverless: no workload runtime: %s", exc)
+            return
         await runtime.start()
         self._closers.append(runtime.close)
         await self.serverless.start()

@@ -166,10 +166,11 @@ async def health(platform: Platform) -> tuple[int, dict[str, Any]]:
         body["database_detail"] = detail
     if not platform.session_key:
         body["sessions_detail"] = "no session signing key is loaded"
-    runtime = platform.components.get("runtime")
-    if runtime is None:
+    try:
+        platform.workload_runtime()
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
         body["kubernetes"] = "unreachable"
-        body["kubernetes_detail"] = "the workload runtime has not started yet"
+        body["kubernetes_detail"] = f"the workload runtime is not available: {exc}"
     if ok:
         try:
             await platform.db.run(lambda s: s.execute(_crd_probe()))
