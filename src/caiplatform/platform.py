@@ -30,6 +30,8 @@ from caiplatform.services.auth import AuthService
 from caiplatform.settings import Settings
 
 if TYPE_CHECKING:
+    from caiplatform.ports.builder import Builder
+    from caiplatform.ports.runtime import WorkloadRuntime
     from caiplatform.services.memorystore import MemoryStoreService
     from caiplatform.services.serverless import ServerlessService
 
@@ -183,6 +185,9 @@ class Platform:
         # Memory stores: a platform restart restarts every recorded instance with its data.
         await self.memorystores.provisioner.start()
         self._closers.append(self.memorystores.provisioner.close)
+        # Workloads: a restart serves the recorded revisions again (min_scale instances come back warm).
+        await self.runtime.start()
+        self._closers.append(self.runtime.close)
         await self._start_serverless()
 
     async def _start_engines(self) -> None:
@@ -237,29 +242,29 @@ class Platform:
             checks={"database": database, "session_key": session_key},
         )
 
-    def image_builder(self) -> Any:
-        """The one builder of this platform (in memory, or local images in the data dir)."""
-        if "builder" not in self.components:
-            if self.mode == "memory":
-                builder = self.registry.load("builder", "memory")()
-            else:
-                builder = self.registry.load("builder", "local")(self.data_dir / "images")
-            self.components["builder"] = builder
-            self._closers.append(builder.close)
-        return self.components["builder"]
+    @cached_property
+    def builder(self) -> Builder:
+        """Source tree → image: a private copy in memory, an image directory with its own Python
+        environment under `<data-dir>/images` otherwise."""
+        if self.mode == "memory":
+            builder = self.registry.load("builder", "memory")(self.settings.registry_host)
+        else:
+            builder = self.registry.load("builder", "local")(self.data_dir, registry_host=self.settings.registry_host)
+        self._closers.append(builder.close)
+        return builder
 
-    def workload_runtime(self) -> Any:
-        """The one workload runtime of this platform (agents, functions, services, MCP servers)."""
-        if "runtime" not in self.components:
-            builder = self.image_builder()
-            if self.mode == "memory":
-                runtime = self.registry.load("runtime", "memory")(images=builder.resolve)
-            else:
-                runtime = self.registry.load("runtime", "local")(
-                    self.data_dir / "workloads", supervisor=self.supervisor(), images=builder.resolve
-                )
-            self.components["runtime"] = runtime
-        return self.components["runtime"]
+    @cached_property
+    def runtime(self) -> WorkloadRuntime:
+        """Revisions of agents, functions, services and MCP servers: in-process apps in memory, supervised
+        subprocesses on loopback ports otherwise. Started by `start()`, stopped by `aclose()`."""
+        common = {
+            "images": self.builder.resolve,
+            "idle_seconds": self.settings.scale_to_zero_seconds,
+            "log_retention": self.settings.log_retention,
+        }
+        if self.mode == "memory":
+            return self.registry.load("runtime", "memory")(**common)
+        return self.registry.load("runtime", "local")(self.data_dir, supervisor=self.supervisor(), **common)
 
     @cached_property
     def serverless(self) -> ServerlessService:
@@ -279,7 +284,7 @@ class Platform:
             except NotFound:
                 return None
 
-        runtime = self.workload_runtime()
+        runtime = self.runtime
         service = ServerlessService(
             self.db, self.access, self.audit, self.clock, self.pager, runtime, self.hosts, read_secret=read_secret
         )
@@ -289,15 +294,7 @@ class Platform:
         return service
 
     async def _start_serverless(self) -> None:
-        from caiplatform.errors import MissingDriver
-
-        try:
-            runtime = self.workload_runtime()
-        except (MissingDriver, ModuleNotFoundError) as exc:  # serverless health reports it; the rest serves
-            log.warning("serverless: no workload runtime: %s", exc)
-            return
-        await runtime.start()
-        self._closers.append(runtime.close)
+        """Services the runtime does not know come back; the trigger scheduler starts."""
         await self.serverless.start()
         self.serverless.triggers.start()
         self._closers.append(self.serverless.triggers.close)

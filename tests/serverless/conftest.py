@@ -78,7 +78,7 @@ async def platform(settings, clock, received):
     from caiplatform.platform import Platform
 
     p = Platform.in_memory(settings, clock=clock)
-    p.workload_runtime().app_factory = echo_app_factory(received)
+    p.runtime.app_factory = echo_app_factory(received)
     await p.start()
     await p.serverless.triggers.close()  # tests drive the scheduler through `run_due`, not a timer
     yield p

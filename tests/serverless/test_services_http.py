@@ -66,7 +66,7 @@ async def test_the_timeout_is_mirrored_into_the_environment(http, received, plat
     c, pid, member, _, _ = http
     await create(c, pid, member, name="timed", timeout_seconds=42, env={"GREETING": "hi"})
     ref = platform.serverless.ref(await platform.serverless.project(platform_admin(), pid), "timed")
-    endpoint = await platform.workload_runtime().acquire(ref, timeout=5)
+    endpoint = await platform.runtime.acquire(ref, timeout=5)
     async with endpoint.client() as client:
         echoed = (await client.post("/x")).json()
     await endpoint.release()
@@ -271,7 +271,7 @@ async def test_logs_spec_and_metrics(http, platform, users):
     url = f"{base(pid)}/obs"
     await c.post("/ping", headers={"Host": f"obs-{users.project_short}.apps.localhost"})
     ref = platform.serverless.ref(await platform.serverless.project(platform_admin(), pid), "obs")
-    endpoint = await platform.workload_runtime().acquire(ref, timeout=5)
+    endpoint = await platform.runtime.acquire(ref, timeout=5)
     async with endpoint.client() as client:
         await client.post("/work")
     await endpoint.release()
@@ -307,7 +307,7 @@ async def test_logs_of_a_service_without_instances(http, platform):
     c, pid, member, _, _ = http
     await create(c, pid, member, name="cold")
     project = await platform.serverless.project(platform_admin(), pid)
-    runtime = platform.workload_runtime()
+    runtime = platform.runtime
     original = runtime.logs
     runtime.logs = lambda ref, **kw: None  # scaled to zero: no instance runs
     try:
@@ -321,7 +321,7 @@ async def test_logs_of_a_service_without_instances(http, platform):
 async def test_a_log_stream_that_fails_ends_with_the_reason(http, platform):
     c, pid, member, _, _ = http
     await create(c, pid, member, name="flaky")
-    runtime = platform.workload_runtime()
+    runtime = platform.runtime
 
     async def broken(ref, **kw):
         yield "first line"
@@ -339,7 +339,7 @@ async def test_a_log_stream_that_fails_ends_with_the_reason(http, platform):
 async def test_an_image_the_local_runtime_cannot_run_is_accepted_but_not_ready(platform, users):
     from caiplatform.adapters.memory.runtime import default_app_factory
 
-    platform.workload_runtime().app_factory = default_app_factory
+    platform.runtime.app_factory = default_app_factory
     async with asgi_client(platform, ["serverless"]) as c:
         member = bearer(platform, users.member)
         r = await c.post(base(users.project_id), headers=member, json={"name": "nginx", "image": "nginx:1.27"})
@@ -359,4 +359,4 @@ async def test_healthz(platform):
     assert r.status_code == 200
     body = r.json()
     assert body == {"status": "ok", "service": "serverless", "database": "ok", "sessions": "ok",
-                    "kubernetes": "ok", "crd": "ok"}
+                    "kubernetes": "ok", "crd": "ok", "runtime": "memory"}

@@ -167,10 +167,12 @@ async def health(platform: Platform) -> tuple[int, dict[str, Any]]:
     if not platform.session_key:
         body["sessions_detail"] = "no session signing key is loaded"
     try:
-        platform.workload_runtime()
+        runtime_name = platform.runtime.name
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         body["kubernetes"] = "unreachable"
         body["kubernetes_detail"] = f"the workload runtime is not available: {exc}"
+    else:
+        body["runtime"] = runtime_name
     if ok:
         try:
             await platform.db.run(lambda s: s.execute(_crd_probe()))

@@ -1,0 +1,413 @@
+"""Local process runtime (the embedded default): every instance is a supervised subprocess on a loopback port.
+
+An instance runs the image's command (or the revision's `command`/`args`) under the platform's
+`ProcessSupervisor` with only the variables it is given (`inherit_env=False`: the platform's own
+secrets never reach a workload) plus `PATH`, a per-workload `HOME` and Python's unbuffered output.
+Health: `GET /healthz` answering 200 for images the platform built; a TCP connection for other commands
+(Knative's default probe). Routing, scaling and idle stop are the shared `InstanceRuntime`'s.
+
+State in `<data-dir>/runtime/`:
+
+    workloads/<key>.json          revisions (their specs, secret values included: mode 0600) and the split
+    logs/<key>/<pod>.log          what each instance wrote (stdout and stderr together)
+    history/<key>.jsonl           persisted log lines, `LOG_RETENTION` long (default 14 days)
+    home/<key>/                   the workload's HOME
+
+A restarted platform loads the workloads and serves the same revisions (instances start on demand;
+`min_scale` ones come back warm). Processes a crashed run left behind are reaped through the
+supervisor's records before anything starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from caiplatform.adapters.instances import (
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_LOG_RETENTION,
+    HEALTH_PATH,
+    READINESS_TIMEOUT_SECONDS,
+    ImageResolver,
+    Instance,
+    InstanceRuntime,
+    InstanceStartError,
+    Revision,
+    Workload,
+    instance_env,
+)
+from caiplatform.ports.builder import Image
+from caiplatform.ports.runtime import (
+    LogLine,
+    Resources,
+    RevisionSpec,
+    Scaling,
+    TrafficTarget,
+    WorkloadRef,
+)
+from caiplatform.supervisor import ProcessSpec, ProcessStartError, ProcessSupervisor, free_port, tcp_ready
+from caiplatform.supervisor.process import LOOPBACK
+
+PROCESS_PREFIX = "workload-"
+#: Lines the supervisor writes into a log file itself (not the workload's output).
+SUPERVISOR_BANNER = "=== "
+COMPACT_EVERY_SECONDS = 600.0
+STOP_GRACE_SECONDS = 5.0
+
+
+@dataclass(eq=False)
+class _Process:
+    name: str  # supervisor name
+    log_path: Path
+    offset: int = 0  # bytes of the log already copied into the history
+    process: Any = None  # ManagedProcess
+
+
+class LocalProcessRuntime(InstanceRuntime):
+    name = "local"
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        *,
+        supervisor: ProcessSupervisor | None = None,
+        images: ImageResolver | None = None,
+        idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        log_retention: timedelta | str = DEFAULT_LOG_RETENTION,
+        readiness_timeout: float = READINESS_TIMEOUT_SECONDS,
+    ):
+        super().__init__(
+            images=images, idle_seconds=idle_seconds, log_retention=log_retention, readiness_timeout=readiness_timeout
+        )
+        self.root = Path(data_dir) / "runtime"
+        self._own_supervisor = supervisor is None
+        self.supervisor = supervisor or ProcessSupervisor(self.root / "run")
+        self._loaded = False
+        self._last_compaction = 0.0
+        # Instance logs still being copied into the history, by process name.
+        self._pending: dict[str, tuple[WorkloadRef, str, str, _Process]] = {}
+
+    # -- paths --------------------------------------------------------------------------------------
+
+    def _workload_path(self, key: str) -> Path:
+        return self.root / "workloads" / f"{key}.json"
+
+    def _history_path(self, key: str) -> Path:
+        return self.root / "history" / f"{key}.jsonl"
+
+    def _logs_dir(self, key: str) -> Path:
+        return self.root / "logs" / key
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            stale = [r["name"] for r in self.supervisor.records() if str(r.get("name", "")).startswith(PROCESS_PREFIX)]
+            if stale:
+                await asyncio.to_thread(self.supervisor.reap_stale, stale)
+            self._load()
+        await super().start()
+
+    async def close(self) -> None:
+        await super().close()
+        if self._own_supervisor:
+            await self.supervisor.stop_all()
+
+    def _load(self) -> None:
+        directory = self.root / "workloads"
+        for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+            try:
+                workload = _workload_from_json(json.loads(path.read_text()))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            self._workloads[workload.ref.key] = workload
+            for revision in workload.revisions.values():
+                if revision.state == "unknown":  # it was starting when the previous run ended
+                    self._spawn(self._prove_ready(workload, revision), f"ready-{revision.name}")
+
+    def _persist(self, workload: Workload) -> None:
+        path = self._workload_path(workload.ref.key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # secret values inside
+        with os.fdopen(fd, "w") as fh:
+            json.dump(_workload_to_json(workload), fh, indent=1)
+        os.replace(tmp, path)
+
+    def _forget(self, ref: WorkloadRef) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._workload_path(ref.key).unlink()
+        with contextlib.suppress(FileNotFoundError):
+            self._history_path(ref.key).unlink()
+        shutil.rmtree(self._logs_dir(ref.key), ignore_errors=True)
+
+    # -- instances ----------------------------------------------------------------------------------
+
+    async def _start_instance(self, workload: Workload, revision: Revision, image: Image | None, timeout: float) -> Instance:
+        spec = revision.spec
+        if spec.command:
+            argv = [*spec.command, *(spec.args or [])]
+        elif image is not None and image.command:
+            argv = [*image.command, *(spec.args or [])]
+        else:
+            raise InstanceStartError(
+                "ImagePullBackOff",
+                f"cannot run {spec.image} on this machine: it was not built by the platform's builder "
+                "and the revision names no command",
+            )
+        key = workload.ref.key
+        pod = self._pod_name(revision)
+        port = free_port()
+        home = self.root / "home" / key
+        home.mkdir(parents=True, exist_ok=True)
+        env = {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",  # an image directory never changes
+            **instance_env(image, spec, port),
+        }
+        log_path = self._logs_dir(key) / f"{pod}.log"
+        built_here = image is not None and bool(image.env) and not spec.command
+        cwd = Path(image.env["CAI_CODE_DIR"]) if image is not None and "CAI_CODE_DIR" in image.env else home
+        health = _HttpHealth(port) if built_here else None
+        process = _Process(name=f"{PROCESS_PREFIX}{key}-{pod.rsplit('-', 1)[-1]}-{revision.spec.generation}", log_path=log_path)
+        self._ingest_later(workload.ref, revision.name, pod, process)
+        try:
+            process.process = await self.supervisor.start(ProcessSpec(
+                name=process.name,
+                argv=argv,
+                env=env,
+                cwd=cwd if cwd.is_dir() else home,
+                ports=[port],
+                health=health if health is not None else (lambda: tcp_ready(port)),
+                startup_timeout=max(0.5, timeout),
+                restart=False,  # a dead instance is replaced on demand, like a pod
+                log_path=log_path,
+                stop_timeout=STOP_GRACE_SECONDS,
+                inherit_env=False,
+            ))
+        except ProcessStartError as exc:
+            self._ingest(workload.ref, revision.name, pod, process)
+            raise _start_error(pod, str(exc), log_path, health.last if health is not None else "") from None
+        except (OSError, ValueError) as exc:
+            raise InstanceStartError("ContainerFailed", f"{pod} could not start: {exc}") from None
+        return Instance(
+            name=pod,
+            revision=revision.name,
+            base_url=f"http://{LOOPBACK}:{port}",
+            started_at=datetime.now(UTC),
+            handle=process,
+        )
+
+    async def _stop_instance(self, workload: Workload, instance: Instance) -> None:
+        process: _Process = instance.handle
+        await self.supervisor.stop(process.name)
+        self._ingest(workload.ref, instance.revision, instance.name, process)
+        self._pending.pop(process.name, None)
+
+    def _instance_alive(self, instance: Instance) -> bool:
+        process: _Process = instance.handle
+        return process.process is not None and process.process.running
+
+    # -- logs ---------------------------------------------------------------------------------------
+
+    def _ingest_later(self, ref: WorkloadRef, revision: str, pod: str, process: _Process) -> None:
+        self._pending[process.name] = (ref, revision, pod, process)
+
+    def _ingest(self, ref: WorkloadRef, revision: str, pod: str, process: _Process) -> None:
+        """Copy the complete lines an instance wrote since last time into the workload's history."""
+        if ref.key not in self._workloads:
+            return
+        try:
+            with open(process.log_path, "rb") as fh:
+                fh.seek(process.offset)
+                data = fh.read()
+        except OSError:
+            return
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        process.offset += end + 1
+        now = datetime.now(UTC).isoformat()
+        records = []
+        for raw in data[: end + 1].splitlines():
+            line = raw.decode("utf-8", "replace")
+            if line.startswith(SUPERVISOR_BANNER):
+                continue
+            records.append(json.dumps({"ts": now, "revision": revision, "pod": pod, "stream": "stdout", "message": line}))
+        if records:
+            path = self._history_path(ref.key)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write("\n".join(records) + "\n")
+
+    async def _housekeep_logs(self) -> None:
+        for ref, revision, pod, process in list(self._pending.values()):
+            self._ingest(ref, revision, pod, process)
+        if time.monotonic() - self._last_compaction >= COMPACT_EVERY_SECONDS:
+            self._last_compaction = time.monotonic()
+            await asyncio.to_thread(self._compact)
+
+    def _compact(self) -> None:
+        """Drop history lines older than the retention."""
+        cutoff = datetime.now(UTC) - self.log_retention
+        directory = self.root / "history"
+        for path in directory.glob("*.jsonl") if directory.is_dir() else []:
+            lines = _read_history(path)
+            kept = [line for line in lines if line.ts >= cutoff]
+            if len(kept) != len(lines):
+                tmp = path.with_suffix(".jsonl.tmp")
+                tmp.write_text("".join(json.dumps(_line_to_json(line)) + "\n" for line in kept))
+                os.replace(tmp, path)
+
+    def logs(self, ref: WorkloadRef, *, tail: int = 500, follow: bool = False) -> AsyncIterator[str] | None:
+        instance = self._newest_live(ref)
+        if instance is None:
+            return None
+        process: _Process = instance.handle
+
+        async def lines() -> AsyncIterator[str]:
+            with open(process.log_path, "rb") as fh:
+                backlog = [
+                    raw.decode("utf-8", "replace") for raw in fh.read().splitlines(keepends=True)
+                ]
+                complete = [line.rstrip("\n") for line in backlog if line.endswith("\n")]
+                partial = "".join(line for line in backlog if not line.endswith("\n"))
+                for line in [line for line in complete if not line.startswith(SUPERVISOR_BANNER)][-tail:] if tail > 0 else []:
+                    yield line
+                while follow:
+                    chunk = fh.read()
+                    if chunk:
+                        partial += chunk.decode("utf-8", "replace")
+                        *done, partial = partial.split("\n")
+                        for line in done:
+                            if not line.startswith(SUPERVISOR_BANNER):
+                                yield line
+                        continue
+                    if instance.stopping or not self._instance_alive(instance):
+                        return
+                    await asyncio.sleep(0.1)
+
+        return lines()
+
+    async def log_history(self, ref: WorkloadRef, *, since: datetime | None = None, limit: int = 500) -> list[LogLine]:
+        for pending_ref, revision, pod, process in list(self._pending.values()):
+            if pending_ref.key == ref.key:
+                self._ingest(pending_ref, revision, pod, process)
+        path = self._history_path(ref.key)
+        if ref.key not in self._workloads or not path.is_file():
+            return []
+        cutoff = datetime.now(UTC) - self.log_retention
+        lines = await asyncio.to_thread(_read_history, path)
+        lines = [line for line in lines if line.ts >= cutoff and (since is None or line.ts >= since)]
+        return lines[-limit:] if limit > 0 else []
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+class _HttpHealth:
+    """`GET /healthz` answers 200; remembers the last other answer for the not-ready message."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.last = ""
+
+    async def __call__(self) -> bool:
+        try:
+            async with httpx.AsyncClient(timeout=2.0) as client:
+                response = await client.get(f"http://{LOOPBACK}:{self.port}{HEALTH_PATH}")
+        except httpx.HTTPError as exc:
+            self.last = f"GET {HEALTH_PATH}: {type(exc).__name__}"
+            return False
+        if response.status_code != 200:
+            self.last = f"GET {HEALTH_PATH} answered {response.status_code}: {response.text[:500]}"
+        return response.status_code == 200
+
+
+def _start_error(pod: str, text: str, log_path: Path, last_probe: str = "") -> InstanceStartError:
+    """The supervisor's failure, told without the platform's paths, with the instance's last lines."""
+    first = text.split(";", 1)[0]
+    try:
+        output = [
+            line for line in log_path.read_text(errors="replace").splitlines() if not line.startswith(SUPERVISOR_BANNER)
+        ][-20:]
+    except OSError:
+        output = []
+    detail = first.replace(first.split(" ", 1)[0], pod, 1)
+    if last_probe:
+        detail += f" ({last_probe})"
+    message = detail + (":\n" + "\n".join(output) if output else "")
+    reason = "ContainerFailed" if "exited with code" in first else "HealthCheckFailed"
+    return InstanceStartError(reason, message)
+
+
+def _read_history(path: Path) -> list[LogLine]:
+    out = []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    for raw in text.splitlines():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            d = json.loads(raw)
+            out.append(LogLine(datetime.fromisoformat(d["ts"]), d["revision"], d["pod"], d["stream"], d["message"]))
+    return out
+
+
+def _line_to_json(line: LogLine) -> dict[str, Any]:
+    return {"ts": line.ts.isoformat(), "revision": line.revision, "pod": line.pod, "stream": line.stream,
+            "message": line.message}
+
+
+def _workload_to_json(workload: Workload) -> dict[str, Any]:
+    return {
+        "ref": asdict(workload.ref),
+        "created_at": workload.created_at.isoformat(),
+        "traffic": [asdict(t) for t in workload.traffic],
+        "revisions": [
+            {
+                "spec": {k: v for k, v in asdict(r.spec).items() if k != "workload"},
+                "created_at": r.created_at.isoformat(),
+                "state": r.state,
+                "reason": r.reason,
+                "message": r.message,
+            }
+            for r in workload.revisions.values()
+        ],
+    }
+
+
+def _workload_from_json(data: dict[str, Any]) -> Workload:
+    ref = WorkloadRef(**data["ref"])
+    workload = Workload(ref=ref, created_at=datetime.fromisoformat(data["created_at"]))
+    workload.traffic = [TrafficTarget(**t) for t in data["traffic"]]
+    for item in data["revisions"]:
+        fields = dict(item["spec"])
+        fields["resources"] = Resources(**fields.get("resources", {}))
+        fields["scaling"] = Scaling(**fields.get("scaling", {}))
+        spec = RevisionSpec(workload=ref, **fields)
+        workload.revisions[spec.revision] = Revision(
+            spec=spec,
+            created_at=datetime.fromisoformat(item["created_at"]),
+            state=item.get("state", "unknown"),
+            reason=item.get("reason", ""),
+            message=item.get("message", ""),
+        )
+    return workload

@@ -1,0 +1,210 @@
+"""Conformance suite for `Builder` adapters.
+
+Use it from a test module that defines a `builder` fixture (the adapter) and a `backend` fixture (its
+registry name), then import the tests:
+
+    from caiplatform.testing.conformance.builder import *  # noqa: F403
+
+Sources come from `caiplatform.testing.sources`; every test writes its own tree under `tmp_path`.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from caiplatform.ports.builder import Builder, BuildError, BuildRequest, Image
+from caiplatform.testing import sources
+from caiplatform.testing.conformance.memorystore import apply_notimpl
+
+__all__ = [
+    "test_build_names_the_image_and_how_it_starts",
+    "test_every_framework_builds",
+    "test_same_source_reuses_the_image",
+    "test_same_source_for_another_workload_has_the_same_digest",
+    "test_changed_source_changes_the_digest",
+    "test_image_is_a_copy_of_the_source",
+    "test_missing_entry_file_fails",
+    "test_missing_entry_name_fails",
+    "test_syntax_error_fails",
+    "test_crew_without_message_placeholder_fails",
+    "test_function_without_handle_fails",
+    "test_missing_toolchain_fails",
+    "test_resolve_and_remove",
+    "test_build_log_receives_lines",
+    "test_requirements_are_installed_into_the_image",
+    "test_uninstallable_requirement_fails_with_pip_output",
+    "apply_notimpl",
+]
+
+notimpl = pytest.mark.notimpl
+REFERENCE = re.compile(r"^registry\.local/cai-([0-9a-f]{8})-([a-z0-9-]+)@sha256:[0-9a-f]{64}$")
+
+
+def request_for(source: Path, framework: str = "langgraph", workload: str | None = None,
+                project: str | None = None, runtime: str | None = None) -> BuildRequest:
+    project = project or str(uuid.uuid4())
+    return BuildRequest(
+        project_id=project,
+        project_short=project[:8],
+        workload=workload or f"w-{secrets.token_hex(3)}",
+        framework=framework,
+        source_dir=source,
+        runtime=runtime,
+    )
+
+
+def tree(tmp_path: Path, files: dict[str, str] | None = None, name: str | None = None) -> Path:
+    return sources.write_tree(tmp_path / (name or f"src-{secrets.token_hex(3)}"), files or sources.LANGGRAPH)
+
+
+async def expect_build_error(builder: Builder, request: BuildRequest, *fragments: str) -> str:
+    with pytest.raises(BuildError) as caught:
+        await builder.build(request)
+    message = caught.value.message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+async def test_build_names_the_image_and_how_it_starts(builder: Builder, tmp_path: Path):
+    request = request_for(tree(tmp_path))
+    image = await builder.build(request)
+    match = REFERENCE.match(image.reference)
+    assert match, image.reference
+    assert match.groups() == (request.project_short, request.workload)
+    assert image.reference.endswith("@" + image.digest)
+    assert image.framework == "langgraph" and not image.reused
+    assert image.command[-2:] == ["-m", "caiplatform.harness"]
+    assert image.env["CAI_FRAMEWORK"] == "langgraph"
+    code_dir = Path(image.env["CAI_CODE_DIR"])
+    assert (code_dir / "graph.py").read_text() == sources.LANGGRAPH["graph.py"]
+
+
+@pytest.mark.parametrize("framework", ["adk", "langgraph", "crewai", "function", "function-nodejs"])
+async def test_every_framework_builds(builder: Builder, tmp_path: Path, framework: str):
+    image = await builder.build(request_for(tree(tmp_path, sources.BY_FRAMEWORK[framework]), framework))
+    assert image.framework == framework and image.env["CAI_FRAMEWORK"] == framework
+
+
+async def test_same_source_reuses_the_image(builder: Builder, tmp_path: Path):
+    request = request_for(tree(tmp_path))
+    first = await builder.build(request)
+    again = await builder.build(request_for(tree(tmp_path), workload=request.workload, project=request.project_id))
+    assert again.reused and again.reference == first.reference and again.digest == first.digest
+    assert again.env == first.env and again.command == first.command
+
+
+async def test_same_source_for_another_workload_has_the_same_digest(builder: Builder, tmp_path: Path):
+    first = await builder.build(request_for(tree(tmp_path)))
+    other = await builder.build(request_for(tree(tmp_path)))
+    assert other.digest == first.digest and other.reference != first.reference
+
+
+async def test_changed_source_changes_the_digest(builder: Builder, tmp_path: Path):
+    first = await builder.build(request_for(tree(tmp_path)))
+    changed = await builder.build(request_for(tree(tmp_path, {**sources.LANGGRAPH, "notes.txt": "v2"})))
+    as_function = await builder.build(request_for(tree(tmp_path, {**sources.LANGGRAPH, **sources.FUNCTION}), "function"))
+    assert len({first.digest, changed.digest, as_function.digest}) == 3
+    assert not changed.reused
+
+
+async def test_image_is_a_copy_of_the_source(builder: Builder, tmp_path: Path):
+    source = tree(tmp_path)
+    image = await builder.build(request_for(source))
+    (source / "graph.py").write_text("graph = None  # edited after the build\n")
+    (source / "extra.py").write_text("x = 1\n")
+    code_dir = Path(image.env["CAI_CODE_DIR"])
+    assert (code_dir / "graph.py").read_text() == sources.LANGGRAPH["graph.py"]
+    assert not (code_dir / "extra.py").exists()
+
+
+async def test_missing_entry_file_fails(builder: Builder, tmp_path: Path):
+    await expect_build_error(builder, request_for(tree(tmp_path, {"main.py": "x = 1\n"}), "adk"), "agent.py", "root_agent")
+    await expect_build_error(builder, request_for(tree(tmp_path, sources.ADK), "langgraph"), "graph.py")
+    await expect_build_error(builder, request_for(tree(tmp_path, sources.ADK), "crewai"), "crew.py")
+    await expect_build_error(builder, request_for(tree(tmp_path, sources.ADK), "function"), "main.py", "handle")
+
+
+async def test_missing_entry_name_fails(builder: Builder, tmp_path: Path):
+    source = tree(tmp_path, {"graph.py": "from langgraph.graph import StateGraph\napp = None\n"})
+    await expect_build_error(builder, request_for(source), "graph.py", "`graph`")
+    source = tree(tmp_path, {"agent.py": "agent = object()\n"})
+    await expect_build_error(builder, request_for(source, "adk"), "agent.py", "`root_agent`")
+
+
+async def test_syntax_error_fails(builder: Builder, tmp_path: Path):
+    source = tree(tmp_path, {"agent.py": "root_agent = (\n"})
+    await expect_build_error(builder, request_for(source, "adk"), "agent.py is not valid Python", "line")
+
+
+async def test_crew_without_message_placeholder_fails(builder: Builder, tmp_path: Path):
+    crew = sources.CREWAI["crew.py"].replace("Answer: {message}", "Answer the question")
+    await expect_build_error(builder, request_for(tree(tmp_path, {"crew.py": crew}), "crewai"), "{message}")
+
+
+async def test_function_without_handle_fails(builder: Builder, tmp_path: Path):
+    await expect_build_error(
+        builder, request_for(tree(tmp_path, {"main.py": "def handler(event):\n    return 1\n"}), "function"), "`handle`")
+    await expect_build_error(
+        builder, request_for(tree(tmp_path, {"index.js": "function handle() {}\n"}), "function-nodejs"), "export")
+
+
+async def test_missing_toolchain_fails(builder: Builder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    for framework, tool in (("function-go", "`go`"), ("function-ruby", "`ruby`"), ("function-nodejs", "`node`")):
+        source = tree(tmp_path, sources.BY_FRAMEWORK[framework])
+        await expect_build_error(builder, request_for(source, framework), tool, "toolchain")
+    # `framework=function` with a `runtime` names the same toolchain.
+    source = tree(tmp_path, sources.GO_FUNCTION)
+    await expect_build_error(builder, request_for(source, "function", runtime="go"), "`go`")
+
+
+async def test_resolve_and_remove(builder: Builder, tmp_path: Path):
+    image = await builder.build(request_for(tree(tmp_path)))
+    resolved = await builder.resolve(image.reference)
+    assert resolved is not None and resolved.digest == image.digest and resolved.env == image.env
+    assert await builder.resolve(image.reference.replace(image.digest, "sha256:" + "0" * 64)) is None
+    await builder.remove(image.reference)
+    assert await builder.resolve(image.reference) is None
+    await builder.remove(image.reference)  # idempotent
+    rebuilt = await builder.build(request_for(tree(tmp_path)))
+    assert rebuilt.digest == image.digest and Path(rebuilt.env["CAI_CODE_DIR"]).is_dir()
+
+
+async def test_build_log_receives_lines(builder: Builder, tmp_path: Path):
+    lines: list[str] = []
+    await builder.build(request_for(tree(tmp_path)), lines.append)
+    assert lines and all(isinstance(line, str) for line in lines)
+
+
+def _image_python_imports(image: Image, module: str) -> bool:
+    result = subprocess.run([image.command[0], "-c", f"import {module}"], capture_output=True, timeout=60)
+    return result.returncode == 0
+
+
+@notimpl(["memory"], reason="the in-memory builder runs everything on the platform's own Python and installs nothing")
+async def test_requirements_are_installed_into_the_image(builder: Builder, tmp_path: Path):
+    # tabulate: a small pure-Python wheel that the platform itself does not depend on.
+    source = tree(tmp_path, {**sources.FUNCTION, "requirements.txt": "tabulate\n"})
+    image = await builder.build(request_for(source, "function"))
+    assert _image_python_imports(image, "tabulate")
+    assert _image_python_imports(image, "caiplatform.harness") or _image_python_imports(image, "caiplatform")
+
+
+@notimpl(["memory"], reason="the in-memory builder installs nothing, so nothing can fail to install")
+async def test_uninstallable_requirement_fails_with_pip_output(builder: Builder, tmp_path: Path):
+    source = tree(tmp_path, {**sources.FUNCTION, "requirements.txt": "./no-such-package-dir\n"})
+    message = await expect_build_error(builder, request_for(source, "function"), "requirements.txt")
+    assert "no-such-package-dir" in message
+    assert len(message) <= 4000 + len("...(truncated)")

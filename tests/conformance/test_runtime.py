@@ -1,0 +1,57 @@
+"""Workload runtime conformance: the in-memory runtime and local processes, both running the tiny app."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import caiplatform
+from caiplatform.ports.builder import Image
+from caiplatform.testing import tiny_app
+from caiplatform.testing.conformance.runtime import *  # noqa: F403
+from caiplatform.testing.conformance.runtime import IDLE_SECONDS, RuntimeKit, apply_notimpl
+
+
+@pytest.fixture(params=["memory", "local"])
+def backend(request) -> str:
+    return request.param
+
+
+def _memory_image(reference: str, env: dict[str, str]) -> Image:
+    return Image(reference=reference, digest=reference.rpartition("@")[2], framework="tiny", env=env)
+
+
+def _local_image(reference: str, env: dict[str, str]) -> Image:
+    # The subprocess sees only what it is given: point it at this checkout's package.
+    package_root = str(Path(caiplatform.__file__).resolve().parent.parent)
+    return Image(
+        reference=reference,
+        digest=reference.rpartition("@")[2],
+        framework="tiny",
+        command=[sys.executable, "-m", "caiplatform.testing.tiny_app"],
+        env={"PYTHONPATH": package_root, **env},
+    )
+
+
+@pytest.fixture
+async def kit(request, backend, tmp_path):
+    apply_notimpl(request, backend)
+    if backend == "memory":
+        from caiplatform.adapters.memory.runtime import InMemoryRuntime
+
+        kit = RuntimeKit(runtime=None, image_for=_memory_image)  # type: ignore[arg-type]
+        kit.runtime = InMemoryRuntime(
+            app_factory=lambda image, env: tiny_app.create_app(env), images=kit.resolve, idle_seconds=IDLE_SECONDS
+        )
+    else:
+        from caiplatform.adapters.local.runtime import LocalProcessRuntime
+
+        kit = RuntimeKit(runtime=None, image_for=_local_image)  # type: ignore[arg-type]
+        kit.runtime = LocalProcessRuntime(tmp_path / "data", images=kit.resolve, idle_seconds=IDLE_SECONDS)
+    await kit.runtime.start()
+    try:
+        yield kit
+    finally:
+        await kit.runtime.close()
