@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from caiplatform.testing.http import asgi_client
-from conftest import bearer
+from caiplatform.testing.serverless import bearer
 
 IMAGE = "registry.local/cai-test-hello@sha256:" + "a" * 64
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.resources import files
@@ -37,6 +38,9 @@ class Database:
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # An in-memory SQLite database is one connection shared by every thread: transactions from two
+        # worker threads would interleave on it, so units of work take turns.
+        self._serial = threading.RLock() if kwargs.get("poolclass") is StaticPool else None
 
     @classmethod
     def in_memory(cls) -> Database:
@@ -58,6 +62,9 @@ class Database:
             yield session
 
     def run_sync(self, fn: Callable[[Session], T]) -> T:
+        if self._serial is not None:
+            with self._serial, self.session() as session:
+                return fn(session)
         with self.session() as session:
             return fn(session)
 

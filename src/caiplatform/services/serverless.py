@@ -774,6 +774,13 @@ class ServerlessService:
             except Exception:  # noqa: BLE001 - one broken service must not keep the platform down
                 log.exception("serverless: could not restore %s", row.name)
 
+    def internal_transport(self, fallback: Any = None) -> Any:
+        """An httpx transport that delivers requests for services' private hostnames through the runtime
+        (and anything else to `fallback`, the network by default): what push delivery uses on one machine."""
+        from caiplatform.services.serverless_triggers import InternalTransport
+
+        return InternalTransport(self.resolve_internal, self.runtime, fallback)
+
     async def resolve_internal(self, host: str) -> tuple[WorkloadRef, float] | None:
         """`<service>.<namespace>[.svc[.cluster.local]]` of a serverless service → its workload."""
         parts = host.lower().split(":", 1)[0].split(".")
