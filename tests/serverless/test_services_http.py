@@ -360,3 +360,26 @@ async def test_healthz(platform):
     body = r.json()
     assert body == {"status": "ok", "service": "serverless", "database": "ok", "sessions": "ok",
                     "kubernetes": "ok", "crd": "ok", "runtime": "memory"}
+
+
+async def test_project_routes_answer_503_without_a_database(http, platform):
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import sessionmaker
+
+    c, pid, member, _, _ = http
+    automation = {"Authorization": "Bearer automation-token-for-tests"}  # resolved without the database
+    working = platform.db._sessions
+    # Nothing listens on port 1: every unit of work fails to connect.
+    platform.db._sessions = sessionmaker(create_engine("postgresql+psycopg://127.0.0.1:1/none",
+                                                       connect_args={"connect_timeout": 1}))
+    try:
+        for call in (c.get(base(pid), headers=automation),
+                     c.post(base(pid), headers=automation, json={"name": "x", "image": IMAGE}),
+                     c.get(f"/v1/projects/{pid}/triggers", headers=automation)):
+            r = await call
+            assert r.status_code == 503, r.text
+            assert r.json()["error"] == ("the platform database is not configured, so project access cannot be "
+                                         "resolved")
+    finally:
+        platform.db._sessions = working
+    assert (await c.get(base(pid), headers=member)).status_code == 200

@@ -124,8 +124,16 @@ class ServerlessService:
 
     # ------------------------------------------------------------------------------------ helpers
 
+    def require_caller(self, principal: Principal) -> None:
+        """A credential that may manage resources (before a body is read); 503 without a database."""
+        try:
+            self.access.require_management(principal)
+        except SQLAlchemyError as exc:
+            log.warning("serverless: the caller could not be resolved: %s", exc)
+            raise Unavailable(NO_DATABASE) from exc
+
     async def project(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef:
-        self.access.require_management(principal)
+        self.require_caller(principal)
         try:
             grant = await self.access.project(
                 principal, project_id, need=Role.ADMIN if admin else Role.MEMBER, bad_id=NotFound
@@ -585,7 +593,7 @@ class ServerlessService:
 
     async def verb(self, principal: Principal, project_id: str, name: str, verb: str, body: Any) -> dict[str, Any]:
         """`POST .../services/{name}:<verb>`; the one verb is `set-traffic`."""
-        self.access.require_management(principal)
+        self.require_caller(principal)
         if verb != "set-traffic":
             raise NotFound(unknown_verb(verb))
         return await self.set_traffic(principal, project_id, name, body)

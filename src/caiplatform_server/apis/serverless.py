@@ -43,7 +43,7 @@ async def list_services(project_id: str, request: Request, principal: Principal 
 @router.post(SERVICES, status_code=202, summary="Create a service (accepted, not yet serving)")
 async def create_service(project_id: str, request: Request, principal: Principal = Depends(principal_of),
                          platform: Platform = Depends(platform_of)) -> JSONResponse:
-    platform.serverless.access.require_management(principal)
+    platform.serverless.require_caller(principal)
     body = await json_body(request, MAX_BODY_BYTES)
     return JSONResponse(await platform.serverless.create(principal, project_id, body), status_code=202)
 
@@ -57,7 +57,7 @@ async def get_service(project_id: str, name: str, principal: Principal = Depends
 @router.patch(SERVICE, summary="Sparse update; a change to the template makes a new revision")
 async def patch_service(project_id: str, name: str, request: Request, principal: Principal = Depends(principal_of),
                         platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    platform.serverless.access.require_management(principal)
+    platform.serverless.require_caller(principal)
     body = await json_body(request, MAX_BODY_BYTES, optional=True)
     return await platform.serverless.patch(principal, project_id, name, body)
 
@@ -75,7 +75,7 @@ async def service_verb(project_id: str, name: str, request: Request, principal: 
     service, colon, verb = name.partition(":")
     if not colon:
         raise MethodNotAllowed("method not allowed")
-    platform.serverless.access.require_management(principal)
+    platform.serverless.require_caller(principal)
     body = await json_body(request, MAX_BODY_BYTES, optional=True)
     return JSONResponse(await platform.serverless.verb(principal, project_id, service, verb, body), status_code=202)
 
@@ -119,7 +119,7 @@ async def list_triggers(project_id: str, request: Request, principal: Principal 
 @router.post(TRIGGERS, status_code=202, summary="Create a trigger (pending, then ready)")
 async def create_trigger(project_id: str, request: Request, principal: Principal = Depends(principal_of),
                          platform: Platform = Depends(platform_of)) -> JSONResponse:
-    platform.serverless.access.require_management(principal)
+    platform.serverless.require_caller(principal)
     body = await json_body(request, MAX_BODY_BYTES)
     return JSONResponse(await platform.serverless.triggers.create(principal, project_id, body), status_code=202)
 
@@ -133,7 +133,7 @@ async def get_trigger(project_id: str, name: str, principal: Principal = Depends
 @router.patch(TRIGGER, summary="Update a trigger's target or source")
 async def patch_trigger(project_id: str, name: str, request: Request, principal: Principal = Depends(principal_of),
                         platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    platform.serverless.access.require_management(principal)
+    platform.serverless.require_caller(principal)
     body = await json_body(request, MAX_BODY_BYTES, optional=True)
     return await platform.serverless.triggers.patch(principal, project_id, name, body)
 
