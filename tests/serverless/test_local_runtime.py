@@ -28,12 +28,12 @@ async def wait_phase(c: httpx.AsyncClient, url: str, phase: str, timeout: float 
         await anyio.sleep(0.2)
 
 
-async def test_service_lifecycle_on_the_local_runtime(tmp_path, settings):
+async def test_service_lifecycle_on_the_local_runtime(tmp_path, settings, clock):
     source = tmp_path / "src"
     source.mkdir()
     for name, text in FUNCTION.items():
         (source / name).write_text(text)
-    platform = Platform.embedded(tmp_path / "data", settings)
+    platform = Platform.embedded(tmp_path / "data", settings, clock=clock)
     await platform.start()
     try:
         project = await platform.serverless.project(Principal.automation(), _default_project(platform))
@@ -77,6 +77,21 @@ async def test_service_lifecycle_on_the_local_runtime(tmp_path, settings):
             assert "caiplatform.testing.tiny_app" in spec["yaml"]
             metrics = (await c.get(f"{base}/tiny/metrics", headers=AUTOMATION)).json()
             assert metrics["instances"]["current"] >= 1 and len(metrics["revisions"]) == 2
+
+            # A schedule trigger fired by the platform's own scheduler task (the clock moves, time passes).
+            trigger = await c.post(f"/v1/projects/{project.id}/triggers", headers=AUTOMATION, json={
+                "name": "cron", "target": {"service": "tiny", "path": "/say?text=fired-by-cron"},
+                "source": {"type": "schedule", "schedule": {"cron": "* * * * *"}}})
+            assert trigger.status_code == 202, trigger.text
+            await platform.serverless.triggers.wait_idle()
+            clock.advance(minutes=1)
+            deadline = time.monotonic() + 20
+            while True:
+                runs = (await c.get(f"/v1/projects/{project.id}/triggers/cron", headers=AUTOMATION)).json()["runs"]
+                if (runs and runs[0]["status"] != "running") or time.monotonic() > deadline:
+                    break
+                await anyio.sleep(0.2)
+            assert len(runs) == 1 and runs[0]["status"] == "succeeded" and runs[0]["http_status"] == 200, runs
     finally:
         await platform.aclose()
 
