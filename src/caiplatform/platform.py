@@ -187,7 +187,6 @@ class Platform:
         self._closers.append(self.memorystores.provisioner.close)
         # Workloads: a restart serves the recorded revisions again (min_scale instances come back warm).
         await self.runtime.start()
-        self._closers.append(self.runtime.close)
         await self._start_serverless()
 
     async def _start_engines(self) -> None:
@@ -263,8 +262,11 @@ class Platform:
             "log_retention": self.settings.log_retention,
         }
         if self.mode == "memory":
-            return self.registry.load("runtime", "memory")(**common)
-        return self.registry.load("runtime", "local")(self.data_dir, supervisor=self.supervisor(), **common)
+            runtime = self.registry.load("runtime", "memory")(**common)
+        else:
+            runtime = self.registry.load("runtime", "local")(self.data_dir, supervisor=self.supervisor(), **common)
+        self._closers.append(runtime.close)  # after the supervisor's, so it runs before it on aclose()
+        return runtime
 
     @cached_property
     def serverless(self) -> ServerlessService:

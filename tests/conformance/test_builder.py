@@ -13,8 +13,14 @@ def backend(request) -> str:
     return request.param
 
 
+@pytest.fixture(scope="module")
+def shared_data_dir(tmp_path_factory):
+    """One data dir for the module: Python environments are shared the way a server shares them."""
+    return tmp_path_factory.mktemp("builder-data")
+
+
 @pytest.fixture
-async def builder(request, backend, tmp_path):
+async def builder(request, backend, shared_data_dir):
     apply_notimpl(request, backend)
     if backend == "memory":
         from caiplatform.adapters.memory.builder import InMemoryBuilder
@@ -23,7 +29,7 @@ async def builder(request, backend, tmp_path):
     else:
         from caiplatform.adapters.local.builder import LocalBuilder
 
-        adapter = LocalBuilder(tmp_path / "data")
+        adapter = LocalBuilder(shared_data_dir)
     try:
         yield adapter
     finally:

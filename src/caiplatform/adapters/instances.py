@@ -130,6 +130,7 @@ class Revision:
     message: str = ""
     instances: list[Instance] = field(default_factory=list)
     starting: int = 0
+    waiting: int = 0  # requests queued for a slot of this revision
 
     @property
     def name(self) -> str:
@@ -142,6 +143,18 @@ class Revision:
     @property
     def concurrency(self) -> int:
         return self.spec.scaling.container_concurrency  # 0: unbounded
+
+    def should_scale_up(self) -> bool:
+        """Start another instance for a request that found no free slot? Only below the ceiling, and only
+        when the instances already starting will not hold every queued request (so a burst on a cold
+        revision starts one instance per `container_concurrency` requests, not one per request)."""
+        if len(self.instances) + self.starting >= self.ceiling:
+            return False
+        if self.starting == 0:
+            return True
+        if self.concurrency == 0:
+            return False  # one unbounded instance on its way takes them all
+        return self.starting * self.concurrency < self.waiting + 1
 
     def free_instance(self) -> Instance | None:
         live = [i for i in self.instances if not i.stopping]
@@ -430,13 +443,20 @@ class InstanceRuntime(WorkloadRuntime):
                     instance = revision.free_instance()
                     if instance is not None:
                         return self._lease(workload, revision, instance)
-                    if len(revision.instances) + revision.starting < revision.ceiling:
-                        break  # room for a cold start: do it outside the lock
+                    if revision.should_scale_up():
+                        break  # a cold start: done outside the lock
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise self._no_capacity(workload, revision, timeout)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.changed.wait(), remaining)
+                waiting_on = revision
+                if waiting_on is not None:
+                    waiting_on.waiting += 1
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.changed.wait(), remaining)
+                finally:
+                    if waiting_on is not None:
+                        waiting_on.waiting -= 1
             revision.starting += 1
         try:
             instance = await self._start(workload, revision, max(0.1, deadline - loop.time()))

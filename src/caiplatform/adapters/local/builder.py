@@ -34,8 +34,8 @@ import anyio
 
 import caiplatform
 from caiplatform.adapters.memory.builder import HARNESS_MODULE, copy_tree
-from caiplatform.build import check_request
 from caiplatform.build.digest import digest_of_reference
+from caiplatform.build.prepare import check_request
 from caiplatform.ports.builder import Builder, BuildError, BuildLog, BuildRequest, Image
 
 PIP_TIMEOUT_SECONDS = 900.0

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import anyio
 
-from caiplatform.build import check_request
 from caiplatform.build.digest import source_files
+from caiplatform.build.prepare import check_request
 from caiplatform.ports.builder import Builder, BuildLog, BuildRequest, Image
 
 HARNESS_MODULE = "caiplatform.harness"

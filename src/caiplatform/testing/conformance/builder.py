@@ -59,8 +59,13 @@ def request_for(source: Path, framework: str = "langgraph", workload: str | None
     )
 
 
+#: A file that makes this run's trees differ from any other run's, so an adapter whose image store
+#: outlives one test (a shared data dir) still builds rather than reuses.
+RUN_NONCE = {"nonce.txt": secrets.token_hex(8)}
+
+
 def tree(tmp_path: Path, files: dict[str, str] | None = None, name: str | None = None) -> Path:
-    return sources.write_tree(tmp_path / (name or f"src-{secrets.token_hex(3)}"), files or sources.LANGGRAPH)
+    return sources.write_tree(tmp_path / (name or f"src-{secrets.token_hex(3)}"), {**(files or sources.LANGGRAPH), **RUN_NONCE})
 
 
 async def expect_build_error(builder: Builder, request: BuildRequest, *fragments: str) -> str:

@@ -49,6 +49,7 @@ __all__ = [
     "test_min_scale_keeps_instances_warm",
     "test_concurrency_and_max_scale_bound_slots",
     "test_max_scale_adds_instances_under_load",
+    "test_burst_on_a_cold_revision_starts_one_instance_per_concurrency",
     "test_logs_live_and_history",
     "test_logs_follow_sees_new_lines",
     "test_logs_none_when_scaled_to_zero",
@@ -222,7 +223,7 @@ async def test_failing_start_leaves_revision_not_ready(kit: RuntimeKit):
 async def test_unhealthy_instance_is_not_ready(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w, image=kit.image(TINY_UNHEALTHY="1"))
-    kit.runtime.readiness_timeout = 3.0  # type: ignore[attr-defined]
+    kit.runtime.readiness_timeout = 1.5  # type: ignore[attr-defined]
     await kit.runtime.apply(s)
     status = await wait_for(kit, w, revision_state(s.revision, "not_ready"), what="not ready")
     assert status.revisions[0].reason == "HealthCheckFailed" and "503" in status.revisions[0].message
@@ -258,7 +259,7 @@ async def test_min_scale_keeps_instances_warm(kit: RuntimeKit):
     s = spec(kit, w, scaling=Scaling(min_scale=2, max_scale=3))
     await ready(kit, s)
     await wait_for(kit, w, lambda st: st.revisions[0].replicas == 2, what="two warm instances")
-    await asyncio.sleep(kit.idle_seconds * 2 + 0.5)
+    await asyncio.sleep(kit.idle_seconds * 1.5 + 0.3)
     assert await replicas(kit, w, s.revision) == 2
 
 
@@ -427,3 +428,14 @@ async def test_revisions_are_immutable(kit: RuntimeKit):
     assert status is not None and len(status.revisions) == 1
     with pytest.raises(WorkloadError):
         await kit.runtime.apply(RevisionSpec(**{**s.__dict__, "env": {"OTHER": "1"}}))
+
+
+async def test_burst_on_a_cold_revision_starts_one_instance_per_concurrency(kit: RuntimeKit):
+    w = ref()
+    s = spec(kit, w, scaling=Scaling(max_scale=5, container_concurrency=10))
+    await ready(kit, s)
+    await wait_for(kit, w, lambda st: st.revisions[0].replicas == 0, timeout=kit.idle_seconds + 15,
+                   what="scaled to zero")
+    bodies = await asyncio.gather(*(get(kit, w, "/sleep?seconds=0.3") for _ in range(8)))
+    assert len({b["instance"] for b in bodies}) == 1  # eight requests fit one instance's ten slots
+    assert await replicas(kit, w, s.revision) == 1

@@ -1,0 +1,32 @@
+"""The first step of every build, shared by the builder adapters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from caiplatform.build.checks import check_source, framework_for
+from caiplatform.build.digest import image_reference, source_digest
+from caiplatform.ports.builder import BuildError, BuildRequest
+
+
+@dataclass(frozen=True)
+class CheckedSource:
+    source: Path
+    framework: str  # `function` + runtime resolved (`function-nodejs`, ...)
+    digest: str
+    reference: str
+
+
+async def check_request(request: BuildRequest, registry_host: str) -> CheckedSource:
+    """The first step of every build: check the entry file, then hash the tree (off the event loop)."""
+    framework = framework_for(request.framework, request.runtime)
+    source = Path(request.source_dir)
+    if not source.is_dir():
+        raise BuildError(f"the source directory of {request.workload} is missing")
+    await anyio.to_thread.run_sync(check_source, source, framework, request.runtime)
+    digest = await anyio.to_thread.run_sync(source_digest, source, framework, request.runtime)
+    reference = image_reference(registry_host, request.project_short, request.workload, digest)
+    return CheckedSource(source, framework, digest, reference)
