@@ -290,9 +290,19 @@ class Platform:
         service = ServerlessService(
             self.db, self.access, self.audit, self.clock, self.pager, runtime, self.hosts, read_secret=read_secret
         )
+        # Buckets that objectstore triggers poll: `<data-dir>/buckets`, a temporary directory in memory.
+        if self.mode == "memory":
+            import tempfile
+
+            holder = tempfile.TemporaryDirectory(prefix="cai-buckets-")
+            self._closers.append(holder.cleanup)
+            buckets = Path(holder.name)
+        else:
+            buckets = self.data_dir / "buckets"
         # Agent and function targets (`find_workload`) and pub/sub sources (`pubsub`) are hooks that the
         # agents and messaging areas fill in.
-        service.triggers = TriggerService(self.db, self.audit, self.clock, self.pager, runtime, service.project)
+        service.triggers = TriggerService(self.db, self.audit, self.clock, self.pager, runtime, service.project,
+                                          buckets_root=buckets)
         return service
 
     async def _start_serverless(self) -> None:

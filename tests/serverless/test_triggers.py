@@ -65,8 +65,9 @@ async def test_trigger_crud_and_validation(http, platform):
         (schedule_body("t1", cron="61 * * * *"), "source.schedule.cron must have five fields"),
         (schedule_body("t1", time_zone="Mars/Olympus"), "is not a known IANA time zone"),
         ({**schedule_body("t1"), "source": {"type": "webhook"}}, "source.type must be one of"),
-        ({**schedule_body("t1"), "source": {"type": "objectstore", "objectstore": {"bucket": "b"}}},
-         "source.type objectstore is not available"),
+        ({**schedule_body("t1"), "source": {"type": "objectstore", "objectstore": {"bucket": "../etc"}}},
+         "source.objectstore.bucket must be a bucket name"),
+        ({**schedule_body("t1"), "source": {"type": "objectstore"}}, "source.objectstore is required"),
         ({**schedule_body("t1"), "source": {"type": "pubsub", "pubsub": {}}}, "source.pubsub.topic is required"),
     ]
     for body, message in bad:
@@ -282,3 +283,43 @@ async def test_internal_hostnames_resolve_only_to_services_of_their_project(plat
         assert found is not None and found[0].name == "target" and found[0].project_id == pid
     for host in ("target.cai-p-other.svc", f"ghost.{ns}.svc", "example.com", f"target.{ns}.svc.cluster"):
         assert await platform.serverless.resolve_internal(host) is None
+
+
+async def test_an_objectstore_trigger_fires_once_per_new_or_changed_object(http, platform, clock, received, users):
+    import json
+    import os
+
+    c, pid, member = http
+    await make_target(c, pid, member)
+    body = {"name": "uploads", "target": {"service": "target", "path": "/objects"},
+            "source": {"type": "objectstore", "objectstore": {"bucket": "inbox", "prefix": "in/"}}}
+    r = await c.post(triggers(pid), headers=member, json=body)
+    assert r.status_code == 202 and r.json()["source"] == {"type": "objectstore",
+                                                            "objectstore": {"bucket": "inbox", "prefix": "in/"}}
+    scheduler = platform.serverless.triggers
+    await scheduler.wait_idle()
+    assert (await c.get(f"{triggers(pid)}/uploads", headers=member)).json()["state"] == "ready"
+    bucket = scheduler.bucket_dir(users.project_short, "inbox")
+    assert bucket.is_dir()
+    since = clock.now().timestamp()
+
+    def put(name: str, text: str, at: float) -> None:
+        path = bucket / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        os.utime(path, (at, at))
+
+    put("in/old.json", "{}", since - 60)  # there before the trigger: never fires
+    put("in/a.json", '{"a": 1}', since + 10)
+    put("other/b.json", "{}", since + 10)  # outside the prefix
+    put("in/.partial", "{}", since + 10)  # hidden: an upload in progress
+    assert await scheduler.run_due(force_poll=True) == 1
+    assert await scheduler.run_due(force_poll=True) == 0
+    (event,) = received.requests
+    assert event["path"] == "/objects" and event["headers"]["ce-type"] == "ai.platform.objectstore.object.v1.finalized"
+    assert json.loads(event["body"]) == {"bucket": "inbox", "name": "in/a.json", "size": 8,
+                                         "updated": json.loads(event["body"])["updated"]}
+    put("in/a.json", '{"a": 22}', since + 20)  # changed: fires again
+    assert await scheduler.run_due(force_poll=True) == 1
+    runs = (await c.get(f"{triggers(pid)}/uploads", headers=member)).json()["runs"]
+    assert len(runs) == 2 and all(run["status"] == "succeeded" for run in runs)

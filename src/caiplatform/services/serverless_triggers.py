@@ -7,7 +7,9 @@
   `delivery_url`; the messaging area delivers each message there as a CloudEvent, and
   `ServerlessService.resolve_internal` (through `InternalTransport`) routes that private hostname to
   the runtime. The messaging side is reached through the small `PushSubscriptions` hook.
-- `objectstore`: refused with a 400 on this platform for now (docs/decisions/serverless.md).
+- `objectstore`: polls a bucket, a directory `<buckets-root>/<project-short>/<bucket>` (the data dir's
+  `buckets/` for the embedded platform), and fires once per new or changed object (one modified after
+  the trigger became ready), claimed by its run row like a schedule occurrence.
 
 A target is a serverless service, or an agent or function found through the `WorkloadFinder` hook the
 agents area provides.
@@ -20,10 +22,12 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import anyio.to_thread
 import httpx
 from croniter import croniter
 from sqlalchemy import select
@@ -55,10 +59,10 @@ AGENT_PATHS = ("/invoke", "/invoke/stream")
 RUNS_SHOWN = 50
 # Occurrences missed while no scheduler ran (a restart) are not replayed beyond this many.
 MAX_CATCH_UP = 3
-OBJECTSTORE_REFUSED = (
-    "source.type objectstore is not available on this platform: there is no object storage to poll; "
-    "use a schedule or pubsub source"
-)
+BUCKET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
+OBJECT_EVENT_TYPE = "ai.platform.objectstore.object.v1.finalized"
+# Buckets are listed at most this often (the scheduler ticks every second).
+OBJECTSTORE_POLL_SECONDS = 5.0
 PUBSUB_UNWIRED = "the messaging service is not available on this platform, so the push subscription cannot be created"
 
 
@@ -96,6 +100,7 @@ class TriggerService:
         *,
         find_workload: WorkloadFinder | None = None,
         pubsub: PushSubscriptions | None = None,
+        buckets_root: Path | None = None,
         acquire_timeout: float = 60.0,
     ):
         self.db = db
@@ -106,7 +111,9 @@ class TriggerService:
         self._project = project
         self.find_workload = find_workload
         self.pubsub = pubsub
+        self.buckets_root = buckets_root
         self.acquire_timeout = acquire_timeout
+        self._polled_at: float | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._scheduler: asyncio.Task[None] | None = None
 
@@ -146,8 +153,8 @@ class TriggerService:
         if kind_of_source not in SOURCE_TYPES:
             raise BadRequest(f"source.type must be one of {', '.join(SOURCE_TYPES)}")
         if kind_of_source == "objectstore":
-            raise BadRequest(OBJECTSTORE_REFUSED)
-        if kind_of_source == "schedule":
+            parsed_source = {"type": "objectstore", "objectstore": _parse_objectstore(source.get("objectstore"))}
+        elif kind_of_source == "schedule":
             parsed_source = {"type": "schedule", "schedule": _parse_schedule(source.get("schedule"))}
         else:
             parsed_source = {"type": "pubsub", "pubsub": _parse_pubsub(source.get("pubsub"))}
@@ -306,7 +313,13 @@ class TriggerService:
         if row is None:
             return
         state, message = "ready", ""
-        if row.source["type"] == "pubsub":
+        if row.source["type"] == "objectstore":
+            bucket = self.bucket_dir(project.short, row.source["objectstore"]["bucket"])
+            if bucket is None:
+                state, message = "pending", "this platform has no object storage (no buckets root is configured)"
+            else:
+                await anyio.to_thread.run_sync(lambda: bucket.mkdir(parents=True, exist_ok=True))
+        elif row.source["type"] == "pubsub":
             if self.pubsub is None:
                 state, message = "pending", PUBSUB_UNWIRED
             else:
@@ -317,10 +330,14 @@ class TriggerService:
                 except Exception as exc:  # noqa: BLE001 - reported on the trigger, retried by a PATCH
                     state, message = "pending", f"the push subscription could not be created: {exc}"
 
+        ready_at = self.clock.now()
+
         def save(session: Session) -> None:
             current = session.get(TriggerRow, trigger_id)
             if current is not None and current.updated_at == row.updated_at:
                 current.state, current.message = state, message
+                if current.source.get("type") == "objectstore" and state == "ready":
+                    current.schedule_from = ready_at  # objects modified from now on fire
 
         await self.db.run(save)
 
@@ -348,10 +365,11 @@ class TriggerService:
                 log.exception("serverless: scheduler tick failed")
             await asyncio.sleep(interval)
 
-    async def run_due(self) -> int:
-        """Fire every schedule occurrence that is due by the clock now; returns how many were fired.
+    async def run_due(self, *, force_poll: bool = False) -> int:
+        """Fire every schedule occurrence that is due by the clock now and every new or changed object of
+        the polled buckets (at most every few seconds, or now with `force_poll`); returns how many fired.
 
-        Each occurrence is claimed by its run row first, so a replica that lost the race skips it."""
+        Each firing is claimed by its run row first, so a replica that lost the race skips it."""
         now = self.clock.now()
         rows = await self.db.run(lambda s: list(s.scalars(
             select(TriggerRow).where(TriggerRow.state == "ready"))))
@@ -362,17 +380,70 @@ class TriggerService:
             for occurrence in _due(row.source["schedule"], row.schedule_from or row.created_at, now):
                 if await self._claim(row, occurrence):
                     claimed.append((row, rfc3339(occurrence)))
-        await asyncio.gather(*(self._fire_schedule(row, occ) for row, occ in claimed))
-        return len(claimed)
+        fired = [self._fire_schedule(row, occ) for row, occ in claimed]
+        polling = any(r.source.get("type") == "objectstore" for r in rows)
+        monotonic = self.clock.monotonic()
+        if polling and (force_poll or self._polled_at is None
+                        or monotonic - self._polled_at >= OBJECTSTORE_POLL_SECONDS):
+            self._polled_at = monotonic
+            for row in rows:
+                if row.source.get("type") == "objectstore":
+                    try:
+                        fired.extend(await self._poll_bucket(row))
+                    except Exception:  # noqa: BLE001 - one unreadable bucket must not stop the others
+                        log.exception("serverless: polling the bucket of trigger %s failed", row.name)
+        await asyncio.gather(*fired)
+        return len(fired)
 
-    async def _claim(self, row: TriggerRow, occurrence: datetime) -> bool:
+    def bucket_dir(self, project_short: str, bucket: str) -> Path | None:
+        return self.buckets_root / project_short / bucket if self.buckets_root is not None else None
+
+    async def _poll_bucket(self, row: TriggerRow) -> list[Awaitable[None]]:
+        """Claims for the bucket's objects modified since the trigger became ready (new or changed)."""
+        from caiplatform.db.models import Project
+
+        project = await self.db.run(lambda s: s.get(Project, row.project_id))
+        source = row.source["objectstore"]
+        bucket = self.bucket_dir(project.short, source["bucket"]) if project is not None else None
+        if bucket is None or row.schedule_from is None:
+            return []
+        since = row.schedule_from.timestamp()
+        objects = await anyio.to_thread.run_sync(_list_objects, bucket, source.get("prefix", ""))
+        candidates = {f"{name}@{mtime_ns}:{size}"[:200]: (name, mtime_ns, size)
+                      for name, mtime_ns, size in objects if mtime_ns / 1e9 > since}
+        if not candidates:
+            return []
+        fired_before = set(await self.db.run(lambda s: s.scalars(select(RunRow.occurrence).where(
+            RunRow.trigger_id == row.id, RunRow.occurrence.in_(list(candidates)))).all()))
+        out: list[Awaitable[None]] = []
+        for occurrence, (name, mtime_ns, size) in candidates.items():
+            if occurrence in fired_before:
+                continue
+            if await self._claim(row, occurrence, move_schedule=False):
+                out.append(self._fire_object(row, occurrence, source["bucket"], name, mtime_ns, size))
+        return out
+
+    async def _fire_object(self, row: TriggerRow, occurrence: str, bucket: str, name: str, mtime_ns: int,
+                           size: int) -> None:
+        """A CloudEvent in binary mode: the object's metadata as the JSON body, the envelope in headers."""
+        updated = rfc3339(datetime.fromtimestamp(mtime_ns / 1e9, tz=UTC))
+        body = json.dumps({"bucket": bucket, "name": name, "size": size, "updated": updated}).encode()
+        headers = {
+            "content-type": "application/json", "ce-specversion": "1.0", "ce-type": OBJECT_EVENT_TYPE,
+            "ce-id": occurrence, "ce-source": f"buckets/{bucket}", "ce-subject": f"objects/{name}",
+            "ce-time": updated, "x-cai-trigger": row.name,
+        }
+        await self._deliver(row, occurrence, body, headers)
+
+    async def _claim(self, row: TriggerRow, occurrence: datetime | str, *, move_schedule: bool = True) -> bool:
         now = self.clock.now()
+        key = occurrence if isinstance(occurrence, str) else rfc3339(occurrence)
 
         def run(session: Session) -> None:
-            session.add(RunRow(trigger_id=row.id, occurrence=rfc3339(occurrence), status="running", error="",
-                               started_at=now))
+            session.add(RunRow(trigger_id=row.id, occurrence=key, status="running", error="", started_at=now))
             current = session.get(TriggerRow, row.id)
-            if current is not None and (current.schedule_from is None or current.schedule_from < occurrence):
+            if move_schedule and isinstance(occurrence, datetime) and current is not None and (
+                    current.schedule_from is None or current.schedule_from < occurrence):
                 current.schedule_from = occurrence
 
         try:
@@ -459,6 +530,39 @@ def _parse_schedule(raw: Any) -> dict[str, Any]:
         # The document's payload is a JSON string; an object is accepted and sent as its JSON text.
         payload = json.dumps(payload)
     return {"cron": " ".join(cron.split()), "time_zone": zone, "payload": payload}
+
+
+def _parse_objectstore(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise BadRequest("source.objectstore is required: {bucket, prefix}")
+    bucket = raw.get("bucket")
+    if not isinstance(bucket, str) or not BUCKET_NAME.match(bucket) or ".." in bucket:
+        raise BadRequest("source.objectstore.bucket must be a bucket name: 1 to 63 lowercase letters, digits, "
+                         "hyphens and dots, starting and ending with a letter or digit")
+    prefix = raw.get("prefix")
+    prefix = "" if prefix is None else prefix
+    if not isinstance(prefix, str) or prefix.startswith("/") or ".." in prefix.split("/"):
+        raise BadRequest("source.objectstore.prefix must be a relative object name prefix")
+    return {"bucket": bucket, "prefix": prefix}
+
+
+def _list_objects(bucket: Path, prefix: str) -> list[tuple[str, int, int]]:
+    """(object name, mtime in ns, size) of every regular file below the bucket whose name starts with
+    `prefix`; hidden files (names starting with a dot, e.g. partial uploads) are left out."""
+    out: list[tuple[str, int, int]] = []
+    if not bucket.is_dir():
+        return out
+    for path in bucket.rglob("*"):
+        name = path.relative_to(bucket).as_posix()
+        if any(part.startswith(".") for part in name.split("/")) or not name.startswith(prefix):
+            continue
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        if path.is_file():
+            out.append((name, stat.st_mtime_ns, stat.st_size))
+    return sorted(out)
 
 
 def _parse_pubsub(raw: Any) -> dict[str, Any]:
