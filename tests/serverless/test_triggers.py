@@ -323,3 +323,88 @@ async def test_an_objectstore_trigger_fires_once_per_new_or_changed_object(http,
     assert await scheduler.run_due(force_poll=True) == 1
     runs = (await c.get(f"{triggers(pid)}/uploads", headers=member)).json()["runs"]
     assert len(runs) == 2 and all(run["status"] == "succeeded" for run in runs)
+
+
+class FakeTopics:
+    """The two calls `TopicPushSubscriptions` makes on the messaging area's `TopicService`."""
+
+    def __init__(self):
+        self.ready = False
+        self.created: list[tuple[str, str, dict]] = []
+        self.deleted: list[tuple[str, str]] = []
+
+    async def create_subscription(self, principal, project_id, topic, body):
+        from caiplatform.errors import Conflict
+
+        assert principal.kind.value == "internal"
+        if not self.ready:
+            raise Conflict("the topic is not ready yet; poll it until state.ready is true, then retry")
+        if any(name == body["name"] for _, name, _ in self.created):
+            raise Conflict("a subscription with that name already exists on this topic")
+        self.created.append((topic, body["name"], body))
+        return {}
+
+    async def delete_subscription(self, principal, project_id, topic, name):
+        from caiplatform.errors import NotFound
+
+        if not any(n == name for _, n, _ in self.created):
+            raise NotFound("subscription not found")
+        self.deleted.append((topic, name))
+        return {}
+
+
+async def test_pubsub_trigger_waits_for_its_topic_through_the_messaging_adapter(http, platform):
+    from caiplatform.services.serverless_triggers import TopicPushSubscriptions
+
+    c, pid, member = http
+    await make_target(c, pid, member)
+    topics = FakeTopics()
+    platform.serverless.triggers.pubsub = TopicPushSubscriptions(topics)
+    body = {"name": "on-event", "target": {"service": "target", "path": "/events"},
+            "source": {"type": "pubsub", "pubsub": {"topic": "events"}}}
+    created = (await c.post(triggers(pid), headers=member, json=body)).json()
+    await platform.serverless.triggers.wait_idle()
+    pending = (await c.get(f"{triggers(pid)}/on-event", headers=member)).json()
+    assert pending["state"] == "pending" and "not ready" in pending["message"]
+    topics.ready = True
+    await platform.serverless.triggers.run_due(force_poll=True)
+    ready = (await c.get(f"{triggers(pid)}/on-event", headers=member)).json()
+    assert ready["state"] == "ready" and "message" not in ready
+    ((topic, name, sub),) = topics.created
+    assert topic == "events" and name == "trigger-on-event"
+    assert sub["deliver"] == {"mode": "push", "push": {"url": created["delivery_url"],
+                                                       "content_mode": "cloudevents-binary"}}
+    # Set up again (e.g. after a PATCH): an existing subscription is fine.
+    await TopicPushSubscriptions(topics).ensure_push_subscription(pid, "events", "trigger-on-event", "u", "m")
+    assert (await c.delete(f"{triggers(pid)}/on-event", headers=member)).status_code == 204
+    assert topics.deleted == [("events", "trigger-on-event")]
+    await TopicPushSubscriptions(topics).delete_push_subscription(pid, "events", "gone")  # idempotent
+
+
+class RecordingPushTargets:
+    """The messaging area's `PushTargets` registration calls."""
+
+    def __init__(self):
+        self.routes: dict[str, tuple[str, httpx.AsyncBaseTransport]] = {}
+
+    def register(self, service, namespace, base_url, transport=None):
+        self.routes[f"{service}.{namespace}"] = (base_url, transport)
+
+    def unregister(self, service, namespace):
+        self.routes.pop(f"{service}.{namespace}", None)
+
+
+async def test_services_register_their_private_hostname_for_push_delivery(http, platform, users, received):
+    c, pid, member = http
+    targets = RecordingPushTargets()
+    platform.serverless.push_targets = targets
+    await make_target(c, pid, member, name="sink")
+    key = f"sink.cai-p-{users.project_short}"
+    base_url, transport = targets.routes[key]
+    assert base_url == f"http://{key}.svc.cluster.local"
+    async with httpx.AsyncClient(transport=transport) as client:
+        assert (await client.post(base_url + "/pushed", content=b"x")).status_code == 200
+    assert received.requests[-1]["path"] == "/pushed"
+    admin = bearer(platform, (await project_users(platform, prefix="push")).admin)
+    assert (await c.delete(f"/v1/projects/{pid}/services/sink", headers=admin)).status_code == 204
+    assert key not in targets.routes

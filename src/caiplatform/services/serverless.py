@@ -121,6 +121,11 @@ class ServerlessService:
         self.acquire_timeout = acquire_timeout
         # The triggers of this API (`TriggerService`), attached by the platform.
         self.triggers: Any = None
+        # Where the messaging area's push delivery looks up `http://<service>.<namespace>` hosts
+        # (`register(service, namespace, base_url, transport)`, `unregister(service, namespace)`); wired
+        # by the platform when messaging is present.
+        self.push_targets: Any = None
+        self._transport: Any = None
 
     # ------------------------------------------------------------------------------------ helpers
 
@@ -466,6 +471,7 @@ class ServerlessService:
             raise InternalError(f"create service: {exc}") from exc
         row = await self._observed(row.id, 1)
         self._publish(project, spec)
+        self._route_internal(project, spec.name, True)
         return await self._view_of(project, row, [rev])
 
     async def _observed(self, service_id: str, generation: int) -> ServiceRow:
@@ -636,6 +642,7 @@ class ServerlessService:
         await self.project(principal, project_id, admin=True)
         await self.runtime.delete(self.ref(project, name))
         self.hosts.unregister(self.hosts.host_for(name, project.short))
+        self._route_internal(project, name, False)
 
         def run(session: Session) -> None:
             session.execute(ServiceRow.__table__.delete().where(ServiceRow.id == row.id))
@@ -773,6 +780,7 @@ class ServerlessService:
         for project, row, rows in await self.db.run(run):
             spec = ServiceSpec.model_validate(row.spec)
             self._publish(project, spec)
+            self._route_internal(project, row.name, True)
             try:
                 if await self.runtime.status(self.ref(project, row.name)) is None:
                     # Oldest first, so that the newest is the runtime's latest revision again.
@@ -788,6 +796,18 @@ class ServerlessService:
         from caiplatform.services.serverless_triggers import InternalTransport
 
         return InternalTransport(self.resolve_internal, self.runtime, fallback)
+
+    def _route_internal(self, project: ProjectRef, name: str, present: bool) -> None:
+        """Tell push delivery where this service's private hostname goes (or that it is gone)."""
+        if self.push_targets is None:
+            return
+        if not present:
+            self.push_targets.unregister(name, project.namespace)
+            return
+        if self._transport is None:
+            self._transport = self.internal_transport()
+        self.push_targets.register(name, project.namespace, f"http://{self.internal_host(project, name)}",
+                                   self._transport)
 
     async def resolve_internal(self, host: str) -> tuple[WorkloadRef, float] | None:
         """`<service>.<namespace>[.svc[.cluster.local]]` of a serverless service → its workload."""

@@ -79,6 +79,30 @@ class PushSubscriptions(Protocol):
         ...
 
 
+class TopicPushSubscriptions:
+    """`PushSubscriptions` over the messaging area's `TopicService` (`create_subscription`,
+    `delete_subscription`), acting as the platform itself."""
+
+    def __init__(self, topics: Any):
+        self.topics = topics
+
+    async def ensure_push_subscription(self, project_id: str, topic: str, subscription: str, push_url: str,
+                                       content_mode: str) -> None:
+        body = {"name": subscription, "deliver": {"mode": "push", "push": {"url": push_url,
+                                                                             "content_mode": content_mode}}}
+        try:
+            await self.topics.create_subscription(Principal.internal(), project_id, topic, body)
+        except Conflict as exc:
+            if "already exists" not in exc.message:  # not ready yet, budget, ...: the trigger stays pending
+                raise
+
+    async def delete_push_subscription(self, project_id: str, topic: str, subscription: str) -> None:
+        try:
+            await self.topics.delete_subscription(Principal.internal(), project_id, topic, subscription)
+        except NotFound:
+            pass
+
+
 #: (project_id, name) → (the workload of an agent or function named so, its kind) or None.
 WorkloadFinder = Callable[[str, str], Awaitable[tuple[WorkloadRef, str] | None]]
 ProjectResolver = Callable[[Principal, str], Awaitable[ProjectRef]]
@@ -381,11 +405,13 @@ class TriggerService:
                 if await self._claim(row, occurrence):
                     claimed.append((row, rfc3339(occurrence)))
         fired = [self._fire_schedule(row, occ) for row, occ in claimed]
-        polling = any(r.source.get("type") == "objectstore" for r in rows)
         monotonic = self.clock.monotonic()
-        if polling and (force_poll or self._polled_at is None
-                        or monotonic - self._polled_at >= OBJECTSTORE_POLL_SECONDS):
+        if force_poll or self._polled_at is None or monotonic - self._polled_at >= OBJECTSTORE_POLL_SECONDS:
             self._polled_at = monotonic
+            try:
+                await self._retry_pending()
+            except Exception:  # noqa: BLE001 - retried at the next poll
+                log.exception("serverless: setting up pending pubsub triggers failed")
             for row in rows:
                 if row.source.get("type") == "objectstore":
                     try:
@@ -394,6 +420,23 @@ class TriggerService:
                         log.exception("serverless: polling the bucket of trigger %s failed", row.name)
         await asyncio.gather(*fired)
         return len(fired)
+
+    async def _retry_pending(self) -> None:
+        """A pubsub trigger stays pending until its topic and subscription are ready: try again."""
+        if self.pubsub is None:
+            return
+        from caiplatform.db.models import Project
+
+        def pending(session: Session) -> list[tuple[ProjectRef, str]]:
+            out = []
+            for row in session.scalars(select(TriggerRow).where(TriggerRow.state == "pending")):
+                project = session.get(Project, row.project_id)
+                if row.source.get("type") == "pubsub" and project is not None:
+                    out.append((ProjectRef.of(project), row.id))
+            return out
+
+        for project, trigger_id in await self.db.run(pending):
+            await self._reconcile(project, trigger_id)
 
     def bucket_dir(self, project_short: str, bucket: str) -> Path | None:
         return self.buckets_root / project_short / bucket if self.buckets_root is not None else None
