@@ -307,13 +307,16 @@ class Platform:
 
     async def _start_serverless(self) -> None:
         """Services the runtime does not know come back; the trigger scheduler starts."""
-        from caiplatform.services.serverless_triggers import TopicPushSubscriptions
+        from caiplatform.services.serverless_triggers import TopicPushSubscriptions, directory_finder
 
         if hasattr(type(self), "push_targets") and hasattr(type(self), "topics"):
             # The messaging area is present: pub/sub triggers get push subscriptions, and push delivery
             # reaches services' private hostnames through the runtime.
             self.serverless.push_targets = self.push_targets
             self.serverless.triggers.pubsub = TopicPushSubscriptions(self.topics)
+        if hasattr(type(self), "agents"):
+            # The agents area is present: triggers may target agents and functions (its directory).
+            self.serverless.triggers.find_workload = directory_finder(self.agents)
         await self.serverless.start()
         self.serverless.triggers.start()
         self._closers.append(self.serverless.triggers.close)

@@ -256,15 +256,30 @@ async def test_pubsub_trigger_creates_a_push_subscription_whose_url_reaches_the_
     assert hook.deleted == ["trigger-on-order"]
 
 
-async def test_agent_targets_must_set_an_invoke_path(http, platform, users):
+class FakeDirectory:
+    """The agents area's `AgentDirectory.invoke_target` for one agent."""
+
+    def __init__(self, target):
+        self.target = target
+
+    async def invoke_target(self, principal, name, project):
+        from caiplatform.errors import NotFound
+
+        if name != self.target.agent or project != self.target.project_id:
+            raise NotFound(f"unknown agent: {name}")
+        return self.target
+
+
+async def test_a_schedule_fires_an_agent_through_the_directory(http, platform, users, clock, received):
+    from caiplatform.ports.runtime import RevisionSpec
+    from caiplatform.services.agent_directory import InvokeTarget
+    from caiplatform.services.serverless_triggers import directory_finder
+
     c, pid, member = http
-
-    async def find(project_id: str, name: str):
-        if name == "helper":
-            return WorkloadRef(project_id, users.project_short, "helper", kind="agent"), "agent"
-        return None
-
-    platform.serverless.triggers.find_workload = find
+    workload = WorkloadRef(pid, users.project_short, "helper", kind="agent")
+    await platform.runtime.apply(RevisionSpec(workload, "helper-00001", 1, "registry.local/cai-x-helper@sha256:1"))
+    target = InvokeTarget("helper", "agent-id", pid, users.project_short, "agent", "langgraph", workload)
+    platform.serverless.triggers.find_workload = directory_finder(FakeDirectory(target))
     body = {"name": "agent-cron", "target": {"service": "helper"},
             "source": {"type": "schedule", "schedule": {"cron": "0 * * * *", "payload": '{"message": "hello"}'}}}
     r = await c.post(triggers(pid), headers=member, json=body)
@@ -272,6 +287,12 @@ async def test_agent_targets_must_set_an_invoke_path(http, platform, users):
     body["target"]["path"] = "/invoke"
     r = await c.post(triggers(pid), headers=member, json=body)
     assert r.status_code == 202 and r.json()["delivery_url"].endswith("/invoke")
+    await platform.serverless.triggers.wait_idle()
+    clock.advance(hours=1)
+    assert await platform.serverless.triggers.run_due() == 1
+    (request,) = received.requests
+    assert request["path"] == "/invoke" and request["body"] == '{"message": "hello"}'
+    assert request["revision"] == "helper-00001"
 
 
 async def test_internal_hostnames_resolve_only_to_services_of_their_project(platform, users, http):

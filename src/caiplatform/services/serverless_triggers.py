@@ -108,6 +108,21 @@ WorkloadFinder = Callable[[str, str], Awaitable[tuple[WorkloadRef, str] | None]]
 ProjectResolver = Callable[[Principal, str], Awaitable[ProjectRef]]
 
 
+def directory_finder(directory: Any) -> WorkloadFinder:
+    """A `WorkloadFinder` over the agents area's `AgentDirectory` (agents and functions by name)."""
+
+    async def find(project_id: str, name: str) -> tuple[WorkloadRef, str] | None:
+        try:
+            target = await directory.invoke_target(Principal.internal(), name, project_id)
+        except NotFound:
+            return None
+        if target.project_id != project_id:
+            return None
+        return target.workload, target.kind
+
+    return find
+
+
 def subscription_name(trigger: str) -> str:
     return f"trigger-{trigger}"
 
