@@ -383,3 +383,39 @@ async def test_project_routes_answer_503_without_a_database(http, platform):
     finally:
         platform.db._sessions = working
     assert (await c.get(base(pid), headers=member)).status_code == 200
+
+
+async def test_a_revision_that_cannot_start_is_accepted_and_reported(http):
+    c, pid, member, _, _ = http
+    r = await c.post(base(pid), headers=member, json={
+        "name": "cfg", "image": IMAGE, "env_from": [{"config_map_name": "settings"}]})
+    assert r.status_code == 202, r.text
+    svc = r.json()
+    assert svc["status"]["phase"] == "NotReady"
+    assert svc["status"]["conditions"][1]["reason"] == "CreateContainerConfigError"
+    split = await c.post(f"{base(pid)}/cfg:set-traffic", headers=member,
+                         json={"traffic": [{"latest_revision": True, "percent": 100, "tag": "main"}]})
+    assert split.status_code == 202, split.text
+    fixed = await c.patch(f"{base(pid)}/cfg", headers=member, json={"env_from": [
+        {"config_map_name": "settings", "optional": True}, {"secret_name": "absent", "optional": True}]})
+    assert fixed.status_code == 200 and fixed.json()["status"]["latest_created_revision"] == "cfg-00002"
+    assert (await c.get(f"{base(pid)}/cfg", headers=member)).json()["status"]["phase"] == "Ready"
+    bad = await c.post(base(pid), headers=member, json={"name": "x", "image": IMAGE, "env_from": [{}]})
+    assert bad.status_code == 400 and "exactly one of secret_name or config_map_name" in bad.json()["error"]
+
+
+async def test_env_from_secrets_reach_the_revision_and_never_the_spec(http, platform, users, received):
+    c, pid, member, _, _ = http
+    await platform.secrets.put(users.member, pid, {"name": "db-password", "value": "hunter2-hunter2"})
+    await platform.secrets.put(users.member, pid, {"name": "bundle", "value": '{"TOKEN_A": "ta", "PLAIN_B": "pb"}'})
+    await create(c, pid, member, name="withsecrets",
+                 env_from=[{"secret_name": "db-password"}, {"secret_name": "bundle"}])
+    host = f"withsecrets-{users.project_short}.apps.localhost"
+    await c.patch(f"{base(pid)}/withsecrets", headers=member, json={"publish": {"enabled": True}})
+    echoed = (await c.post("/env", headers={"Host": host})).json()["env"]
+    assert echoed["DB_PASSWORD"] == "hunter2-hunter2" and echoed["TOKEN_A"] == "ta" and echoed["PLAIN_B"] == "pb"
+    spec = (await c.get(f"{base(pid)}/withsecrets/spec", headers=member)).json()["yaml"]
+    assert "hunter2" not in spec and "db-password" in spec
+    missing = await create(c, pid, member, name="nosecret", env_from=[{"secret_name": "absent"}])
+    assert missing["status"]["conditions"][1]["reason"] == "CreateContainerConfigError"
+    assert "absent" in missing["status"]["conditions"][1]["message"]

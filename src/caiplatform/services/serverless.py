@@ -266,6 +266,13 @@ class ServerlessService:
         await self.runtime.apply(self.revision_spec(project, row.name, revision.number, revision.template, secret_env),
                                  targets)
 
+    async def _push_traffic(self, project: ProjectRef, name: str, spec: ServiceSpec) -> None:
+        try:
+            await self.runtime.set_traffic(self.ref(project, name), self._targets(spec))
+        except LookupError:
+            # No revision reached the runtime yet (none could start): the split goes with the first one.
+            pass
+
     async def _mark_revision(self, service_id: str, number: int, reason: str, message: str) -> None:
         def run(session: Session) -> None:
             rev = session.get(ServerlessRevision, (service_id, number))
@@ -571,7 +578,7 @@ class ServerlessService:
             if rev is not None:
                 await self._apply_revision(project, saved, rev, [rev, *rows])
             elif candidate.traffic != current.traffic and self._runnable(candidate, rows):
-                await self.runtime.set_traffic(self.ref(project, name), self._targets(candidate))
+                await self._push_traffic(project, name, candidate)
         except Exception as exc:
             await self._undo(row, rev, current, old_generation)
             if isinstance(exc, WorkloadError):
@@ -628,7 +635,7 @@ class ServerlessService:
         await self.db.run(save)
         if self._runnable(candidate, rows):
             try:
-                await self.runtime.set_traffic(self.ref(project, name), self._targets(candidate))
+                await self._push_traffic(project, name, candidate)
             except WorkloadError as exc:
                 await self._undo(row, None, current, old_generation)
                 raise BadRequest(f"rejected by the cluster: {exc.message}") from exc
