@@ -302,8 +302,26 @@ async def test_internal_hostnames_resolve_only_to_services_of_their_project(plat
     for host in (f"target.{ns}", f"target.{ns}.svc", f"target.{ns}.svc.cluster.local"):
         found = await platform.serverless.resolve_internal(host)
         assert found is not None and found[0].name == "target" and found[0].project_id == pid
-    for host in ("target.cai-p-other.svc", f"ghost.{ns}.svc", "example.com", f"target.{ns}.svc.cluster"):
+    for host in ("target.cai-p-other.svc", f"ghost.{ns}.svc", "example.com", f"target.{ns}.svc.cluster",
+                 f"blue-target.{ns}.svc"):
         assert await platform.serverless.resolve_internal(host) is None
+
+
+async def test_tagged_internal_addresses_reach_their_revision(platform, users, http, received):
+    c, pid, member = http
+    await make_target(c, pid, member)
+    url = f"/v1/projects/{pid}/services/target"
+    await c.patch(url, headers=member, json={"env": {"V": "2"}})
+    split = await c.post(f"{url}:set-traffic", headers=member, json={"traffic": [
+        {"revision_name": "target-00001", "percent": 0, "tag": "blue"},
+        {"latest_revision": True, "percent": 100}]})
+    assert split.status_code == 202
+    tagged = next(t for t in split.json()["status"]["traffic"] if t["tag"] == "blue")
+    assert tagged["url"] == f"http://blue-target.cai-p-{users.project_short}.svc.cluster.local"
+    async with httpx.AsyncClient(transport=platform.serverless.internal_transport()) as client:
+        assert (await client.post(tagged["url"] + "/x")).json()["revision"] == "target-00001"
+        plain = tagged["url"].replace("blue-target", "target")
+        assert (await client.post(plain + "/x")).json()["revision"] == "target-00002"
 
 
 async def test_an_objectstore_trigger_fires_once_per_new_or_changed_object(http, platform, clock, received, users):

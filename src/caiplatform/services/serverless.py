@@ -816,23 +816,30 @@ class ServerlessService:
         self.push_targets.register(name, project.namespace, f"http://{self.internal_host(project, name)}",
                                    self._transport)
 
-    async def resolve_internal(self, host: str) -> tuple[WorkloadRef, float] | None:
-        """`<service>.<namespace>[.svc[.cluster.local]]` of a serverless service → its workload."""
+    async def resolve_internal(self, host: str) -> tuple[WorkloadRef, float, str | None] | None:
+        """`[<tag>-]<service>.<namespace>[.svc[.cluster.local]]` of a serverless service → its workload,
+        its request timeout and the traffic tag the host names (None: the split decides)."""
         parts = host.lower().split(":", 1)[0].split(".")
         if len(parts) not in (2, 3, 5) or not parts[1].startswith("cai-p-"):
             return None
         if parts[2:] not in ([], ["svc"], ["svc", "cluster", "local"]):
             return None
-        name, short = parts[0], parts[1][len("cai-p-"):]
+        label, short = parts[0], parts[1][len("cai-p-"):]
 
-        def run(session: Session) -> tuple[WorkloadRef, float] | None:
+        def run(session: Session) -> tuple[WorkloadRef, float, str | None] | None:
             project = session.scalar(select(Project).where(Project.short == short))
             if project is None:
                 return None
-            row = session.scalar(select(ServiceRow).where(ServiceRow.project_id == project.id, ServiceRow.name == name))
-            if row is None:
-                return None
-            return WorkloadRef(project.id, project.short, name, kind="service"), float(row.spec.get("timeout_seconds", 300))
+            rows = session.scalars(select(ServiceRow).where(ServiceRow.project_id == project.id)).all()
+            for row in sorted(rows, key=lambda r: len(r.name), reverse=True):
+                tag = None
+                if label != row.name:
+                    tag = label.removesuffix("-" + row.name) if label.endswith("-" + row.name) else ""
+                    if not tag or tag not in {e.get("tag") for e in row.spec.get("traffic", [])}:
+                        continue
+                ref = WorkloadRef(project.id, project.short, row.name, kind="service")
+                return ref, float(row.spec.get("timeout_seconds", 300)), tag
+            return None
 
         return await self.db.run(run)
 

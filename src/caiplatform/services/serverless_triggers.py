@@ -665,7 +665,7 @@ class InternalTransport(httpx.AsyncBaseTransport):
     the network. The messaging area's push deliverer uses it so that pubsub triggers reach services
     on one machine."""
 
-    def __init__(self, resolve: Callable[[str], Awaitable[tuple[WorkloadRef, float] | None]],
+    def __init__(self, resolve: Callable[[str], Awaitable[tuple[WorkloadRef, float, str | None] | None]],
                  runtime: WorkloadRuntime, fallback: httpx.AsyncBaseTransport | None = None):
         self._resolve = resolve
         self._runtime = runtime
@@ -675,8 +675,8 @@ class InternalTransport(httpx.AsyncBaseTransport):
         found = await self._resolve(request.url.host)
         if found is None:
             return await self._fallback.handle_async_request(request)
-        ref, timeout = found
-        endpoint = await self._runtime.acquire(ref, timeout=timeout)
+        ref, timeout, tag = found
+        endpoint = await self._runtime.acquire(ref, timeout=timeout, tag=tag)
         try:
             async with endpoint.client(timeout=timeout) as client:
                 target = endpoint.base_url.rstrip("/") + request.url.raw_path.decode("ascii")
