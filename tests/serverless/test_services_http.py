@@ -419,3 +419,20 @@ async def test_env_from_secrets_reach_the_revision_and_never_the_spec(http, plat
     missing = await create(c, pid, member, name="nosecret", env_from=[{"secret_name": "absent"}])
     assert missing["status"]["conditions"][1]["reason"] == "CreateContainerConfigError"
     assert "absent" in missing["status"]["conditions"][1]["message"]
+
+
+async def test_start_hands_a_forgetful_runtime_every_accepted_revision_and_the_split(http, platform):
+    c, pid, member, _, _ = http
+    await create(c, pid, member, name="keep")
+    url = f"{base(pid)}/keep"
+    await c.patch(url, headers=member, json={"env": {"V": "2"}})
+    split = {"traffic": [{"revision_name": "keep-00001", "percent": 40}, {"revision_name": "keep-00002", "percent": 60}]}
+    assert (await c.post(f"{url}:set-traffic", headers=member, json=split)).status_code == 202
+    project = await platform.serverless.project(platform_admin(), pid)
+    await platform.runtime.delete(platform.serverless.ref(project, "keep"))  # a runtime that lost its state
+    assert (await c.get(url, headers=member)).json()["status"]["phase"] == "Pending"
+    await platform.serverless.start()
+    svc = (await c.get(url, headers=member)).json()
+    assert svc["status"]["latest_created_revision"] == "keep-00002"
+    assert sorted((t["revision_name"], t["percent"]) for t in svc["status"]["traffic"]) == [
+        ("keep-00001", 40), ("keep-00002", 60)]

@@ -248,7 +248,7 @@ class ServerlessService:
         return not any(e.revision_name in failed for e in spec.traffic)
 
     async def _apply_revision(self, project: ProjectRef, row: ServiceRow, revision: ServerlessRevision,
-                              revisions: list[ServerlessRevision]) -> None:
+                              revisions: list[ServerlessRevision], *, with_traffic: bool = True) -> None:
         """Hand a new revision to the runtime, or record why it cannot run (accepted, not ready)."""
         problem = await self._problem(project, revision.template)
         secret_env: dict[str, str] = {}
@@ -262,7 +262,7 @@ class ServerlessService:
             revision.reason, revision.message = problem
             return
         spec = ServiceSpec.model_validate(row.spec)
-        targets = self._targets(spec) if self._runnable(spec, revisions) else None
+        targets = self._targets(spec) if with_traffic and self._runnable(spec, revisions) else None
         await self.runtime.apply(self.revision_spec(project, row.name, revision.number, revision.template, secret_env),
                                  targets)
 
@@ -790,10 +790,13 @@ class ServerlessService:
             self._route_internal(project, row.name, True)
             try:
                 if await self.runtime.status(self.ref(project, row.name)) is None:
-                    # Oldest first, so that the newest is the runtime's latest revision again.
+                    # Oldest first, so that the newest is the runtime's latest revision again; the split
+                    # goes last, once every revision it names exists.
                     for rev in reversed(rows):
                         if not rev.reason:
-                            await self._apply_revision(project, row, rev, rows)
+                            await self._apply_revision(project, row, rev, rows, with_traffic=False)
+                    if self._runnable(spec, rows):
+                        await self._push_traffic(project, row.name, spec)
             except Exception:  # noqa: BLE001 - one broken service must not keep the platform down
                 log.exception("serverless: could not restore %s", row.name)
 
