@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from caiplatform.services.invoke import InvokeService
     from caiplatform.services.memorystore import MemoryStoreService
     from caiplatform.services.vector import IndexService
+    from caiplatform.services.serverless import ServerlessService
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +240,7 @@ class Platform:
         self._closers.append(self.indexes.engine.close)
         self._closers.append(self.indexes.wait_reconciled)
         await self.indexes.start()
+        await self._start_serverless()
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
@@ -389,6 +391,57 @@ class Platform:
             max_points=self.settings.vector_max_points_per_request, max_top_k=self.settings.vector_max_top_k,
             checks={"database": database, "kubernetes": kubernetes},
         )
+    def serverless(self) -> ServerlessService:
+        return self._build_serverless()
+
+    def _build_serverless(self) -> ServerlessService:
+        from caiplatform.errors import NotFound
+        from caiplatform.services.serverless import ServerlessService
+        from caiplatform.services.serverless_triggers import TriggerService
+
+        async def read_secret(project_id: str, name: str) -> str | None:
+            backend = self.secrets.backend
+            if backend is None:
+                return None
+            try:
+                return (await backend.read(project_id, name)).value
+            except NotFound:
+                return None
+
+        runtime = self.runtime
+        service = ServerlessService(
+            self.db, self.access, self.audit, self.clock, self.pager, runtime, self.hosts, read_secret=read_secret
+        )
+        # Buckets that objectstore triggers poll: `<data-dir>/buckets`, a temporary directory in memory.
+        if self.mode == "memory":
+            import tempfile
+
+            holder = tempfile.TemporaryDirectory(prefix="cai-buckets-")
+            self._closers.append(holder.cleanup)
+            buckets = Path(holder.name)
+        else:
+            buckets = self.data_dir / "buckets"
+        # Agent and function targets (`find_workload`) and pub/sub sources (`pubsub`) are hooks that the
+        # agents and messaging areas fill in.
+        service.triggers = TriggerService(self.db, self.audit, self.clock, self.pager, runtime, service.project,
+                                          buckets_root=buckets)
+        return service
+
+    async def _start_serverless(self) -> None:
+        """Services the runtime does not know come back; the trigger scheduler starts."""
+        from caiplatform.services.serverless_triggers import TopicPushSubscriptions, directory_finder
+
+        if hasattr(type(self), "push_targets") and hasattr(type(self), "topics"):
+            # The messaging area is present: pub/sub triggers get push subscriptions, and push delivery
+            # reaches services' private hostnames through the runtime.
+            self.serverless.push_targets = self.push_targets
+            self.serverless.triggers.pubsub = TopicPushSubscriptions(self.topics)
+        if hasattr(type(self), "agents"):
+            # The agents area is present: triggers may target agents and functions (its directory).
+            self.serverless.triggers.find_workload = directory_finder(self.agents)
+        await self.serverless.start()
+        self.serverless.triggers.start()
+        self._closers.append(self.serverless.triggers.close)
 
     # -- health ---------------------------------------------------------------------------------
 

@@ -1,0 +1,107 @@
+"""Test helpers for the serverless area: a recording echo app for the in-memory runtime, and the
+default project's member, admin and stranger."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+
+from caiplatform.db.models import Project, ProjectMember, User
+from caiplatform.principal import CredentialKind, Principal, PrincipalKind
+
+log = logging.getLogger("caiplatform.testing.serverless.echo")
+
+
+@dataclass
+class Received:
+    """Every request the echo app answered (all instances, all revisions)."""
+
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+
+def echo_app_factory(received: Received):
+    """An app factory for the in-memory runtime: any image starts an app that answers `/healthz`,
+    records every other request and echoes it back with its revision and env."""
+
+    def factory(image: Any, env: Mapping[str, str]) -> Any:
+        env = dict(env)
+        if env.get("ECHO_FAIL_START"):
+            raise RuntimeError("ECHO_FAIL_START is set")
+
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] == "lifespan":
+                while True:
+                    message = await receive()
+                    kind = message["type"].removeprefix("lifespan.")
+                    await send({"type": f"lifespan.{kind}.complete"})
+                    if kind == "shutdown":
+                        return
+            body = b""
+            while True:
+                message = await receive()
+                body += message.get("body", b"")
+                if not message.get("more_body"):
+                    break
+            if scope["path"] == "/healthz":
+                payload: dict[str, Any] = {"status": "ok"}
+            else:
+                headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+                payload = {"path": scope["path"], "method": scope["method"], "body": body.decode(),
+                           "headers": headers, "revision": env.get("K_REVISION", ""), "env": env,
+                           "image": image.reference}
+                received.requests.append(payload)
+                log.warning("handled %s %s", scope["method"], scope["path"])
+            data = json.dumps(payload).encode()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": data})
+
+        return app
+
+    return factory
+
+
+@dataclass
+class Users:
+    project_id: str
+    project_short: str
+    member: Principal
+    admin: Principal
+    stranger: Principal
+
+
+async def project_users(platform, prefix: str = "") -> Users:
+    """A member and an admin of the default project, and a user with no grant on it (no passwords:
+    tests mint their session tokens directly)."""
+    now = platform.clock.now()
+
+    def run(session):
+        project = session.scalar(select(Project).where(Project.slug == "default"))
+        ids = {}
+        for role in ("member", "admin", "stranger"):
+            user = User(email=f"{prefix}{role}@serverless.example.com", password_hash="!", role="user",
+                        must_change_password=False, created_at=now)
+            session.add(user)
+            session.flush()
+            ids[role] = user.id
+            if role != "stranger":
+                session.add(ProjectMember(project_id=project.id, user_id=user.id, role=role, created_at=now))
+        return project.id, project.short, ids
+
+    project_id, short, ids = await platform.db.run(run)
+
+    def principal(role: str) -> Principal:
+        return Principal(PrincipalKind.USER, CredentialKind.SESSION, user_id=ids[role],
+                         email=f"{prefix}{role}@serverless.example.com")
+
+    return Users(project_id, short, principal("member"), principal("admin"), principal("stranger"))
+
+
+def bearer(platform, principal: Principal) -> dict[str, str]:
+    token, _ = platform.auth.tokens.issue(principal.user_id, platform.clock.time())
+    return {"Authorization": f"Bearer {token}"}
