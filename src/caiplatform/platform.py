@@ -31,6 +31,7 @@ from caiplatform.settings import Settings
 
 if TYPE_CHECKING:
     from caiplatform.services.memorystore import MemoryStoreService
+    from caiplatform.services.messaging import TopicService
 
 log = logging.getLogger(__name__)
 
@@ -182,10 +183,12 @@ class Platform:
         # Memory stores: a platform restart restarts every recorded instance with its data.
         await self.memorystores.provisioner.start()
         self._closers.append(self.memorystores.provisioner.close)
+        await self._start_messaging()
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
         await self._start_embedded_openbao()
+        await self._start_embedded_nats()
 
     async def aclose(self) -> None:
         for closer in reversed(self._closers):
@@ -234,6 +237,59 @@ class Platform:
             self.db, self.access, self.audit, self.clock, self.pager, provisioner,
             checks={"database": database, "session_key": session_key},
         )
+
+    @cached_property
+    def topics(self) -> TopicService:
+        return self._build_topics()
+
+    @cached_property
+    def push_targets(self) -> Any:
+        """Where push deliveries to `http://<service>.<namespace>` go on this machine (serverless registers)."""
+        from caiplatform.services.messaging_push import PushTargets
+
+        return PushTargets()
+
+    def _build_topics(self) -> TopicService:
+        """Messaging: in-memory broker, `CAI_NATS_URL`, or the embedded NATS attached by `start()`."""
+        from caiplatform.services.messaging import TopicService
+
+        if self.mode == "memory" and not self.settings.nats_url:
+            broker = self.registry.load("broker", "memory")(clock=self.clock)
+        else:
+            broker = self.registry.load("broker", "nats")(self.settings.nats_url or "")
+
+        async def database() -> tuple[str, str | None]:
+            ok, detail = self.database_health()
+            return ("ok", None) if ok else ("down", detail)
+
+        async def session_key() -> tuple[str, str | None]:
+            return ("ok", None) if self.session_key else ("down", "no signing key loaded")
+
+        service = TopicService(
+            self.db, self.access, self.audit, self.clock, self.pager, broker,
+            checks={"database": database, "session-key": session_key},
+        )
+        self._closers.append(lambda: service.broker.close())
+        return service
+
+    async def _start_embedded_nats(self) -> None:
+        """DECISIONS.md: without a NATS URL, run our own JetStream server storing in the data dir."""
+        if self.settings.nats_url:
+            return
+        from caiplatform.supervisor.engines import start_nats
+
+        url = await start_nats(self.supervisor(), self.data_dir)
+        await self.topics.broker.close()
+        self.topics.set_broker(self.registry.load("broker", "nats")(url))
+
+    async def _start_messaging(self) -> None:
+        """The push delivery worker of this process."""
+        from caiplatform.services.messaging_push import PushWorker
+
+        worker = PushWorker(self.topics, self.push_targets, self.clock)
+        await worker.start()
+        self.components["push_worker"] = worker
+        self._closers.append(worker.close)
 
     # -- health ---------------------------------------------------------------------------------
 

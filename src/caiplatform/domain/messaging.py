@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from caiplatform.clock import rfc3339
-from caiplatform.domain.memorystore import parse_quantity, quantity
+from caiplatform.domain.memorystore import parse_quantity
 
 KiB = 1024
 MiB = 1024 * KiB

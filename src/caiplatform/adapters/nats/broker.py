@@ -84,6 +84,8 @@ class JetStreamBroker(Broker):
     async def _client(self) -> NatsClient:
         if self._nc is not None and not self._nc.is_closed:
             return self._nc
+        if not self.url:
+            raise BrokerError("the platform's NATS server is not started yet")
         async with self._lock:
             if self._nc is None or self._nc.is_closed:
                 options: dict[str, Any] = {}
