@@ -286,7 +286,8 @@ class Platform:
         """The push delivery worker of this process."""
         from caiplatform.services.messaging_push import PushWorker
 
-        worker = PushWorker(self.topics, self.push_targets, self.clock)
+        interval = None if self.mode == "memory" else 2.0
+        worker = PushWorker(self.topics, self.push_targets, self.clock, refresh_interval=interval)
         await worker.start()
         self.components["push_worker"] = worker
         self._closers.append(worker.close)

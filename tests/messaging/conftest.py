@@ -4,20 +4,11 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from functools import cache
 
 import pytest
 from sqlalchemy import select
 
-from caiplatform import security
 from caiplatform.db.models import Project, ProjectMember, User
-
-PASSWORD = "messaging test password"
-
-
-@cache
-def password_hash() -> str:
-    return security.hash_password(PASSWORD)  # argon2 is slow on purpose: hash once per run
 
 
 @dataclass
@@ -43,30 +34,35 @@ class Api:
         return f"{self.subs(topic)}/{name}"
 
 
-async def make_api(platform, client, admin_headers) -> Api:
-    from caiplatform.testing.http import login
+def bearer(platform, user_id: str) -> dict[str, str]:
+    """A session token minted directly: signing in is proven elsewhere, and argon2 is slow on purpose."""
+    token, _ = platform.auth.tokens.issue(user_id, platform.clock.time())
+    return {"Authorization": f"Bearer {token}"}
 
+
+async def make_api(platform, client) -> Api:
     now = platform.clock.now()
     tag = secrets.token_hex(3)
     emails = {role: f"{role}-{tag}@example.com" for role in ("member", "stranger")}
 
     def run(session):
         project = session.scalar(select(Project).where(Project.slug == "default"))
+        admin = session.scalar(select(User).where(User.role == "admin"))
+        ids = {"admin": admin.id}
         for role, email in emails.items():
-            user = User(email=email, password_hash=password_hash(), role="user", must_change_password=False,
+            user = User(email=email, password_hash="!unusable", role="user", must_change_password=False,
                         created_at=now)
             session.add(user)
             session.flush()
+            ids[role] = user.id
             if role == "member":
                 session.add(ProjectMember(project_id=project.id, user_id=user.id, role="member", created_at=now))
-        return project.id, project.short
+        return project.id, project.short, ids
 
-    pid, short = await platform.db.run(run)
-    member = await login(client, emails["member"], PASSWORD)
-    stranger = await login(client, emails["stranger"], PASSWORD)
-    return Api(client, pid, short, admin_headers, member, stranger)
+    pid, short, ids = await platform.db.run(run)
+    return Api(client, pid, short, *(bearer(platform, ids[r]) for r in ("admin", "member", "stranger")))
 
 
 @pytest.fixture
-async def api(platform, client, admin_headers) -> Api:
-    return await make_api(platform, client, admin_headers)
+async def api(platform, client) -> Api:
+    return await make_api(platform, client)

@@ -213,6 +213,15 @@ class TopicService:
         self.credentials_issuer = credentials
         self._checks = dict(checks or {})
         self._counters: dict[tuple[str, str], TopicCounters] = {}
+        # Called (awaited, in the request) after subscriptions change: the push worker re-reads them.
+        self.on_subscriptions_changed: list[Callable[[], Awaitable[None]]] = []
+
+    async def _subscriptions_changed(self) -> None:
+        for hook in self.on_subscriptions_changed:
+            try:
+                await hook()
+            except Exception:  # noqa: BLE001 - the change is done; the worker's next refresh catches up
+                log.exception("a subscription-change hook failed")
 
     def set_broker(self, broker: Broker) -> None:
         self.broker = broker
@@ -534,6 +543,7 @@ class TopicService:
         except BrokerError:
             log.exception("deleting stream %s; the record is gone, the stream stays until retried", topic.stream)
         self._counters.pop((project.id, name), None)
+        await self._subscriptions_changed()
         return {"name": name, "status": "deleting"}
 
     # ------------------------------------------------------------------------------------ publish
@@ -802,6 +812,7 @@ class TopicService:
 
         await self.db.run(ready)
         sub.phase = m.PHASE_READY
+        await self._subscriptions_changed()
         return sub.to_json(await self._sub_state(sub))
 
     async def get_subscription(self, principal: Principal, project_id: str, topic: str, name: str) -> dict[str, Any]:
@@ -834,6 +845,7 @@ class TopicService:
             await self.broker.update_consumer(consumer_config(sub))
         except BrokerError as exc:
             raise InternalError(f"could not update the subscription on the broker: {exc}") from exc
+        await self._subscriptions_changed()
         return sub.to_json(await self._sub_state(sub))
 
     async def delete_subscription(self, principal: Principal, project_id: str, topic: str, name: str) -> dict[str, Any]:
@@ -853,6 +865,7 @@ class TopicService:
             await self.broker.delete_consumer(sub.stream, sub.consumer)
         except BrokerError:
             log.exception("deleting consumer %s/%s", sub.stream, sub.consumer)
+        await self._subscriptions_changed()
         return {"name": name, "status": "deleting"}
 
     # ------------------------------------------------------------------------------------ pull / ack

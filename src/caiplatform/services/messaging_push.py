@@ -128,7 +128,7 @@ def build_cloudevent(sub: Subscription, delivery: Delivery) -> tuple[dict[str, s
 
 class PushWorker:
     def __init__(self, topics: TopicService, targets: PushTargets, clock: Clock | None = None, *,
-                 refresh_interval: float = 1.0, pull_timeout: float = 1.0, batch: int = 10):
+                 refresh_interval: float | None = 2.0, pull_timeout: float = 1.0, batch: int = 10):
         self.topics = topics
         self.targets = targets
         self.clock = clock or Clock()
@@ -139,15 +139,21 @@ class PushWorker:
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._supervisor: asyncio.Task[None] | None = None
         self._clients: dict[int, httpx.AsyncClient] = {}
-        self.wake = asyncio.Event()
+        topics.on_subscriptions_changed.append(self.refresh)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        if self._supervisor is None:
+        """Start delivering. With a `refresh_interval` the worker also re-reads the subscriptions
+        periodically (changes made through another replica); without one it relies on this process's
+        change hook alone, which an in-memory database (one shared connection) requires."""
+        await self.refresh()
+        if self._supervisor is None and self.refresh_interval:
             self._supervisor = asyncio.get_running_loop().create_task(self._supervise(), name="push-supervisor")
 
     async def close(self) -> None:
+        if self.refresh in self.topics.on_subscriptions_changed:
+            self.topics.on_subscriptions_changed.remove(self.refresh)
         tasks = [t for t in [self._supervisor, *self._tasks.values()] if t is not None]
         for task in tasks:
             task.cancel()
@@ -174,13 +180,11 @@ class PushWorker:
 
     async def _supervise(self) -> None:
         while True:
+            await asyncio.sleep(self.refresh_interval or 2.0)
             try:
                 await self.refresh()
             except Exception:  # noqa: BLE001 - keep delivering; the next refresh retries
                 log.exception("push worker: could not read the push subscriptions")
-            self.wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), self.refresh_interval)
 
     async def _run(self, key: tuple[str, str]) -> None:
         while key in self._subs:
