@@ -66,3 +66,9 @@ async def make_api(platform, client) -> Api:
 @pytest.fixture
 async def api(platform, client) -> Api:
     return await make_api(platform, client)
+
+
+@pytest.fixture
+def api_for():
+    """`await api_for(platform, client)`: the same handles for a platform the test builds itself."""
+    return make_api
