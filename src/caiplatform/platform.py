@@ -265,9 +265,13 @@ class Platform:
         async def session_key() -> tuple[str, str | None]:
             return ("ok", None) if self.session_key else ("down", "no signing key loaded")
 
+        from caiplatform.adapters.nats.auth import NatsProjectAuth
+        from caiplatform.adapters.nats.embedded import EXTERNAL_NOTE, credential_issuer
+
         service = TopicService(
             self.db, self.access, self.audit, self.clock, self.pager, broker,
             checks={"database": database, "session-key": session_key},
+            credentials=credential_issuer(NatsProjectAuth(self.session_key), broker.address, EXTERNAL_NOTE),
         )
         self._closers.append(lambda: service.broker.close())
         return service
@@ -276,11 +280,9 @@ class Platform:
         """DECISIONS.md: without a NATS URL, run our own JetStream server storing in the data dir."""
         if self.settings.nats_url:
             return
-        from caiplatform.supervisor.engines import start_nats
+        from caiplatform.adapters.nats.embedded import attach_embedded_nats
 
-        url = await start_nats(self.supervisor(), self.data_dir)
-        await self.topics.broker.close()
-        self.topics.set_broker(self.registry.load("broker", "nats")(url))
+        await attach_embedded_nats(self)
 
     async def _start_messaging(self) -> None:
         """The push delivery worker of this process."""

@@ -403,3 +403,15 @@ async def test_health_body(client):
     assert set(body["dependencies"]) == {"kubernetes", "database", "broker", "session-key"}
     assert body["dependencies"]["broker"] == {"status": "ok", "critical": True}
     assert body["dependencies"]["kubernetes"]["status"] == "not configured"
+
+
+async def test_credentials_wait_for_the_first_topic(api):
+    c = api.client
+    path = f"/v1/projects/{api.pid}/pubsub/credentials"
+    r = await c.get(path, headers=api.admin)
+    assert r.status_code == 503 and "first topic" in r.json()["error"]
+    await _topic(api, "t")
+    cred = (await c.get(path, headers=api.admin)).json()
+    assert cred["topic_prefix"] == f"cai.{api.short}." and cred["token"].startswith(f"p-{api.short}:")
+    assert cred["service_url"] and cred["note"]
+    assert (await c.get(path, headers=api.admin)).json()["token"] == cred["token"]  # stable, never expires

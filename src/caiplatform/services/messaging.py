@@ -215,6 +215,15 @@ class TopicService:
         self._counters: dict[tuple[str, str], TopicCounters] = {}
         # Called (awaited, in the request) after subscriptions change: the push worker re-reads them.
         self.on_subscriptions_changed: list[Callable[[], Awaitable[None]]] = []
+        # Called after a topic is created or deleted: the embedded broker re-grants project users.
+        self.on_topics_changed: list[Callable[[], Awaitable[None]]] = []
+
+    async def _topics_changed(self) -> None:
+        for hook in self.on_topics_changed:
+            try:
+                await hook()
+            except Exception:  # noqa: BLE001 - the topic exists; credentials catch up at the next change
+                log.exception("a topic-change hook failed")
 
     async def _subscriptions_changed(self) -> None:
         for hook in self.on_subscriptions_changed:
@@ -467,6 +476,7 @@ class TopicService:
 
         await self.db.run(ready)
         self._counters[(project.id, name)] = TopicCounters()
+        await self._topics_changed()
         return created
 
     async def get_topic(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
@@ -543,6 +553,7 @@ class TopicService:
         except BrokerError:
             log.exception("deleting stream %s; the record is gone, the stream stays until retried", topic.stream)
         self._counters.pop((project.id, name), None)
+        await self._topics_changed()
         await self._subscriptions_changed()
         return {"name": name, "status": "deleting"}
 
@@ -1007,6 +1018,12 @@ class TopicService:
 
     async def credentials(self, principal: Principal, project_id: str) -> dict[str, Any]:
         project = await self._project(principal, project_id, admin=True)
+        rows = await self._rows(project)
+        if not any(r.phase == m.PHASE_READY for r in rows):
+            raise Unavailable(
+                "this project is not provisioned on the broker yet: it is provisioned with its first topic; "
+                "create a topic, then fetch the credential"
+            )
         if self.credentials_issuer is None:
             raise Unavailable("the broker credential is not available on this platform: no broker signing key is loaded")
         credential = await self.credentials_issuer(project)
@@ -1020,7 +1037,20 @@ class TopicService:
         body["note"] = credential.note
         return body
 
-    # ------------------------------------------------------------------------------------ push worker support
+    # ------------------------------------------------------------------------------------ broker support
+
+    async def broker_layout(self) -> dict[str, list[str]]:
+        """`{project short: [its stream names]}` for every topic on the broker (credentials are cut to it)."""
+
+        def read(session: Session) -> dict[str, list[str]]:
+            layout: dict[str, list[str]] = {}
+            rows = session.execute(select(Project.short, MessagingTopic.name).join(
+                MessagingTopic, MessagingTopic.project_id == Project.id))
+            for short, name in rows:
+                layout.setdefault(short, []).append(m.stream_name(short, name))
+            return layout
+
+        return await self.db.run(read)
 
     async def push_subscriptions(self) -> list[tuple[Subscription, Topic | None]]:
         """Every push subscription with its dead-letter topic (None when unset or gone)."""

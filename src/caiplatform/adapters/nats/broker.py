@@ -10,6 +10,7 @@ any connection, so any API replica can acknowledge what another one handed out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -200,17 +201,18 @@ class JetStreamBroker(Broker):
         js = await self._js()
         try:
             psub = await js.pull_subscribe_bind(durable=consumer, stream=stream)
-        except NotFoundError as exc:
-            raise BrokerError(f"consumer {consumer} not found") from exc
+        except Exception as exc:  # noqa: BLE001 - every client failure is a broker failure here
+            raise BrokerError(f"cannot read consumer {consumer}: {exc or type(exc).__name__}") from exc
         try:
             try:
                 msgs = await psub.fetch(max_messages, timeout=max(timeout, 0.05))
-            except NatsTimeout:
+            except (TimeoutError, NatsTimeout):
                 return []
-            except NotFoundError as exc:
-                raise BrokerError(f"consumer {consumer} not found") from exc
+            except Exception as exc:  # noqa: BLE001
+                raise BrokerError(f"cannot read consumer {consumer}: {exc or type(exc).__name__}") from exc
         finally:
-            await psub.unsubscribe()
+            with contextlib.suppress(Exception):
+                await psub.unsubscribe()
         out = []
         for msg in msgs:
             meta = msg.metadata
@@ -250,6 +252,19 @@ class JetStreamBroker(Broker):
 
     async def term(self, token: str) -> None:
         await self._send(token, b"+TERM")
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        """Until JetStream answers its API (it recovers its streams for a moment after a start)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            try:
+                await (await self._js()).account_info()
+                return
+            except Exception as exc:  # noqa: BLE001 - retried until the deadline
+                if loop.time() >= deadline:
+                    raise BrokerError(f"JetStream at {self.url} is not ready: {exc or type(exc).__name__}") from exc
+                await asyncio.sleep(0.1)
 
     async def ping(self) -> None:
         nc = await self._client()
