@@ -910,7 +910,9 @@ class TopicService:
         if sub.phase != m.PHASE_READY:
             raise Conflict(m.SUBSCRIPTION_NOT_READY)
         try:
-            deliveries = await self.broker.pull(sub.stream, sub.consumer, max_messages, timeout_ms / 1000)
+            # An ordered subscription has one message in flight: asking for more would only wait.
+            batch = 1 if sub.ordered else max_messages
+            deliveries = await self.broker.pull(sub.stream, sub.consumer, batch, timeout_ms / 1000)
         except BrokerError as exc:
             raise InternalError(f"pull failed: {exc}") from exc
         self.record_delivered(project.id, topic, len(deliveries), sum(len(d.data) for d in deliveries))

@@ -190,7 +190,8 @@ class PushWorker:
         while key in self._subs:
             sub, _ = self._subs[key]
             try:
-                deliveries = await self.topics.broker.pull(sub.stream, sub.consumer, self.batch, self.pull_timeout)
+                batch = 1 if sub.ordered else self.batch  # one in flight: a bigger batch would only wait
+                deliveries = await self.topics.broker.pull(sub.stream, sub.consumer, batch, self.pull_timeout)
             except BrokerError as exc:
                 log.warning("push worker: pull from %s/%s failed: %s", sub.stream, sub.consumer, exc)
                 await asyncio.sleep(self.pull_timeout)

@@ -37,6 +37,8 @@ from caiplatform.ports.broker import (
 
 ATTRIBUTES_HEADER = "Cai-Attributes"
 KEY_HEADER = "Cai-Key"
+# After the first message of a pull, how long to wait for the server to hand over what else it has.
+REST_OF_BATCH_WAIT = 0.05
 
 
 def _stream_config(config: StreamConfig) -> api.StreamConfig:
@@ -204,8 +206,13 @@ class JetStreamBroker(Broker):
         except Exception as exc:  # noqa: BLE001 - every client failure is a broker failure here
             raise BrokerError(f"cannot read consumer {consumer}: {exc or type(exc).__name__}") from exc
         try:
+            # Long-poll for the first message only, then take what is already there: a batch fetch would
+            # wait for the whole batch until the timeout.
             try:
-                msgs = await psub.fetch(max_messages, timeout=max(timeout, 0.05))
+                msgs = await psub.fetch(1, timeout=max(timeout, 0.05))
+                if max_messages > 1:
+                    with contextlib.suppress(TimeoutError, NatsTimeout):
+                        msgs += await psub.fetch(max_messages - 1, timeout=REST_OF_BATCH_WAIT)
             except (TimeoutError, NatsTimeout):
                 return []
             except Exception as exc:  # noqa: BLE001

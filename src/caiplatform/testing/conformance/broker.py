@@ -201,3 +201,21 @@ async def test_two_readers_share_without_duplicates(broker_kit):
         if len(seen) >= 20:
             break
     assert sorted(seen, key=int) == [str(i).encode() for i in range(20)]
+
+
+async def test_one_active_reader_and_takeover(broker_kit):
+    """`max_ack_pending=1` (how exclusive and failover subscriptions run): while one reader holds a
+    message nobody else gets anything; when it dies without acknowledging, another takes over in order."""
+    b = broker_kit.broker
+    s = await _stream(broker_kit)
+    await b.create_consumer(ConsumerConfig(s.name, "c1", ack_wait=1, max_ack_pending=1))
+    await b.publish(s.name, s.subject, _msgs("first", "second"))
+    held = await b.pull(s.name, "c1", 5, 1.0)  # reader A, which then dies
+    assert [d.data for d in held] == [b"first"]
+    assert await b.pull(s.name, "c1", 5, 0.2) == []  # reader B waits: one active reader
+    await broker_kit.advance(1.2)
+    taken = await b.pull(s.name, "c1", 5, 2.0)
+    assert [d.data for d in taken] == [b"first"] and taken[0].delivery_count == 2
+    await b.ack([taken[0].token])
+    await broker_kit.advance(0.05)
+    assert [d.data for d in await b.pull(s.name, "c1", 5, 1.0)] == [b"second"]
