@@ -282,7 +282,10 @@ class Platform:
             return
         from caiplatform.adapters.nats.embedded import attach_embedded_nats
 
-        await attach_embedded_nats(self)
+        try:
+            await attach_embedded_nats(self)
+        except Exception:  # noqa: BLE001 - the other APIs still serve; messaging health reports the broker down
+            log.exception("could not start the embedded NATS server; messaging is unavailable")
 
     async def _start_messaging(self) -> None:
         """The push delivery worker of this process."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 import base64
 import uuid
 
-import pytest
-
 GiB = 1024**3
 
 
@@ -55,9 +53,7 @@ async def test_topic_lifecycle(api):
     assert (await c.get(api.subs("orders"), headers=api.member)).json() == {"subscriptions": []}
 
 
-@pytest.mark.parametrize(
-    ("body", "message"),
-    [
+TOPIC_CASES = [
         ({}, "topic name is required"),
         ({"name": ""}, "topic name is required"),
         ({"name": "a" * 64}, "topic name must be 63 characters or fewer"),
@@ -65,13 +61,15 @@ async def test_topic_lifecycle(api):
         ({"name": "ok", "max_bytes": "lots"}, 'max_bytes "lots" is not a valid quantity'),
         ({"name": "ok", "max_age": "forever"}, 'max_age "forever" is not a valid duration'),
         ({"name": "ok", "discard": "middle"}, 'discard must be old or new (got "middle")'),
-    ],
-)
-async def test_topic_validation(api, body, message):
-    r = await api.client.post(api.topics, headers=api.admin, json=body)
-    assert r.status_code == 400
-    if message:
-        assert r.json()["error"] == message
+]
+
+
+async def test_topic_validation(api):
+    for body, message in TOPIC_CASES:
+        r = await api.client.post(api.topics, headers=api.admin, json=body)
+        assert r.status_code == 400
+        assert r.json()["error"] == (message or 'invalid topic name "Bad_Name": use lowercase letters, digits and '
+                                     "hyphens, starting with a letter and ending with a letter or digit")
     assert (await api.client.get(api.topics, headers=api.member)).json()["topics"] == []
 
 
@@ -180,9 +178,7 @@ async def test_pull_caps_and_redelivery_counts(api, clock):
     assert r.json()["messages"][0]["delivery_attempt"] == 2
 
 
-@pytest.mark.parametrize(
-    ("messages", "error"),
-    [
+PUBLISH_CASES = [
         ([], "messages must contain at least one message"),
         (None, "messages must contain at least one message"),
         ([{}] * 101, "a publish carries at most 100 messages (got 101)"),
@@ -190,14 +186,16 @@ async def test_pull_caps_and_redelivery_counts(api, clock):
         ([{"data": "***"}], "messages[0]: data is not valid base64"),
         ([{"attributes": {"": "x"}}], "messages[0]: attribute names must be non-empty and single-line"),
         ([{"attributes": {"a\nb": "x"}}], "messages[0]: attribute names must be non-empty and single-line"),
-    ],
-)
-async def test_publish_validation(api, messages, error):
+]
+
+
+async def test_publish_validation(api):
     await _topic(api, "t")
     await _sub(api, "t", "s")
-    body = {} if messages is None else {"messages": messages}
-    r = await api.client.post(api.topic("t") + ":publish", headers=api.member, json=body)
-    assert r.status_code == 400 and r.json()["error"] == error
+    for messages, error in PUBLISH_CASES:
+        body = {} if messages is None else {"messages": messages}
+        r = await api.client.post(api.topic("t") + ":publish", headers=api.member, json=body)
+        assert r.status_code == 400 and r.json()["error"] == error
     r = await api.client.post(api.sub("t", "s") + ":pull", headers=api.member, json={"timeout_ms": 0})
     assert r.json()["messages"] == []  # nothing of a refused publish was stored
 
@@ -259,9 +257,7 @@ async def test_roles_and_the_404_rule(api):
     assert (await c.get(api.sub("u", "s"), headers=api.member)).status_code == 404
 
 
-@pytest.mark.parametrize(
-    ("body", "error"),
-    [
+SUBSCRIPTION_CASES = [
         ({"name": ""}, "subscription name is required"),
         ({"name": "s", "type": "fanout"}, None),
         ({"name": "s", "ack_deadline_seconds": 0}, "ack_deadline_seconds must be between 1 and 600"),
@@ -274,17 +270,20 @@ async def test_roles_and_the_404_rule(api):
         ({"name": "s", "deliver": {"mode": "push", "push": {"url": "https://svc.NS"}}}, None),
         ({"name": "s", "dead_letter": {"topic": "nope"}}, 'dead_letter.topic "nope" does not exist in this project; create it first'),
         ({"name": "s", "dead_letter": {"topic": "t"}}, None),
-        ({"name": "s", "type": "exclusive"}, None),
-    ],
-)
-async def test_subscription_validation(api, body, error):
+        ({"name": "s", "type": "exclusive"}, "an exclusive subscription cannot be read through the pull API (use push or a direct client)"),
+]
+
+
+async def test_subscription_validation(api):
     await _topic(api, "t")
-    r = await api.client.post(api.subs("t"), headers=api.admin, json=body)
-    assert r.status_code == 400, r.text
-    if error:
-        assert r.json()["error"] == error
-    if body.get("type") == "fanout":
-        assert r.json()["error"].startswith("type must be one of")
+    for body, error in SUBSCRIPTION_CASES:
+        r = await api.client.post(api.subs("t"), headers=api.admin, json=body)
+        assert r.status_code == 400, r.text
+        if error:
+            assert r.json()["error"] == error
+        if body.get("type") == "fanout":
+            assert r.json()["error"] == 'type must be one of "shared", "key-shared", "exclusive" or "failover" (got "fanout")'
+    assert (await api.client.get(api.subs("t"), headers=api.member)).json()["subscriptions"] == []
 
 
 async def test_push_url_allowlist(api):
@@ -333,6 +332,8 @@ async def test_subscription_update_and_pull_conflicts(api):
     r = await c.patch(api.sub("t", "s"), headers=api.admin,
                       json={"deliver": {"mode": "push", "push": {"url": f"http://hook.{ns}/"}}})
     assert r.status_code == 200 and r.json()["deliver"]["push"]["content_mode"] == "cloudevents-structured"
+    r = await c.patch(api.sub("t", "s"), headers=api.admin, json={"deliver": {"push": {"content_mode": "cloudevents-binary"}}})
+    assert r.json()["deliver"] == {"mode": "push", "push": {"url": f"http://hook.{ns}/", "content_mode": "cloudevents-binary"}}
     r = await c.post(api.sub("t", "s") + ":pull", headers=api.member, json={})
     assert r.status_code == 409 and "push subscription" in r.json()["error"]
     await _sub(api, "t", "fo", type="failover")

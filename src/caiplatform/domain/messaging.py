@@ -92,7 +92,7 @@ def name_error(kind: str, value: Any) -> str | None:
         return f"{kind} name must be {NAME_MAX} characters or fewer"
     if not NAME_PATTERN.match(value):
         return (
-            f"{kind} name {value!r} is invalid: use lowercase letters, digits and hyphens, "
+            f'invalid {kind} name "{value}": use lowercase letters, digits and hyphens, '
             "starting with a letter and ending with a letter or digit"
         )
     return None

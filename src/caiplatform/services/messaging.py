@@ -680,7 +680,7 @@ class TopicService:
                 raise BadRequest("max_ack_pending must be a positive integer")
             sub.max_ack_pending = pending or m.DEFAULT_MAX_ACK_PENDING
         if "deliver" in body and body["deliver"] is not None or creating:
-            self._apply_deliver(project, sub, body.get("deliver") or {})
+            self._apply_deliver(project, sub, body.get("deliver") or {}, creating=creating)
         if "dead_letter" in body and body["dead_letter"] is not None:
             dead = body["dead_letter"]
             if not isinstance(dead, Mapping):
@@ -704,12 +704,14 @@ class TopicService:
                 sub.dead_letter_after_attempts = attempts
 
     @staticmethod
-    def _apply_deliver(project: ProjectRef, sub: Subscription, deliver: Any) -> None:
+    def _apply_deliver(project: ProjectRef, sub: Subscription, deliver: Any, *, creating: bool) -> None:
+        """On PATCH, omitted parts of `deliver` keep their values (the mode, the push URL, the content mode)."""
         if not isinstance(deliver, Mapping):
             raise BadRequest("deliver must be an object")
+        was_push = not creating and sub.deliver_mode == "push"
         mode = deliver.get("mode")
         if mode in (None, ""):
-            mode = "pull"
+            mode = "pull" if creating else sub.deliver_mode
         if mode not in ("pull", "push"):
             raise BadRequest(f'deliver.mode must be "pull" or "push" (got "{mode}")')
         if mode == "pull" and sub.type == "exclusive":
@@ -725,6 +727,8 @@ class TopicService:
         if not isinstance(push, Mapping):
             raise BadRequest("deliver.push must be an object")
         url = push.get("url")
+        if url in (None, "") and was_push:
+            url = sub.push_url
         if url in (None, ""):
             raise BadRequest('deliver.mode is "push" but deliver.push.url is missing')
         if not isinstance(url, str):
@@ -734,7 +738,7 @@ class TopicService:
             raise BadRequest(f"deliver.push.url is not allowed: {problem}")
         content_mode = push.get("content_mode")
         if content_mode in (None, ""):
-            content_mode = "cloudevents-structured"
+            content_mode = sub.content_mode if was_push else "cloudevents-structured"
         if content_mode not in m.CONTENT_MODES:
             raise BadRequest(m.CONTENT_MODE_RULE)
         sub.deliver_mode, sub.push_url, sub.content_mode = "push", url, content_mode
