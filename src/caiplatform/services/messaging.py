@@ -855,11 +855,12 @@ class TopicService:
             self.audit.record(session, project.id, principal, "pubsub.subscription.update", f"{topic}/{name}",
                               sorted(k for k in body if k != "name"))
 
-        await self.db.run(apply)
+        # The broker first: if it refuses, the record keeps its old values (all or nothing).
         try:
             await self.broker.update_consumer(consumer_config(sub))
         except BrokerError as exc:
             raise InternalError(f"could not update the subscription on the broker: {exc}") from exc
+        await self.db.run(apply)
         await self._subscriptions_changed()
         return sub.to_json(await self._sub_state(sub))
 
