@@ -21,7 +21,7 @@ import json
 import logging
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -39,6 +39,10 @@ from caiplatform.ports.broker import BrokerError, Delivery, OutgoingMessage
 from caiplatform.services.messaging import TopicService
 
 log = logging.getLogger(__name__)
+
+
+_HEADER_SAFE = "!#$&'*+-.^_`|~"
+_VALUE_SAFE = " !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~"
 
 
 def service_key(host: str) -> str | None:
@@ -117,7 +121,8 @@ def build_cloudevent(sub: Subscription, delivery: Delivery) -> tuple[dict[str, s
         headers = {k.lower(): v for k, v in headers.items()}
         headers["content-type"] = content_type
         for name, value in delivery.attributes.items():
-            headers[f"ce-attr-{name.lower()}"] = value
+            # HTTP header names are tokens and values one line: anything else is percent-encoded.
+            headers[f"ce-attr-{quote(name.lower(), safe=_HEADER_SAFE)}"] = quote(value, safe=_VALUE_SAFE)
         return headers, delivery.data
     headers, body = to_structured(event)
     envelope = json.loads(body)
