@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from caiplatform.services.memorystore import MemoryStoreService
     from caiplatform.services.vector import IndexService
     from caiplatform.services.serverless import ServerlessService
+    from caiplatform.services.messaging import TopicService
 
 log = logging.getLogger(__name__)
 
@@ -240,11 +241,13 @@ class Platform:
         self._closers.append(self.indexes.engine.close)
         self._closers.append(self.indexes.wait_reconciled)
         await self.indexes.start()
+        await self._start_messaging()
         await self._start_serverless()
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
         await self._start_embedded_openbao()
+        await self._start_embedded_nats()
 
     async def aclose(self) -> None:
         for closer in reversed(self._closers):
@@ -391,6 +394,8 @@ class Platform:
             max_points=self.settings.vector_max_points_per_request, max_top_k=self.settings.vector_max_top_k,
             checks={"database": database, "kubernetes": kubernetes},
         )
+
+    @cached_property
     def serverless(self) -> ServerlessService:
         return self._build_serverless()
 
@@ -442,6 +447,65 @@ class Platform:
         await self.serverless.start()
         self.serverless.triggers.start()
         self._closers.append(self.serverless.triggers.close)
+
+    @cached_property
+    def topics(self) -> TopicService:
+        return self._build_topics()
+
+    @cached_property
+    def push_targets(self) -> Any:
+        """Where push deliveries to `http://<service>.<namespace>` go on this machine (serverless registers)."""
+        from caiplatform.services.messaging_push import PushTargets
+
+        return PushTargets()
+
+    def _build_topics(self) -> TopicService:
+        """Messaging: in-memory broker, `CAI_NATS_URL`, or the embedded NATS attached by `start()`."""
+        from caiplatform.services.messaging import TopicService
+
+        if self.mode == "memory" and not self.settings.nats_url:
+            broker = self.registry.load("broker", "memory")(clock=self.clock)
+        else:
+            broker = self.registry.load("broker", "nats")(self.settings.nats_url or "")
+
+        async def database() -> tuple[str, str | None]:
+            ok, detail = self.database_health()
+            return ("ok", None) if ok else ("down", detail)
+
+        async def session_key() -> tuple[str, str | None]:
+            return ("ok", None) if self.session_key else ("down", "no signing key loaded")
+
+        from caiplatform.adapters.nats.auth import NatsProjectAuth
+        from caiplatform.adapters.nats.embedded import EXTERNAL_NOTE, credential_issuer
+
+        service = TopicService(
+            self.db, self.access, self.audit, self.clock, self.pager, broker,
+            checks={"database": database, "session-key": session_key},
+            credentials=credential_issuer(NatsProjectAuth(self.session_key), broker.address, EXTERNAL_NOTE),
+        )
+        self._closers.append(lambda: service.broker.close())
+        return service
+
+    async def _start_embedded_nats(self) -> None:
+        """DECISIONS.md: without a NATS URL, run our own JetStream server storing in the data dir."""
+        if self.settings.nats_url:
+            return
+        from caiplatform.adapters.nats.embedded import attach_embedded_nats
+
+        try:
+            await attach_embedded_nats(self)
+        except Exception:  # noqa: BLE001 - the other APIs still serve; messaging health reports the broker down
+            log.exception("could not start the embedded NATS server; messaging is unavailable")
+
+    async def _start_messaging(self) -> None:
+        """The push delivery worker of this process."""
+        from caiplatform.services.messaging_push import PushWorker
+
+        interval = None if self.mode == "memory" else 2.0
+        worker = PushWorker(self.topics, self.push_targets, self.clock, refresh_interval=interval)
+        await worker.start()
+        self.components["push_worker"] = worker
+        self._closers.append(worker.close)
 
     # -- health ---------------------------------------------------------------------------------
 

@@ -141,8 +141,10 @@ async def _nats_health(port: int) -> bool:
     return bool(info.get("jetstream"))
 
 
-async def start_nats(sup: ProcessSupervisor, data_dir: Path) -> str:
-    """nats-server with JetStream, storing in data_dir/nats, on a loopback port; returns its nats:// url."""
+async def start_nats(sup: ProcessSupervisor, data_dir: Path, *, extra_config: str = "") -> str:
+    """nats-server with JetStream, storing in data_dir/nats, on a loopback port; returns its nats:// url.
+
+    `extra_config` is appended to the generated configuration (the messaging area's `authorization`)."""
     existing = sup.get(NATS_NAME)
     if existing is not None:
         return f"nats://{LOOPBACK}:{existing.spec.ports[0]}"
@@ -158,6 +160,7 @@ async def start_nats(sup: ProcessSupervisor, data_dir: Path) -> str:
         f"listen: {json.dumps(f'{LOOPBACK}:{port}')}\n"
         f"max_payload: {NATS_MAX_PAYLOAD}\n"
         f"jetstream {{\n  store_dir: {json.dumps(str(store))}\n}}\n"
+        + extra_config
     )
     spec = ProcessSpec(
         name=NATS_NAME,

@@ -1,0 +1,289 @@
+"""The broker port on NATS JetStream (nats-py).
+
+The model maps onto JetStream's own features: a topic is a file-stored stream with interest retention
+(a message lives while a consumer owes an acknowledgement) and `max_bytes` / `max_age` / `discard`
+limits; a subscription is a durable pull consumer (`ack_wait`, `max_ack_pending`, deliver policy,
+`max_deliver`); a delivery's token is JetStream's own acknowledgement subject, which acknowledges from
+any connection, so any API replica can acknowledge what another one handed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NatsClient
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import api
+from nats.js.errors import APIError, NotFoundError
+
+from caiplatform.ports.broker import (
+    Broker,
+    BrokerError,
+    ConsumerConfig,
+    ConsumerStats,
+    Delivery,
+    OutgoingMessage,
+    PublishFailed,
+    StreamConfig,
+    StreamFull,
+    StreamNotFound,
+    StreamStats,
+)
+
+ATTRIBUTES_HEADER = "Cai-Attributes"
+KEY_HEADER = "Cai-Key"
+# After the first message of a pull, how long to wait for the server to hand over what else it has.
+REST_OF_BATCH_WAIT = 0.05
+
+
+def _stream_config(config: StreamConfig) -> api.StreamConfig:
+    return api.StreamConfig(
+        name=config.name,
+        subjects=[config.subject],
+        retention=api.RetentionPolicy.INTEREST,
+        storage=api.StorageType.FILE,
+        max_bytes=config.max_bytes,
+        max_age=config.max_age or 0,
+        discard=api.DiscardPolicy.NEW if config.discard == "new" else api.DiscardPolicy.OLD,
+        num_replicas=1,
+    )
+
+
+def _consumer_config(config: ConsumerConfig) -> api.ConsumerConfig:
+    return api.ConsumerConfig(
+        durable_name=config.name,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=config.ack_wait,
+        max_ack_pending=config.max_ack_pending,
+        deliver_policy=api.DeliverPolicy.NEW if config.deliver_new else api.DeliverPolicy.ALL,
+        max_deliver=config.max_deliver or -1,
+    )
+
+
+def _is_full(err: APIError) -> bool:
+    text = (err.description or "").lower()
+    return "maximum" in text and "exceeded" in text
+
+
+class JetStreamBroker(Broker):
+    def __init__(self, url: str, *, user: str | None = None, password: str | None = None,
+                 connect_timeout: float = 5.0, **_: Any):
+        self.url = url
+        self._user = user
+        self._password = password
+        self._connect_timeout = connect_timeout
+        self._nc: NatsClient | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def address(self) -> str:
+        return self.url
+
+    async def _client(self) -> NatsClient:
+        if self._nc is not None and not self._nc.is_closed:
+            return self._nc
+        if not self.url:
+            raise BrokerError("the platform's NATS server is not started yet")
+        async with self._lock:
+            if self._nc is None or self._nc.is_closed:
+                options: dict[str, Any] = {}
+                if self._user:
+                    options.update(user=self._user, password=self._password)
+                try:
+                    self._nc = await nats.connect(
+                        servers=[self.url], name="caiplatform", connect_timeout=self._connect_timeout,
+                        max_reconnect_attempts=-1, reconnect_time_wait=0.5, allow_reconnect=True, **options,
+                    )
+                except Exception as exc:  # noqa: BLE001 - reported as a broker failure
+                    raise BrokerError(f"could not connect to NATS at {self.url}: {exc}") from exc
+        return self._nc
+
+    async def _js(self) -> Any:
+        return (await self._client()).jetstream(timeout=self._connect_timeout)
+
+    # ------------------------------------------------------------------ streams
+
+    async def create_stream(self, config: StreamConfig) -> None:
+        js = await self._js()
+        try:
+            await js.add_stream(_stream_config(config))
+        except APIError as exc:
+            if exc.err_code == 10058:  # stream name already in use with a different configuration
+                await js.update_stream(_stream_config(config))
+                return
+            raise BrokerError(f"could not create stream {config.name}: {exc.description}") from exc
+
+    async def update_stream(self, config: StreamConfig) -> None:
+        js = await self._js()
+        try:
+            await js.update_stream(_stream_config(config))
+        except NotFoundError as exc:
+            raise StreamNotFound(f"stream {config.name} not found") from exc
+        except APIError as exc:
+            raise BrokerError(f"could not update stream {config.name}: {exc.description}") from exc
+
+    async def delete_stream(self, name: str) -> bool:
+        js = await self._js()
+        try:
+            return bool(await js.delete_stream(name))
+        except NotFoundError:
+            return False
+
+    async def stream_stats(self, name: str) -> StreamStats | None:
+        js = await self._js()
+        try:
+            info = await js.stream_info(name)
+        except NotFoundError:
+            return None
+        return StreamStats(info.state.messages, info.state.bytes, info.state.consumer_count)
+
+    async def publish(self, stream: str, subject: str, messages: list[OutgoingMessage]) -> list[int]:
+        js = await self._js()
+        sequences: list[int] = []
+        for message in messages:
+            headers: dict[str, str] = {}
+            if message.attributes:
+                headers[ATTRIBUTES_HEADER] = json.dumps(message.attributes, separators=(",", ":"))
+            if message.key is not None:
+                headers[KEY_HEADER] = json.dumps(message.key)
+            try:
+                ack = await js.publish(subject, message.data, stream=stream, headers=headers or None)
+            except NotFoundError as exc:
+                raise PublishFailed(sequences, StreamNotFound(f"stream {stream} not found")) from exc
+            except APIError as exc:
+                cause = StreamFull(exc.description or "maximum bytes exceeded") if _is_full(exc) else BrokerError(
+                    exc.description or str(exc)
+                )
+                raise PublishFailed(sequences, cause) from exc
+            except Exception as exc:  # noqa: BLE001 - timeouts and connection loss
+                raise PublishFailed(sequences, BrokerError(f"publish failed: {exc or type(exc).__name__}")) from exc
+            sequences.append(ack.seq)
+        return sequences
+
+    # ------------------------------------------------------------------ consumers
+
+    async def create_consumer(self, config: ConsumerConfig) -> None:
+        js = await self._js()
+        try:
+            await js.add_consumer(config.stream, _consumer_config(config))
+        except NotFoundError as exc:
+            raise StreamNotFound(f"stream {config.stream} not found") from exc
+        except APIError as exc:
+            raise BrokerError(f"could not create consumer {config.name}: {exc.description}") from exc
+
+    async def update_consumer(self, config: ConsumerConfig) -> None:
+        # JetStream's create is create-or-update for a durable consumer's mutable fields.
+        await self.create_consumer(config)
+
+    async def delete_consumer(self, stream: str, name: str) -> bool:
+        js = await self._js()
+        try:
+            return bool(await js.delete_consumer(stream, name))
+        except NotFoundError:
+            return False
+
+    async def consumer_stats(self, stream: str, name: str) -> ConsumerStats | None:
+        js = await self._js()
+        try:
+            info = await js.consumer_info(stream, name)
+        except NotFoundError:
+            return None
+        delivered = info.delivered.consumer_seq if info.delivered else 0
+        return ConsumerStats(
+            info.num_pending or 0, info.num_ack_pending or 0, delivered or 0, info.num_redelivered or 0,
+            info.num_waiting or 0,
+        )
+
+    async def pull(self, stream: str, consumer: str, max_messages: int, timeout: float) -> list[Delivery]:
+        js = await self._js()
+        try:
+            psub = await js.pull_subscribe_bind(durable=consumer, stream=stream)
+        except Exception as exc:  # noqa: BLE001 - every client failure is a broker failure here
+            raise BrokerError(f"cannot read consumer {consumer}: {exc or type(exc).__name__}") from exc
+        try:
+            # Long-poll for the first message only, then take what is already there: a batch fetch would
+            # wait for the whole batch until the timeout.
+            try:
+                msgs = await psub.fetch(1, timeout=max(timeout, 0.05))
+                if max_messages > 1:
+                    with contextlib.suppress(TimeoutError, NatsTimeout):
+                        msgs += await psub.fetch(max_messages - 1, timeout=REST_OF_BATCH_WAIT)
+            except (TimeoutError, NatsTimeout):
+                return []
+            except Exception as exc:  # noqa: BLE001
+                raise BrokerError(f"cannot read consumer {consumer}: {exc or type(exc).__name__}") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await psub.unsubscribe()
+        out = []
+        for msg in msgs:
+            meta = msg.metadata
+            headers = msg.headers or {}
+            attributes = json.loads(headers[ATTRIBUTES_HEADER]) if ATTRIBUTES_HEADER in headers else {}
+            key = json.loads(headers[KEY_HEADER]) if KEY_HEADER in headers else None
+            published = meta.timestamp or datetime.now(UTC)
+            out.append(Delivery(msg.reply, meta.sequence.stream, msg.data, attributes, key, published,
+                                meta.num_delivered))
+        return out
+
+    # ------------------------------------------------------------------ acknowledgements
+
+    def token_belongs(self, token: str, stream: str, consumer: str) -> bool:
+        parts = token.split(".")
+        if len(parts) < 9 or parts[0] != "$JS" or parts[1] != "ACK":
+            return False
+        if len(parts) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
+            return parts[2] == stream and parts[3] == consumer and all(p.isdigit() for p in parts[4:])
+        # $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>[.<token>]
+        return len(parts) in (11, 12) and parts[4] == stream and parts[5] == consumer
+
+    async def _send(self, token: str, payload: bytes) -> None:
+        nc = await self._client()
+        await nc.publish(token, payload)
+
+    async def ack(self, tokens: list[str]) -> int:
+        nc = await self._client()
+        for token in tokens:
+            await nc.publish(token, b"+ACK")
+        await nc.flush(timeout=self._connect_timeout)
+        return len(tokens)
+
+    async def nak(self, token: str, delay: float = 0.0) -> None:
+        payload = b"-NAK" if delay <= 0 else b"-NAK " + json.dumps({"delay": int(delay * 1e9)}).encode()
+        await self._send(token, payload)
+
+    async def term(self, token: str) -> None:
+        await self._send(token, b"+TERM")
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        """Until JetStream answers its API (it recovers its streams for a moment after a start)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            try:
+                await (await self._js()).account_info()
+                return
+            except Exception as exc:  # noqa: BLE001 - retried until the deadline
+                if loop.time() >= deadline:
+                    raise BrokerError(f"JetStream at {self.url} is not ready: {exc or type(exc).__name__}") from exc
+                await asyncio.sleep(0.1)
+
+    async def ping(self) -> None:
+        nc = await self._client()
+        try:
+            await nc.flush(timeout=2)
+        except Exception as exc:  # noqa: BLE001
+            raise BrokerError(f"NATS at {self.url} does not answer: {exc or type(exc).__name__}") from exc
+
+    async def close(self) -> None:
+        if self._nc is not None and not self._nc.is_closed:
+            try:
+                await self._nc.drain()
+            except Exception:  # noqa: BLE001 - closing anyway
+                await self._nc.close()
+        self._nc = None

@@ -1,0 +1,155 @@
+"""The broker port: streams of messages with durable consumers, the JetStream model.
+
+A stream keeps messages on one subject within limits (`max_bytes`, `max_age`, `discard` old or new) for
+as long as some consumer owes an acknowledgement (interest retention). A durable consumer hands each
+message to one of its readers, redelivers what is not acknowledged within `ack_wait`, keeps at most
+`max_ack_pending` unacknowledged, and counts deliveries. Acknowledgement tokens are strings that work
+from any connection to the broker, so any API replica can acknowledge what another handed out.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+class BrokerError(Exception):
+    """The broker refused or failed an operation."""
+
+
+class StreamFull(BrokerError):
+    """A `discard: new` stream at its limit refused a message."""
+
+
+class StreamNotFound(BrokerError):
+    pass
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    name: str
+    subject: str
+    max_bytes: int
+    max_age: float = 0.0  # seconds; 0 means no limit
+    discard: str = "old"  # "old" | "new"
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    stream: str
+    name: str
+    ack_wait: float = 30.0
+    max_ack_pending: int = 1000
+    deliver_new: bool = False  # start_from: new
+    max_deliver: int = 0  # 0: unlimited (the pull API redelivers forever)
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    data: bytes
+    attributes: dict[str, str] = field(default_factory=dict)
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    token: str  # acknowledges (or refuses) this delivery from any connection
+    sequence: int  # stream sequence
+    data: bytes
+    attributes: dict[str, str]
+    key: str | None
+    published_at: datetime
+    delivery_count: int
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    messages: int
+    bytes: int
+    consumers: int
+
+
+@dataclass(frozen=True)
+class ConsumerStats:
+    pending: int  # not yet delivered
+    ack_pending: int  # delivered, not yet acknowledged
+    delivered: int  # deliveries so far (consumer sequence)
+    redelivered: int  # messages delivered more than once, now unacknowledged
+    waiting: int  # readers currently waiting for messages
+
+
+class PublishFailed(BrokerError):
+    """Some messages of a batch were stored (their sequences in `sequences`), then one failed."""
+
+    def __init__(self, sequences: list[int], cause: BrokerError):
+        super().__init__(str(cause))
+        self.sequences = sequences
+        self.cause = cause
+
+
+class Broker(ABC):
+    """Async port. Every method raises `BrokerError` (or a subclass) on refusal."""
+
+    # streams
+    @abstractmethod
+    async def create_stream(self, config: StreamConfig) -> None:
+        """Create, or update an existing stream to `config` (idempotent)."""
+
+    @abstractmethod
+    async def update_stream(self, config: StreamConfig) -> None: ...
+
+    @abstractmethod
+    async def delete_stream(self, name: str) -> bool: ...
+
+    @abstractmethod
+    async def stream_stats(self, name: str) -> StreamStats | None: ...
+
+    @abstractmethod
+    async def publish(self, stream: str, subject: str, messages: list[OutgoingMessage]) -> list[int]:
+        """Store the messages in order; their stream sequences. `PublishFailed` after a partial write."""
+
+    # consumers
+    @abstractmethod
+    async def create_consumer(self, config: ConsumerConfig) -> None: ...
+
+    @abstractmethod
+    async def update_consumer(self, config: ConsumerConfig) -> None: ...
+
+    @abstractmethod
+    async def delete_consumer(self, stream: str, name: str) -> bool: ...
+
+    @abstractmethod
+    async def consumer_stats(self, stream: str, name: str) -> ConsumerStats | None: ...
+
+    @abstractmethod
+    async def pull(self, stream: str, consumer: str, max_messages: int, timeout: float) -> list[Delivery]:
+        """Wait up to `timeout` seconds for the first message, then return what is available (≤ max)."""
+
+    @abstractmethod
+    def token_belongs(self, token: str, stream: str, consumer: str) -> bool:
+        """Whether `token` came from a delivery of this consumer (shape only; no broker round trip)."""
+
+    @abstractmethod
+    async def ack(self, tokens: list[str]) -> int:
+        """Acknowledge deliveries; how many acknowledgements were sent."""
+
+    @abstractmethod
+    async def nak(self, token: str, delay: float = 0.0) -> None:
+        """Refuse a delivery: redeliver it after `delay` seconds."""
+
+    @abstractmethod
+    async def term(self, token: str) -> None:
+        """Give up on a delivery: never redeliver it to this consumer."""
+
+    # lifecycle
+    @abstractmethod
+    async def ping(self) -> None:
+        """Raise when the broker cannot be reached."""
+
+    async def close(self) -> None:  # noqa: B027 - optional
+        return None
+
+    @property
+    def address(self) -> str:
+        return "memory://"

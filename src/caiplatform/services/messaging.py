@@ -1,0 +1,1109 @@
+"""TopicService: the messaging API's rules (document 3), over the broker port.
+
+Members list and read topics and subscriptions, publish, pull, acknowledge and read quota and usage;
+project admins also create, edit and delete topics and subscriptions and read the broker credential.
+Topics and subscriptions are recorded in the database (fields, storage claim, phase) and live on the
+broker as streams and durable consumers (`caiplatform.ports.broker`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from caiplatform.clock import Clock, rfc3339
+from caiplatform.db import Database
+from caiplatform.db.models import MessagingSubscription, MessagingTopic, Project
+from caiplatform.domain import messaging as m
+from caiplatform.domain.messaging import Subscription, Topic, TopicCounters
+from caiplatform.errors import BadRequest, Conflict, InternalError, NotFound, Unavailable
+from caiplatform.pagination import Pager, page_body
+from caiplatform.ports.broker import (
+    Broker,
+    BrokerError,
+    ConsumerConfig,
+    OutgoingMessage,
+    PublishFailed,
+    StreamConfig,
+    StreamFull,
+)
+from caiplatform.principal import Principal
+from caiplatform.services.access import Access, ProjectRef, Role
+from caiplatform.services.audit import AuditLog
+
+log = logging.getLogger(__name__)
+
+_UNSET = object()
+
+
+@dataclass(frozen=True)
+class BrokerCredential:
+    """What the credential route hands out; minted by the platform for one project."""
+
+    token: str
+    service_url: str
+    external_endpoint: str | None = None
+    note: str = ""
+
+
+CredentialIssuer = Callable[[ProjectRef], Awaitable[BrokerCredential]]
+HealthCheck = Callable[[], Awaitable[tuple[str, str | None]]]  # ("ok" | "down" | "not configured", error)
+
+
+def _b64url(raw: str) -> str:
+    return base64.urlsafe_b64encode(raw.encode()).rstrip(b"=").decode()
+
+
+def _unb64url(text: str) -> str | None:
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        return None
+
+
+_URLSAFE_B64 = re.compile(r"^[A-Za-z0-9_-]*={0,2}$")
+
+
+def _decode_base64(text: str) -> bytes | None:
+    """Standard base64 (padded), or its URL-safe alphabet with or without padding."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        pass
+    if not _URLSAFE_B64.match(text) or len(text.rstrip("=")) % 4 == 1:
+        return None
+    try:
+        return base64.urlsafe_b64decode(text.rstrip("=") + "=" * (-len(text.rstrip("=")) % 4))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_field(body: Mapping[str, Any], key: str, message: str) -> Any:
+    """An optional integer field: `_UNSET` when absent or null, else the int (or 400 with `message`)."""
+    value = body.get(key)
+    if value is None:
+        return _UNSET
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not _is_int(value):
+        raise BadRequest(message)
+    return value
+
+
+def _text_field(body: Mapping[str, Any], key: str) -> Any:
+    value = body.get(key)
+    if value is None:
+        return _UNSET
+    if not isinstance(value, str):
+        raise BadRequest(f"{key} must be a string")
+    return value
+
+
+def push_url_problem(url: str, namespace: str) -> str | None:
+    """Why a push URL is not allowed, or None. Scheme `http` only; host exactly `<service>.<namespace>`,
+    `<service>.<namespace>.svc` or `<service>.<namespace>.svc.cluster.local`; no userinfo."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"not a valid URL ({exc})"
+    del port
+    if parts.scheme != "http":
+        return f'scheme must be "http" (got "{parts.scheme}")'
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        return "userinfo (user:password@) is not allowed"
+    host = (parts.hostname or "").lower()
+    labels = host.split(".")
+    allowed = (
+        (len(labels) == 2)
+        or (len(labels) == 3 and labels[2] == "svc")
+        or (len(labels) == 5 and labels[2:] == ["svc", "cluster", "local"])
+    )
+    if not allowed or labels[1] != namespace or not m.NAME_PATTERN.match(labels[0] or "-"):
+        return (
+            f"host must be <service>.{namespace}, <service>.{namespace}.svc or "
+            f"<service>.{namespace}.svc.cluster.local (a service in this project's own namespace)"
+        )
+    return None
+
+
+def _topic_of(row: MessagingTopic, project: ProjectRef) -> Topic:
+    return Topic(
+        project_id=row.project_id,
+        project_short=project.short,
+        name=row.name,
+        display_name=row.display_name or "",
+        max_bytes=row.max_bytes,
+        max_bytes_value=row.max_bytes_value,
+        max_age_seconds=row.max_age_seconds or 0.0,
+        discard=row.discard,
+        phase=row.phase,
+        created_at=row.created_at,
+    )
+
+
+def subscription_of(row: MessagingSubscription, project_short: str) -> Subscription:
+    return Subscription(
+        project_id=row.project_id,
+        project_short=project_short,
+        topic=row.topic_name,
+        name=row.name,
+        display_name=row.display_name or "",
+        type=row.type,
+        ack_deadline_seconds=row.ack_deadline_seconds,
+        max_deliver=row.max_deliver,
+        start_from=row.start_from,
+        max_ack_pending=row.max_ack_pending,
+        deliver_mode=row.deliver_mode,
+        push_url=row.push_url or "",
+        content_mode=row.content_mode,
+        dead_letter_topic=row.dead_letter_topic or "",
+        dead_letter_after_attempts=row.dead_letter_after_attempts,
+        phase=row.phase,
+        created_at=row.created_at,
+    )
+
+
+def consumer_config(sub: Subscription) -> ConsumerConfig:
+    """Ordered types (key-shared, exclusive, failover) keep one message in flight, which keeps the order
+    per key (and in total); the push worker enforces `max_deliver`, so the broker redelivers forever."""
+    return ConsumerConfig(
+        stream=sub.stream,
+        name=sub.consumer,
+        ack_wait=float(sub.ack_deadline_seconds),
+        max_ack_pending=1 if sub.ordered else sub.max_ack_pending,
+        deliver_new=sub.start_from == "new",
+    )
+
+
+class TopicService:
+    def __init__(
+        self,
+        db: Database,
+        access: Access,
+        audit: AuditLog,
+        clock: Clock,
+        pager: Pager,
+        broker: Broker,
+        *,
+        budget_bytes: int = m.DEFAULT_BUDGET_BYTES,
+        credentials: CredentialIssuer | None = None,
+        checks: Mapping[str, HealthCheck] | None = None,
+    ):
+        self.db = db
+        self.access = access
+        self.audit = audit
+        self.clock = clock
+        self.pager = pager
+        self.broker = broker
+        self.budget_bytes = budget_bytes
+        self.credentials_issuer = credentials
+        self._checks = dict(checks or {})
+        self._counters: dict[tuple[str, str], TopicCounters] = {}
+        # Called (awaited, in the request) after subscriptions change: the push worker re-reads them.
+        self.on_subscriptions_changed: list[Callable[[], Awaitable[None]]] = []
+        # Called after a topic is created or deleted: the embedded broker re-grants project users.
+        self.on_topics_changed: list[Callable[[], Awaitable[None]]] = []
+
+    async def _topics_changed(self) -> None:
+        for hook in self.on_topics_changed:
+            try:
+                await hook()
+            except Exception:  # noqa: BLE001 - the topic exists; credentials catch up at the next change
+                log.exception("a topic-change hook failed")
+
+    async def _subscriptions_changed(self) -> None:
+        for hook in self.on_subscriptions_changed:
+            try:
+                await hook()
+            except Exception:  # noqa: BLE001 - the change is done; the worker's next refresh catches up
+                log.exception("a subscription-change hook failed")
+
+    def set_broker(self, broker: Broker) -> None:
+        self.broker = broker
+
+    # ------------------------------------------------------------------------------------ helpers
+
+    async def _project(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef:
+        self.access.require_management(principal)
+        grant = await self.access.project(
+            principal, project_id, need=Role.ADMIN if admin else Role.MEMBER, bad_id=NotFound
+        )
+        return grant.project
+
+    @staticmethod
+    def _topic_row(session: Session, project_id: str, name: str) -> MessagingTopic | None:
+        if not m.valid_name(name):
+            return None
+        return session.scalar(
+            select(MessagingTopic).where(MessagingTopic.project_id == project_id, MessagingTopic.name == name)
+        )
+
+    @staticmethod
+    def _sub_row(session: Session, topic: MessagingTopic, name: str) -> MessagingSubscription | None:
+        if not m.valid_name(name):
+            return None
+        return session.scalar(
+            select(MessagingSubscription).where(
+                MessagingSubscription.topic_id == topic.id, MessagingSubscription.name == name
+            )
+        )
+
+    async def _topic(self, project: ProjectRef, name: str) -> Topic:
+        row = await self.db.run(lambda s: self._topic_row(s, project.id, name))
+        if row is None:
+            raise NotFound(m.TOPIC_NOT_FOUND)
+        return _topic_of(row, project)
+
+    async def _subscription(self, project: ProjectRef, topic: str, name: str) -> Subscription:
+        def read(session: Session) -> MessagingSubscription | None:
+            row = self._topic_row(session, project.id, topic)
+            if row is None:
+                raise NotFound(m.TOPIC_NOT_FOUND)
+            return self._sub_row(session, row, name)
+
+        row = await self.db.run(read)
+        if row is None:
+            raise NotFound(m.SUBSCRIPTION_NOT_FOUND)
+        return subscription_of(row, project.short)
+
+    def counters(self, project_id: str, topic: str) -> TopicCounters:
+        return self._counters.setdefault((project_id, topic), TopicCounters())
+
+    def record_delivered(self, project_id: str, topic: str, count: int, n_bytes: int) -> None:
+        counters = self.counters(project_id, topic)
+        counters.delivered += count
+        counters.delivered_bytes += n_bytes
+
+    def _budget_of(self, session: Session, project_id: str) -> int:
+        project = session.get(Project, project_id)
+        configured = (project.settings or {}).get("pubsub_budget_bytes") if project is not None else None
+        return int(configured) if _is_int(configured) and configured > 0 else self.budget_bytes
+
+    def _check_budget(self, session: Session, project_id: str, extra: int, *, excluding: str | None = None) -> None:
+        limit = self._budget_of(session, project_id)
+        rows = session.execute(
+            select(MessagingTopic.name, MessagingTopic.max_bytes_value).where(MessagingTopic.project_id == project_id)
+        ).all()
+        claimed = sum(v for name, v in rows if name != excluding)
+        needed = extra
+        if claimed + needed > limit:
+            available = max(limit - claimed, 0)
+            raise Conflict(
+                "this topic does not fit in the project's messaging storage budget: the budget is "
+                f"{m.human_bytes(limit)}, {m.human_bytes(claimed)} is already claimed by {len(rows)} "
+                f"topic{'s' if len(rows) != 1 else ''} (each topic claims its max_bytes), and this topic "
+                f"needs {m.human_bytes(needed)} with only {m.human_bytes(available)} available; delete a "
+                "topic, lower a max_bytes, or ask the operator to raise the quota"
+            )
+
+    async def _topic_state(self, topic: Topic, n_subscriptions: int) -> dict[str, Any]:
+        counters = self.counters(topic.project_id, topic.name)
+        stored = 0
+        ready = topic.phase == m.PHASE_READY
+        if ready:
+            try:
+                stats = await self.broker.stream_stats(topic.stream)
+            except BrokerError:
+                stats = None
+            stored = stats.bytes if stats else 0
+        state: dict[str, Any] = {"phase": topic.phase, "ready": ready}
+        if not ready:
+            state["message"] = "the topic is being created on the broker"
+        state.update(
+            published=counters.published,
+            delivered=counters.delivered,
+            published_bytes=counters.published_bytes,
+            delivered_bytes=counters.delivered_bytes,
+            storage_bytes=stored,
+            backlog_bytes=stored,
+            subscriptions=n_subscriptions,
+            producers=0,
+        )
+        return state
+
+    async def _sub_state(self, sub: Subscription) -> dict[str, Any]:
+        try:
+            stats = await self.broker.consumer_stats(sub.stream, sub.consumer)
+        except BrokerError:
+            stats = None
+        ready = sub.phase == m.PHASE_READY and stats is not None
+        state: dict[str, Any] = {
+            "phase": m.PHASE_READY if ready else m.PHASE_PENDING,
+            "ready": ready,
+            "address": f"jetstream://{sub.stream}/{sub.consumer}",
+            "active_type": sub.type,
+            "backlog": (stats.pending + stats.ack_pending) if stats else 0,
+            "unacknowledged": stats.ack_pending if stats else 0,
+            "delivered": stats.delivered if stats else 0,
+            "consumers": (stats.waiting if stats else 0) + (1 if sub.deliver_mode == "push" else 0),
+            "redeliver_rate": round(stats.redelivered / stats.delivered, 4) if stats and stats.delivered else 0.0,
+        }
+        return state
+
+    async def _count_subs(self, project_id: str, topic: str) -> int:
+        return await self.db.run(
+            lambda s: s.scalar(
+                select(func.count()).select_from(MessagingSubscription).where(
+                    MessagingSubscription.project_id == project_id, MessagingSubscription.topic_name == topic
+                )
+            )
+            or 0
+        )
+
+    async def _topic_json(self, topic: Topic) -> dict[str, Any]:
+        return topic.to_json(await self._topic_state(topic, await self._count_subs(topic.project_id, topic.name)))
+
+    async def _audit(self, project: ProjectRef, principal: Principal, action: str, target: str, detail: Any = None) -> None:
+        await self.db.run(lambda s: self.audit.record(s, project.id, principal, action, target, detail))
+
+    # ------------------------------------------------------------------------------------ topics
+
+    @staticmethod
+    def _parse_limits(body: Mapping[str, Any], *, defaults: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        display = _text_field(body, "display_name")
+        if display is not _UNSET:
+            out["display_name"] = display
+        elif defaults:
+            out["display_name"] = ""
+        raw_max = body.get("max_bytes")
+        if _is_int(raw_max):
+            raw_max = str(raw_max)
+        if raw_max is None or raw_max == "":
+            if defaults:
+                out["max_bytes"] = (m.DEFAULT_MAX_BYTES, m.parse_bytes(m.DEFAULT_MAX_BYTES))
+        else:
+            value = m.parse_bytes(raw_max)
+            if value is None:
+                raise BadRequest(f'max_bytes "{raw_max}" is not a valid quantity')
+            out["max_bytes"] = (raw_max.strip(), value)
+        if "max_age" in body and body["max_age"] is not None or defaults:
+            raw_age = body.get("max_age")
+            if raw_age is None or raw_age == "":
+                out["max_age"] = 0.0
+            else:
+                seconds = m.parse_duration(raw_age) if isinstance(raw_age, str) else None
+                if seconds is None:
+                    raise BadRequest(f'max_age "{raw_age}" is not a valid duration')
+                out["max_age"] = seconds
+        raw_discard = body.get("discard")
+        if raw_discard is None or raw_discard == "":
+            if defaults:
+                out["discard"] = "old"
+        elif raw_discard not in ("old", "new"):
+            raise BadRequest(f'discard must be old or new (got "{raw_discard}")')
+        else:
+            out["discard"] = raw_discard
+        return out
+
+    async def list_topics(
+        self, principal: Principal, project_id: str, *, page_size: Any = None, page_token: str | None = None
+    ) -> dict[str, Any]:
+        project = await self._project(principal, project_id)
+        request = self.pager.request(f"topics:{project.id}", page_size, page_token)
+        rows = await self.db.run(
+            lambda s: list(
+                s.scalars(
+                    select(MessagingTopic).where(MessagingTopic.project_id == project.id).order_by(MessagingTopic.name)
+                )
+            )
+        )
+        page = self.pager.page(rows, request)
+        items = [await self._topic_json(_topic_of(row, project)) for row in page.items]
+        page.items = items
+        return page_body("topics", page, omit_empty_token=True)
+
+    async def create_topic(self, principal: Principal, project_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """201: the topic, `Pending` until the broker has its stream (which `create` waits for)."""
+        project = await self._project(principal, project_id, admin=True)
+        name = body.get("name")
+        problem = m.name_error("topic", name)
+        if problem:
+            raise BadRequest(problem)
+        limits = self._parse_limits(body, defaults=True)
+        max_text, max_value = limits["max_bytes"]
+        now = self.clock.now()
+
+        def insert(session: Session) -> MessagingTopic:
+            if self._topic_row(session, project.id, name) is not None:
+                raise Conflict(m.TOPIC_EXISTS)
+            count = session.scalar(
+                select(func.count()).select_from(MessagingTopic).where(MessagingTopic.project_id == project.id)
+            )
+            if (count or 0) >= m.MAX_TOPICS_PER_PROJECT:
+                raise Conflict(m.TOPIC_LIMIT)
+            self._check_budget(session, project.id, max_value)
+            row = MessagingTopic(
+                project_id=project.id, name=name, display_name=limits["display_name"], max_bytes=max_text,
+                max_bytes_value=max_value, max_age_seconds=limits["max_age"], discard=limits["discard"],
+                phase=m.PHASE_PENDING, created_at=now, updated_at=now,
+            )
+            session.add(row)
+            session.flush()
+            self.audit.record(session, project.id, principal, "pubsub.topic.create", name,
+                              {"max_bytes": max_text, "discard": limits["discard"]})
+            return row
+
+        row = await self.db.run(insert)
+        topic = _topic_of(row, project)
+        created = topic.to_json(await self._topic_state(topic, 0))
+        try:
+            await self.broker.create_stream(
+                StreamConfig(topic.stream, topic.subject, max_value, limits["max_age"], limits["discard"])
+            )
+        except BrokerError as exc:
+            await self.db.run(lambda s: s.delete(s.get(MessagingTopic, row.id)))
+            raise InternalError(f"could not create the topic on the broker: {exc}") from exc
+
+        def ready(session: Session) -> None:
+            stored = session.get(MessagingTopic, row.id)
+            if stored is not None:
+                stored.phase = m.PHASE_READY
+
+        await self.db.run(ready)
+        self._counters[(project.id, name)] = TopicCounters()
+        await self._topics_changed()
+        return created
+
+    async def get_topic(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+        project = await self._project(principal, project_id)
+        return await self._topic_json(await self._topic(project, name))
+
+    async def update_topic(self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        project = await self._project(principal, project_id, admin=True)
+        await self._topic(project, name)
+        if body.get("name") not in (None, name):
+            raise BadRequest("topic name is immutable")
+        changes = self._parse_limits(body, defaults=False)
+
+        def apply(session: Session) -> tuple[MessagingTopic, dict[str, Any]]:
+            row = self._topic_row(session, project.id, name)
+            if row is None:
+                raise NotFound(m.TOPIC_NOT_FOUND)
+            before = {"max_bytes": (row.max_bytes, row.max_bytes_value), "max_age": row.max_age_seconds,
+                      "discard": row.discard, "display_name": row.display_name}
+            if "max_bytes" in changes:
+                text, value = changes["max_bytes"]
+                if value > row.max_bytes_value:
+                    self._check_budget(session, project.id, value, excluding=name)
+                row.max_bytes, row.max_bytes_value = text, value
+            if "max_age" in changes:
+                row.max_age_seconds = changes["max_age"]
+            if "discard" in changes:
+                row.discard = changes["discard"]
+            if "display_name" in changes:
+                row.display_name = changes["display_name"]
+            row.updated_at = self.clock.now()
+            self.audit.record(session, project.id, principal, "pubsub.topic.update", name,
+                              {k: v for k, v in changes.items() if k != "max_bytes"} | (
+                                  {"max_bytes": changes["max_bytes"][0]} if "max_bytes" in changes else {}))
+            return row, before
+
+        row, before = await self.db.run(apply)
+        topic = _topic_of(row, project)
+        try:
+            await self.broker.update_stream(
+                StreamConfig(topic.stream, topic.subject, topic.max_bytes_value, topic.max_age_seconds, topic.discard)
+            )
+        except BrokerError as exc:
+
+            def revert(session: Session) -> None:
+                stored = session.get(MessagingTopic, row.id)
+                if stored is not None:
+                    stored.max_bytes, stored.max_bytes_value = before["max_bytes"]
+                    stored.max_age_seconds = before["max_age"]
+                    stored.discard = before["discard"]
+                    stored.display_name = before["display_name"]
+
+            await self.db.run(revert)
+            raise InternalError(f"could not update the topic on the broker: {exc}") from exc
+        return await self._topic_json(topic)
+
+    async def delete_topic(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+        """202 `{name, status: deleting}`: the stream and every subscription go with it."""
+        project = await self._project(principal, project_id, admin=True)
+        topic = await self._topic(project, name)
+
+        def remove(session: Session) -> None:
+            row = self._topic_row(session, project.id, name)
+            if row is None:
+                raise NotFound(m.TOPIC_NOT_FOUND)
+            for sub in session.scalars(select(MessagingSubscription).where(MessagingSubscription.topic_id == row.id)):
+                session.delete(sub)
+            session.delete(row)
+            self.audit.record(session, project.id, principal, "pubsub.topic.delete", name, None)
+
+        await self.db.run(remove)
+        try:
+            await self.broker.delete_stream(topic.stream)
+        except BrokerError:
+            log.exception("deleting stream %s; the record is gone, the stream stays until retried", topic.stream)
+        self._counters.pop((project.id, name), None)
+        await self._topics_changed()
+        await self._subscriptions_changed()
+        return {"name": name, "status": "deleting"}
+
+    # ------------------------------------------------------------------------------------ publish
+
+    @staticmethod
+    def parse_messages(body: Mapping[str, Any]) -> list[OutgoingMessage]:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest(m.NO_MESSAGES)
+        if len(messages) > m.MAX_PUBLISH_MESSAGES:
+            raise BadRequest(f"a publish carries at most {m.MAX_PUBLISH_MESSAGES} messages (got {len(messages)})")
+        out = []
+        for i, raw in enumerate(messages):
+            if not isinstance(raw, Mapping):
+                raise BadRequest(f"messages[{i}] must be an object")
+            text, data = raw.get("text"), raw.get("data")
+            if text not in (None, "") and data not in (None, ""):
+                raise BadRequest(f"messages[{i}]: set either data (base64) or text, not both")
+            if data not in (None, ""):
+                if not isinstance(data, str):
+                    raise BadRequest(f"messages[{i}]: data is not valid base64")
+                payload = _decode_base64(data)
+                if payload is None:
+                    raise BadRequest(f"messages[{i}]: data is not valid base64")
+            elif text not in (None, ""):
+                if not isinstance(text, str):
+                    raise BadRequest(f"messages[{i}]: text must be a string")
+                payload = text.encode()
+            else:
+                payload = b""
+            attributes = raw.get("attributes") or {}
+            if not isinstance(attributes, Mapping):
+                raise BadRequest(f"messages[{i}]: attributes must be an object of strings")
+            for key, value in attributes.items():
+                if not key or "\n" in key or "\r" in key:
+                    raise BadRequest(f"messages[{i}]: attribute names must be non-empty and single-line")
+                if not isinstance(value, str):
+                    raise BadRequest(f"messages[{i}]: attribute values must be strings")
+            key = raw.get("key")
+            if key is not None and not isinstance(key, str):
+                raise BadRequest(f"messages[{i}]: key must be a string")
+            out.append(OutgoingMessage(payload, dict(attributes), key or None))
+        return out
+
+    async def publish(
+        self, principal: Principal, project_id: str, topic_name: str, body: Mapping[str, Any]
+    ) -> tuple[int, dict[str, Any]]:
+        """200 `{message_ids}` in request order; 207 `{message_ids, error, published, requested}` after a
+        partial write; 409 when a `discard: new` topic is full before the first message."""
+        project = await self._project(principal, project_id)
+        topic = await self._topic(project, topic_name)
+        messages = self.parse_messages(body)
+        if topic.phase != m.PHASE_READY:
+            raise Conflict(m.TOPIC_NOT_READY)
+        return await self.publish_to(topic, messages)
+
+    async def publish_to(self, topic: Topic, messages: list[OutgoingMessage]) -> tuple[int, dict[str, Any]]:
+        counters = self.counters(topic.project_id, topic.name)
+        try:
+            sequences = await self.broker.publish(topic.stream, topic.subject, messages)
+        except PublishFailed as failed:
+            done = failed.sequences
+            counters.published += len(done)
+            counters.published_bytes += sum(len(msg.data) for msg in messages[: len(done)])
+            if not done:
+                if isinstance(failed.cause, StreamFull):
+                    raise Conflict(m.TOPIC_FULL) from failed
+                raise InternalError(f"publish failed: {failed.cause}") from failed
+            error = m.TOPIC_FULL if isinstance(failed.cause, StreamFull) else f"publish failed: {failed.cause}"
+            return 207, {
+                "message_ids": [m.message_id(seq) for seq in done],
+                "error": error,
+                "published": len(done),
+                "requested": len(messages),
+            }
+        except BrokerError as exc:
+            raise InternalError(f"publish failed: {exc}") from exc
+        counters.published += len(sequences)
+        counters.published_bytes += sum(len(msg.data) for msg in messages)
+        return 200, {"message_ids": [m.message_id(seq) for seq in sequences]}
+
+    # ------------------------------------------------------------------------------------ subscriptions
+
+    async def _dead_letter_exists(self, project: ProjectRef, topic: str) -> bool:
+        return await self.db.run(lambda s: self._topic_row(s, project.id, topic) is not None)
+
+    async def _apply_subscription_fields(
+        self, project: ProjectRef, sub: Subscription, body: Mapping[str, Any], *, creating: bool
+    ) -> None:
+        """Validate `body` and write its fields onto `sub` (every field on create, the given ones on PATCH)."""
+        display = _text_field(body, "display_name")
+        if display is not _UNSET:
+            sub.display_name = display
+        if creating:
+            raw_type = body.get("type")
+            if raw_type not in (None, ""):
+                if raw_type not in m.SUBSCRIPTION_TYPES:
+                    raise BadRequest(f'{m.TYPE_RULE} (got "{raw_type}")')
+                sub.type = raw_type
+            start = body.get("start_from")
+            if start not in (None, ""):
+                if start not in ("all", "new"):
+                    raise BadRequest(f'start_from must be all or new (got "{start}")')
+                sub.start_from = start
+        else:
+            for key, current in (("topic", sub.topic), ("type", sub.type), ("start_from", sub.start_from),
+                                 ("name", sub.name)):
+                if body.get(key) not in (None, current):
+                    raise BadRequest(f"{key} is immutable; create a new subscription to change it")
+        deadline = _int_field(body, "ack_deadline_seconds", m.ACK_DEADLINE_RULE)
+        if deadline is not _UNSET:
+            if not 1 <= deadline <= 600:
+                raise BadRequest(m.ACK_DEADLINE_RULE)
+            sub.ack_deadline_seconds = deadline
+        max_deliver = _int_field(body, "max_deliver", m.MAX_DELIVER_RULE)
+        if max_deliver is not _UNSET:
+            if max_deliver < 0:
+                raise BadRequest(m.MAX_DELIVER_RULE)
+            sub.max_deliver = max_deliver
+        pending = _int_field(body, "max_ack_pending", "max_ack_pending must be a positive integer")
+        if pending is not _UNSET:
+            if pending < 0:
+                raise BadRequest("max_ack_pending must be a positive integer")
+            sub.max_ack_pending = pending or m.DEFAULT_MAX_ACK_PENDING
+        if "deliver" in body and body["deliver"] is not None or creating:
+            self._apply_deliver(project, sub, body.get("deliver") or {}, creating=creating)
+        if "dead_letter" in body and body["dead_letter"] is not None:
+            dead = body["dead_letter"]
+            if not isinstance(dead, Mapping):
+                raise BadRequest("dead_letter must be an object")
+            if "topic" in dead and dead["topic"] is not None:
+                target = dead["topic"]
+                if not isinstance(target, str):
+                    raise BadRequest("dead_letter.topic must be a string")
+                if target == "":
+                    sub.dead_letter_topic = ""
+                else:
+                    if target == sub.topic:
+                        raise BadRequest(m.DEAD_LETTER_SAME_TOPIC)
+                    if not await self._dead_letter_exists(project, target):
+                        raise BadRequest(f'dead_letter.topic "{target}" does not exist in this project; create it first')
+                    sub.dead_letter_topic = target
+            attempts = _int_field(dead, "after_attempts", "dead_letter.after_attempts must be at least 1")
+            if attempts is not _UNSET:
+                if attempts < 1:
+                    raise BadRequest("dead_letter.after_attempts must be at least 1")
+                sub.dead_letter_after_attempts = attempts
+
+    @staticmethod
+    def _apply_deliver(project: ProjectRef, sub: Subscription, deliver: Any, *, creating: bool) -> None:
+        """On PATCH, omitted parts of `deliver` keep their values (the mode, the push URL, the content mode)."""
+        if not isinstance(deliver, Mapping):
+            raise BadRequest("deliver must be an object")
+        was_push = not creating and sub.deliver_mode == "push"
+        mode = deliver.get("mode")
+        if mode in (None, ""):
+            mode = "pull" if creating else sub.deliver_mode
+        if mode not in ("pull", "push"):
+            raise BadRequest(f'deliver.mode must be "pull" or "push" (got "{mode}")')
+        if mode == "pull" and sub.type == "exclusive":
+            raise BadRequest("an exclusive subscription cannot be read through the pull API (use push or a direct client)")
+        push = deliver.get("push")
+        if mode == "pull":
+            if push not in (None, {}):
+                raise BadRequest('deliver.push is set but deliver.mode is "pull"')
+            sub.deliver_mode, sub.push_url, sub.content_mode = "pull", "", "cloudevents-structured"
+            return
+        if push is None:
+            push = {}
+        if not isinstance(push, Mapping):
+            raise BadRequest("deliver.push must be an object")
+        url = push.get("url")
+        if url in (None, "") and was_push:
+            url = sub.push_url
+        if url in (None, ""):
+            raise BadRequest('deliver.mode is "push" but deliver.push.url is missing')
+        if not isinstance(url, str):
+            raise BadRequest("deliver.push.url is not allowed: it must be a string")
+        problem = push_url_problem(url, project.namespace)
+        if problem:
+            raise BadRequest(f"deliver.push.url is not allowed: {problem}")
+        content_mode = push.get("content_mode")
+        if content_mode in (None, ""):
+            content_mode = sub.content_mode if was_push else "cloudevents-structured"
+        if content_mode not in m.CONTENT_MODES:
+            raise BadRequest(m.CONTENT_MODE_RULE)
+        sub.deliver_mode, sub.push_url, sub.content_mode = "push", url, content_mode
+
+    async def list_subscriptions(
+        self, principal: Principal, project_id: str, topic_name: str, *, page_size: Any = None,
+        page_token: str | None = None,
+    ) -> dict[str, Any]:
+        project = await self._project(principal, project_id)
+        request = self.pager.request(f"subscriptions:{project.id}:{topic_name}", page_size, page_token)
+
+        def read(session: Session) -> list[MessagingSubscription]:
+            row = self._topic_row(session, project.id, topic_name)
+            if row is None:
+                raise NotFound(m.TOPIC_NOT_FOUND)
+            return list(
+                session.scalars(
+                    select(MessagingSubscription).where(MessagingSubscription.topic_id == row.id)
+                    .order_by(MessagingSubscription.name)
+                )
+            )
+
+        page = self.pager.page(await self.db.run(read), request)
+        items = []
+        for row in page.items:
+            sub = subscription_of(row, project.short)
+            items.append(sub.to_json(await self._sub_state(sub)))
+        page.items = items
+        return page_body("subscriptions", page, omit_empty_token=True)
+
+    async def create_subscription(
+        self, principal: Principal, project_id: str, topic_name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        project = await self._project(principal, project_id, admin=True)
+        topic = await self._topic(project, topic_name)
+        name = body.get("name")
+        problem = m.name_error("subscription", name)
+        if problem:
+            raise BadRequest(problem)
+        if body.get("topic") not in (None, "", topic_name):
+            raise BadRequest("topic in the body must match the topic in the path")
+        sub = Subscription(project.id, project.short, topic_name, name, created_at=self.clock.now())
+        await self._apply_subscription_fields(project, sub, body, creating=True)
+        if topic.phase != m.PHASE_READY:
+            raise Conflict(m.TOPIC_NOT_READY)
+        now = sub.created_at
+
+        def insert(session: Session) -> MessagingSubscription:
+            topic_row = self._topic_row(session, project.id, topic_name)
+            if topic_row is None:
+                raise NotFound(m.TOPIC_NOT_FOUND)
+            if self._sub_row(session, topic_row, name) is not None:
+                raise Conflict(m.SUBSCRIPTION_EXISTS)
+            count = session.scalar(
+                select(func.count()).select_from(MessagingSubscription).where(
+                    MessagingSubscription.topic_id == topic_row.id
+                )
+            )
+            if (count or 0) >= 100:
+                raise Conflict("a topic holds at most 100 subscriptions; delete one first")
+            row = MessagingSubscription(
+                project_id=project.id, topic_id=topic_row.id, topic_name=topic_name, name=name,
+                display_name=sub.display_name, type=sub.type, ack_deadline_seconds=sub.ack_deadline_seconds,
+                max_deliver=sub.max_deliver, start_from=sub.start_from, max_ack_pending=sub.max_ack_pending,
+                deliver_mode=sub.deliver_mode, push_url=sub.push_url, content_mode=sub.content_mode,
+                dead_letter_topic=sub.dead_letter_topic, dead_letter_after_attempts=sub.dead_letter_after_attempts,
+                phase=m.PHASE_PENDING, created_at=now, updated_at=now,
+            )
+            session.add(row)
+            session.flush()
+            self.audit.record(session, project.id, principal, "pubsub.subscription.create", f"{topic_name}/{name}",
+                              {"type": sub.type, "mode": sub.deliver_mode})
+            return row
+
+        row = await self.db.run(insert)
+        try:
+            await self.broker.create_consumer(consumer_config(sub))
+        except BrokerError as exc:
+            await self.db.run(lambda s: s.delete(s.get(MessagingSubscription, row.id)))
+            raise InternalError(f"could not create the subscription on the broker: {exc}") from exc
+
+        def ready(session: Session) -> None:
+            stored = session.get(MessagingSubscription, row.id)
+            if stored is not None:
+                stored.phase = m.PHASE_READY
+
+        await self.db.run(ready)
+        sub.phase = m.PHASE_READY
+        await self._subscriptions_changed()
+        return sub.to_json(await self._sub_state(sub))
+
+    async def get_subscription(self, principal: Principal, project_id: str, topic: str, name: str) -> dict[str, Any]:
+        project = await self._project(principal, project_id)
+        sub = await self._subscription(project, topic, name)
+        return sub.to_json(await self._sub_state(sub))
+
+    async def update_subscription(
+        self, principal: Principal, project_id: str, topic: str, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        project = await self._project(principal, project_id, admin=True)
+        sub = await self._subscription(project, topic, name)
+        await self._apply_subscription_fields(project, sub, body, creating=False)
+
+        def apply(session: Session) -> None:
+            topic_row = self._topic_row(session, project.id, topic)
+            row = self._sub_row(session, topic_row, name) if topic_row is not None else None
+            if row is None:
+                raise NotFound(m.SUBSCRIPTION_NOT_FOUND)
+            for field_name in ("display_name", "ack_deadline_seconds", "max_deliver", "max_ack_pending",
+                               "deliver_mode", "push_url", "content_mode", "dead_letter_topic",
+                               "dead_letter_after_attempts"):
+                setattr(row, field_name, getattr(sub, field_name))
+            row.updated_at = self.clock.now()
+            self.audit.record(session, project.id, principal, "pubsub.subscription.update", f"{topic}/{name}",
+                              sorted(k for k in body if k != "name"))
+
+        # The broker first: if it refuses, the record keeps its old values (all or nothing).
+        try:
+            await self.broker.update_consumer(consumer_config(sub))
+        except BrokerError as exc:
+            raise InternalError(f"could not update the subscription on the broker: {exc}") from exc
+        await self.db.run(apply)
+        await self._subscriptions_changed()
+        return sub.to_json(await self._sub_state(sub))
+
+    async def delete_subscription(self, principal: Principal, project_id: str, topic: str, name: str) -> dict[str, Any]:
+        project = await self._project(principal, project_id, admin=True)
+        sub = await self._subscription(project, topic, name)
+
+        def remove(session: Session) -> None:
+            topic_row = self._topic_row(session, project.id, topic)
+            row = self._sub_row(session, topic_row, name) if topic_row is not None else None
+            if row is None:
+                raise NotFound(m.SUBSCRIPTION_NOT_FOUND)
+            session.delete(row)
+            self.audit.record(session, project.id, principal, "pubsub.subscription.delete", f"{topic}/{name}", None)
+
+        await self.db.run(remove)
+        try:
+            await self.broker.delete_consumer(sub.stream, sub.consumer)
+        except BrokerError:
+            log.exception("deleting consumer %s/%s", sub.stream, sub.consumer)
+        await self._subscriptions_changed()
+        return {"name": name, "status": "deleting"}
+
+    # ------------------------------------------------------------------------------------ pull / ack
+
+    async def pull(
+        self, principal: Principal, project_id: str, topic: str, name: str, body: Mapping[str, Any]
+    ) -> tuple[int, dict[str, Any]]:
+        project = await self._project(principal, project_id)
+        sub = await self._subscription(project, topic, name)
+        max_messages = _int_field(body, "max_messages", "max_messages must be an integer")
+        if max_messages is _UNSET or max_messages == 0:
+            max_messages = m.DEFAULT_PULL_MESSAGES
+        if max_messages < 0:
+            raise BadRequest("max_messages must not be negative")
+        max_messages = min(max_messages, m.MAX_PULL_MESSAGES)
+        timeout_ms = _int_field(body, "timeout_ms", "timeout_ms must be an integer")
+        if timeout_ms is _UNSET:
+            timeout_ms = m.DEFAULT_PULL_TIMEOUT_MS
+        if timeout_ms < 0:
+            raise BadRequest("timeout_ms must not be negative")
+        timeout_ms = min(timeout_ms, m.MAX_PULL_TIMEOUT_MS)
+        auto_ack = body.get("auto_ack", False)
+        if auto_ack is None:
+            auto_ack = False
+        if not isinstance(auto_ack, bool):
+            raise BadRequest("auto_ack must be true or false")
+        if sub.deliver_mode == "push":
+            raise Conflict(m.PULL_ON_PUSH)
+        if sub.type in m.SINGLE_READER_TYPES:
+            raise Conflict(m.PULL_ON_EXCLUSIVE)
+        if sub.phase != m.PHASE_READY:
+            raise Conflict(m.SUBSCRIPTION_NOT_READY)
+        try:
+            # An ordered subscription has one message in flight: asking for more would only wait.
+            batch = 1 if sub.ordered else max_messages
+            deliveries = await self.broker.pull(sub.stream, sub.consumer, batch, timeout_ms / 1000)
+        except BrokerError as exc:
+            raise InternalError(f"pull failed: {exc}") from exc
+        self.record_delivered(project.id, topic, len(deliveries), sum(len(d.data) for d in deliveries))
+        messages = []
+        for delivery in deliveries:
+            message: dict[str, Any] = {}
+            if not auto_ack:
+                message["ack_id"] = _b64url(delivery.token)
+            message.update(
+                id=m.message_id(delivery.sequence),
+                data=base64.b64encode(delivery.data).decode(),
+                attributes=delivery.attributes,
+            )
+            if delivery.key is not None:
+                message["key"] = delivery.key
+            message["publish_time"] = rfc3339(delivery.published_at)
+            message["delivery_attempt"] = delivery.delivery_count
+            messages.append(message)
+        if not auto_ack:
+            return 200, {"messages": messages}
+        try:
+            acknowledged = await self.broker.ack([d.token for d in deliveries]) if deliveries else 0
+        except BrokerError as exc:
+            return 207, {"messages": [], "acknowledged": 0,
+                         "error": f"auto_ack failed, the messages will be redelivered: {exc}"}
+        return 200, {"messages": messages, "acknowledged": acknowledged}
+
+    async def acknowledge(
+        self, principal: Principal, project_id: str, topic: str, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        project = await self._project(principal, project_id)
+        sub = await self._subscription(project, topic, name)
+        ids = body.get("ack_ids")
+        if ids is None or (isinstance(ids, list) and not ids):
+            raise BadRequest(m.NO_ACK_IDS)
+        if not isinstance(ids, list):
+            raise BadRequest("ack_ids must be a list of strings")
+        if len(ids) > m.MAX_ACK_IDS:
+            raise BadRequest(m.TOO_MANY_ACK_IDS)
+        tokens = []
+        for ack_id in ids:
+            token = _unb64url(ack_id) if isinstance(ack_id, str) and ack_id else None
+            if token is None or not self.broker.token_belongs(token, sub.stream, sub.consumer):
+                raise BadRequest(m.INVALID_ACK_IDS)
+            tokens.append(token)
+        try:
+            acknowledged = await self.broker.ack(list(dict.fromkeys(tokens)))
+        except BrokerError as exc:
+            raise InternalError(f"acknowledge failed: {exc}") from exc
+        return {"acknowledged": acknowledged}
+
+    # ------------------------------------------------------------------------------------ project views
+
+    async def _rows(self, project: ProjectRef) -> list[MessagingTopic]:
+        return await self.db.run(
+            lambda s: list(
+                s.scalars(select(MessagingTopic).where(MessagingTopic.project_id == project.id).order_by(MessagingTopic.name))
+            )
+        )
+
+    async def quota(self, principal: Principal, project_id: str) -> dict[str, Any]:
+        project = await self._project(principal, project_id)
+        rows = await self._rows(project)
+        limit = await self.db.run(lambda s: self._budget_of(s, project.id))
+        allocated = sum(r.max_bytes_value for r in rows)
+        stored = 0
+        for row in rows:
+            if row.phase == m.PHASE_READY:
+                try:
+                    stats = await self.broker.stream_stats(_topic_of(row, project).stream)
+                except BrokerError:
+                    stats = None
+                stored += stats.bytes if stats else 0
+        available = max(limit - allocated, 0)
+        return {
+            "limit_bytes": limit,
+            "allocated_bytes": allocated,
+            "backlog_bytes": stored,
+            "storage_bytes": stored,
+            "available_bytes": available,
+            "human": f"{m.human_bytes(allocated)} of {m.human_bytes(limit)} claimed by {len(rows)} "
+                     f"topic{'s' if len(rows) != 1 else ''}; {m.human_bytes(available)} available",
+            "topics": len(rows),
+            "provisioned": any(r.phase == m.PHASE_READY for r in rows),
+        }
+
+    async def usage(self, principal: Principal, project_id: str) -> dict[str, Any]:
+        project = await self._project(principal, project_id)
+        rows = await self._rows(project)
+        topics = []
+        keys = ("published", "delivered", "published_bytes", "delivered_bytes", "storage_bytes", "backlog_bytes",
+                "subscriptions")
+        for row in rows:
+            topic = _topic_of(row, project)
+            state = await self._topic_state(topic, await self._count_subs(project.id, row.name))
+            topics.append({"name": row.name, **{k: state[k] for k in keys}})
+        totals = {k: sum(t[k] for t in topics) for k in keys}
+        return {
+            "project": project.id,
+            "topics": topics,
+            "totals": totals,
+            "caveat": "counters are cumulative since the serving process last loaded each topic and reset when "
+                      "it restarts; storage and backlog come from the broker and may lag",
+        }
+
+    async def credentials(self, principal: Principal, project_id: str) -> dict[str, Any]:
+        project = await self._project(principal, project_id, admin=True)
+        rows = await self._rows(project)
+        if not any(r.phase == m.PHASE_READY for r in rows):
+            raise Unavailable(
+                "this project is not provisioned on the broker yet: it is provisioned with its first topic; "
+                "create a topic, then fetch the credential"
+            )
+        if self.credentials_issuer is None:
+            raise Unavailable("the broker credential is not available on this platform: no broker signing key is loaded")
+        credential = await self.credentials_issuer(project)
+        body: dict[str, Any] = {"service_url": credential.service_url}
+        if credential.external_endpoint:
+            body["external_endpoint"] = credential.external_endpoint
+            body["external_service_url"] = credential.external_endpoint
+            body["reachable_scope"] = "vpc"
+        body["token"] = credential.token
+        body["topic_prefix"] = m.subject_prefix(project.short)
+        body["note"] = credential.note
+        return body
+
+    # ------------------------------------------------------------------------------------ broker support
+
+    async def broker_layout(self) -> dict[str, list[str]]:
+        """`{project short: [its stream names]}` for every topic on the broker (credentials are cut to it)."""
+
+        def read(session: Session) -> dict[str, list[str]]:
+            layout: dict[str, list[str]] = {}
+            rows = session.execute(select(Project.short, MessagingTopic.name).join(
+                MessagingTopic, MessagingTopic.project_id == Project.id))
+            for short, name in rows:
+                layout.setdefault(short, []).append(m.stream_name(short, name))
+            return layout
+
+        return await self.db.run(read)
+
+    async def push_subscriptions(self) -> list[tuple[Subscription, Topic | None]]:
+        """Every push subscription with its dead-letter topic (None when unset or gone)."""
+
+        def read(session: Session) -> list[tuple[Subscription, Topic | None]]:
+            out = []
+            rows = session.scalars(
+                select(MessagingSubscription).where(MessagingSubscription.deliver_mode == "push",
+                                                    MessagingSubscription.phase == m.PHASE_READY)
+            )
+            for row in rows:
+                project = session.get(Project, row.project_id)
+                if project is None:
+                    continue
+                ref = ProjectRef.of(project)
+                sub = subscription_of(row, ref.short)
+                dead = self._topic_row(session, ref.id, sub.dead_letter_topic) if sub.dead_letter_topic else None
+                out.append((sub, _topic_of(dead, ref) if dead is not None else None))
+            return out
+
+        return await self.db.run(read)
+
+    # ------------------------------------------------------------------------------------ health
+
+    async def health(self) -> tuple[int, dict[str, Any]]:
+        """`{status, dependencies: {kubernetes, database, broker, session-key}}`, 200 or 503."""
+        dependencies: dict[str, Any] = {}
+        critical = {"kubernetes": False, "database": True, "broker": True, "session-key": True}
+        ok = True
+        for name in ("kubernetes", "database", "broker", "session-key"):
+            check = self._checks.get(name)
+            if name == "broker":
+                try:
+                    await self.broker.ping()
+                    status, error = "ok", None
+                except Exception as exc:  # noqa: BLE001 - reported, not raised
+                    status, error = "down", str(exc) or type(exc).__name__
+            elif check is None:
+                status, error = "not configured", None
+            else:
+                status, error = await check()
+            entry: dict[str, Any] = {"status": status}
+            if error:
+                entry["error"] = error
+            entry["critical"] = critical[name]
+            dependencies[name] = entry
+            if critical[name] and status != "ok":
+                ok = False
+        return (200 if ok else 503), {"status": "ok" if ok else "degraded", "dependencies": dependencies}

@@ -1,0 +1,61 @@
+"""The messaging API over the machine's NATS JetStream (in-process HTTP, `CAI_NATS_URL`)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import pytest
+
+from caiplatform.platform import Platform
+from caiplatform.testing.http import asgi_client
+
+
+@pytest.fixture
+async def js_api(settings, nats_url, api_for):
+    platform = Platform.in_memory(settings.model_copy(update={"nats_url": nats_url}))
+    await platform.start()
+    try:
+        async with asgi_client(platform) as client:
+            api = await api_for(platform, client)
+            yield api
+            for topic in (await client.get(api.topics, headers=api.admin)).json()["topics"]:
+                await client.delete(api.topic(topic["name"]), headers=api.admin)
+    finally:
+        await platform.aclose()
+
+
+async def test_flow_on_jetstream(js_api):
+    api = js_api
+    c = api.client
+    assert (await c.post(api.topics, headers=api.admin, json={"name": "t", "max_bytes": "4Ki", "discard": "new"})).status_code == 201
+    assert (await c.post(api.subs("t"), headers=api.admin, json={"name": "s", "ack_deadline_seconds": 1})).status_code == 201
+    r = await c.post(api.topic("t") + ":publish", headers=api.member,
+                     json={"messages": [{"text": "one", "attributes": {"k": "v"}, "key": "a"}, {"text": "two"}]})
+    assert r.status_code == 200
+    ids = r.json()["message_ids"]
+    r = await c.post(api.sub("t", "s") + ":pull", headers=api.member, json={"max_messages": 5, "timeout_ms": 1000})
+    messages = r.json()["messages"]
+    assert [m["id"] for m in messages] == ids and messages[0]["attributes"] == {"k": "v"} and messages[0]["key"] == "a"
+    # unacknowledged past the deadline: redelivered with the attempt counted
+    await asyncio.sleep(1.3)
+    r = await c.post(api.sub("t", "s") + ":pull", headers=api.member, json={"max_messages": 5, "timeout_ms": 1000})
+    again = r.json()["messages"]
+    assert [m["delivery_attempt"] for m in again] == [2, 2]
+    # the first delivery's ack id is stale but still names this subscription; acknowledge the fresh ones
+    r = await c.post(api.sub("t", "s") + ":ack", headers=api.member, json={"ack_ids": [m["ack_id"] for m in again]})
+    assert r.json() == {"acknowledged": 2}
+    await asyncio.sleep(0.1)
+    sub = (await c.get(api.sub("t", "s"), headers=api.member)).json()
+    assert sub["state"]["backlog"] == 0 and sub["state"]["unacknowledged"] == 0
+    r = await c.post(api.sub("t", "s") + ":ack", headers=api.member, json={"ack_ids": [base64.urlsafe_b64encode(b"$JS.ACK.x.y.1.1.1.1.1").decode()]})
+    assert r.status_code == 400
+    blob = {"text": "x" * 1500}
+    r = await c.post(api.topic("t") + ":publish", headers=api.member, json={"messages": [blob] * 4})
+    assert r.status_code == 207 and 1 <= r.json()["published"] < 4
+    r = await c.post(api.topic("t") + ":publish", headers=api.member, json={"messages": [blob]})
+    assert r.status_code == 409
+    r = await c.post(api.sub("t", "s") + ":pull", headers=api.member, json={"max_messages": 10, "auto_ack": True, "timeout_ms": 1000})
+    assert r.status_code == 200 and r.json()["acknowledged"] == len(r.json()["messages"]) >= 1
+    quota = (await c.get(f"/v1/projects/{api.pid}/pubsub/quota", headers=api.member)).json()
+    assert quota["allocated_bytes"] == 4096 and quota["provisioned"] is True

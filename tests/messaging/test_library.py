@@ -1,0 +1,36 @@
+"""The same rules through the library: `platform.topics` takes the calling principal first."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from caiplatform.db.models import Project
+from caiplatform.errors import BadRequest, Conflict, NotFound, Unauthenticated
+from caiplatform.principal import Principal
+
+
+async def test_library_roundtrip(platform):
+    who = Principal.automation()
+    pid, short = await platform.db.run(
+        lambda s: tuple(s.execute(select(Project.id, Project.short).where(Project.slug == "default")).one())
+    )
+    topics = platform.topics
+    await topics.create_topic(who, pid, {"name": "jobs", "max_bytes": "1Mi"})
+    await topics.create_subscription(who, pid, "jobs", {"name": "workers", "type": "key-shared"})
+    status, body = await topics.publish(who, pid, "jobs", {"messages": [{"text": "a", "key": "k"}]})
+    assert status == 200 and len(body["message_ids"]) == 1
+    status, pulled = await topics.pull(who, pid, "jobs", "workers", {"timeout_ms": 100})
+    assert status == 200 and pulled["messages"][0]["key"] == "k"
+    acked = await topics.acknowledge(who, pid, "jobs", "workers", {"ack_ids": [pulled["messages"][0]["ack_id"]]})
+    assert acked == {"acknowledged": 1}
+    with pytest.raises(Conflict):
+        await topics.create_topic(who, pid, {"name": "jobs"})
+    with pytest.raises(BadRequest):
+        await topics.publish(who, pid, "jobs", {"messages": []})
+    with pytest.raises(NotFound):
+        await topics.get_topic(who, pid, "nope")
+    with pytest.raises(Unauthenticated):
+        await topics.list_topics(Principal.anonymous(None), pid)
+    assert (await topics.delete_topic(who, pid, "jobs")) == {"name": "jobs", "status": "deleting"}
+    assert await platform.topics.broker.stream_stats(f"cai-{short}-jobs") is None  # the stream went with it
