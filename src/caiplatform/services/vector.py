@@ -487,6 +487,8 @@ class IndexService:
         )
         return {
             "service_url": self.engine.service_url(),
+            # Always present (the document marks only the external URL optional); empty: nothing minted.
+            "token": "",
             "collection_prefix": collection_prefix(project.short),
             "collections": names[:MAX_CREDENTIAL_COLLECTIONS],
             "truncated": len(names) > MAX_CREDENTIAL_COLLECTIONS,
