@@ -370,16 +370,18 @@ class Platform:
         return self.indexes.engine
 
     def _build_vector(self) -> IndexService:
-        """In memory for `in_memory()`; a Qdrant server at `CAI_QDRANT_URL`; else Qdrant's local mode in
-        `<data-dir>/qdrant` (see docs/decisions/vector.md)."""
+        """A Qdrant server at `CAI_QDRANT_URL`; in memory for `in_memory()`; else the embedded engine in
+        `<data-dir>/vectors` (`CAI_VECTOR_ENGINE=qdrant-local`: Qdrant's local mode; docs/decisions/vector.md)."""
         from caiplatform.services.vector import IndexService
 
-        if self.mode == "memory" and not self.settings.qdrant_url:
-            engine = self.registry.load("vector", "memory")()
-        elif self.settings.qdrant_url:
+        if self.settings.qdrant_url:
             engine = self.registry.load("vector", "qdrant")(self.settings.qdrant_url, api_key=self.settings.qdrant_api_key)
-        else:
+        elif self.mode == "memory":
+            engine = self.registry.load("vector", "memory")()
+        elif self.settings.vector_engine == "qdrant-local":
             engine = self.registry.load("vector", "qdrant")(path=self.data_dir / "qdrant")
+        else:
+            engine = self.registry.load("vector", self.settings.vector_engine)(self.data_dir / "vectors")
 
         async def database() -> str | None:
             ok, detail = self.database_health()

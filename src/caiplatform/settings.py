@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, validation_alias=_env("CAI_REDIS_URL"))
     qdrant_url: str | None = Field(None, validation_alias=_env("CAI_QDRANT_URL", "QDRANT_URL"))
     qdrant_api_key: str | None = Field(None, validation_alias=_env("CAI_QDRANT_API_KEY"))
+    # Without a Qdrant URL: `local` (numpy, written ahead to SQLite) or `qdrant-local` (Qdrant's local mode).
+    vector_engine: str = Field("local", validation_alias=_env("CAI_VECTOR_ENGINE"))
     bao_addr: str | None = Field(None, validation_alias=_env("CAI_BAO_ADDR", "BAO_ADDR", "VAULT_ADDR"))
     bao_token: str | None = Field(None, validation_alias=_env("CAI_BAO_TOKEN", "BAO_TOKEN", "VAULT_TOKEN"))
     kubeconfig: str | None = Field(None, validation_alias=_env("CAI_KUBECONFIG"))

@@ -1,4 +1,5 @@
-"""Vector engine conformance: the in-memory numpy engine and Qdrant through qdrant-client (local mode).
+"""Vector engine conformance: the in-memory numpy engine, the embedded one (numpy written ahead to
+SQLite), and Qdrant through qdrant-client (local mode).
 
 Qdrant's local mode is the same adapter code as a Qdrant server (only the client differs); no server
 binary ships on PyPI, so the suite runs it in a temporary directory.
@@ -12,7 +13,7 @@ from caiplatform.testing.conformance.vector import *  # noqa: F403
 from caiplatform.testing.conformance.vector import apply_notimpl
 
 
-@pytest.fixture(params=["memory", "qdrant"])
+@pytest.fixture(params=["memory", "local", "qdrant"])
 def backend(request) -> str:
     return request.param
 
@@ -24,6 +25,10 @@ async def engine(request, backend, tmp_path):
         from caiplatform.adapters.memory.vector import InMemoryVectorEngine
 
         adapter = InMemoryVectorEngine()
+    elif backend == "local":
+        from caiplatform.adapters.local.vector import LocalVectorEngine
+
+        adapter = LocalVectorEngine(tmp_path / "vectors")
     else:
         from caiplatform.adapters.qdrant.vector import QdrantVectorEngine
 

@@ -35,7 +35,7 @@ async def test_restart_keeps_indexes_and_points(tmp_path, settings, project_of):
             engine.create_collection = original
     finally:
         await first.aclose()
-    assert (tmp_path / "qdrant").is_dir()
+    assert (tmp_path / "vectors" / "vectors.db").is_file()
 
     second = Platform.embedded(tmp_path, settings)
     await second.start()

@@ -11,6 +11,23 @@ from caiplatform.domain import vector as rules
 UUID_A = "6f1c2b9e-3d4a-4e5f-8a7b-1c2d3e4f5a6b"
 
 
+@pytest.fixture(params=["memory", "qdrant"])
+async def on_engine(request, platform, tmp_path):
+    """Run a test on the in-memory engine and again with Qdrant (local mode) behind the same service."""
+    if request.param == "memory":
+        yield request.param
+        return
+    from caiplatform.adapters.qdrant.vector import QdrantVectorEngine
+
+    engine = QdrantVectorEngine(path=tmp_path / "qdrant")
+    await engine.start()
+    platform.indexes.engine = engine
+    try:
+        yield request.param
+    finally:
+        await engine.close()
+
+
 def base(pid: str) -> str:
     return f"/v1/projects/{pid}/indexes"
 
@@ -195,7 +212,7 @@ async def test_patch_rules(http, project):
     assert (await http.get(path, headers=project.member)).json()["replicas"] == 4
 
 
-async def test_delete_destroys_the_collection(http, platform, project):
+async def test_delete_destroys_the_collection(http, platform, project, on_engine):
     await ready_index(http, project, dimensions=2)
     await verb(http, project, "docs", "upsert", {"points": [{"id": 1, "vector": [1, 0]}]})
     collection = f"p_{project.short}_docs"
@@ -249,7 +266,7 @@ async def test_verb_routing_errors(http, project):
     assert r.status_code == 404
 
 
-async def test_upsert_generated_ids_and_all_or_nothing(http, project):
+async def test_upsert_generated_ids_and_all_or_nothing(http, project, on_engine):
     await ready_index(http, project, dimensions=3)
     r = await verb(http, project, "docs", "upsert", {"points": [
         {"id": 7, "vector": [1, 0, 0], "payload": {"k": "a"}},
@@ -281,7 +298,7 @@ async def test_upsert_generated_ids_and_all_or_nothing(http, project):
     assert got["points_count"] == 3  # nothing of a refused batch was written
 
 
-async def test_query_options_and_messages(http, project):
+async def test_query_options_and_messages(http, project, on_engine):
     await ready_index(http, project, dimensions=2)
     points = [{"id": i, "vector": [1, i / 10], "payload": {"i": i, "even": i % 2 == 0}} for i in range(1, 11)]
     assert (await verb(http, project, "docs", "upsert", {"points": points})).status_code == 200
@@ -325,7 +342,7 @@ async def test_query_options_and_messages(http, project):
     assert r.status_code == 200
 
 
-async def test_scroll_in_id_order(http, project):
+async def test_scroll_in_id_order(http, project, on_engine):
     await ready_index(http, project, dimensions=2)
     ids = [5, UUID_A, 1, 3, "00000000-0000-4000-8000-000000000001"]
     await verb(http, project, "docs", "upsert", {"points": [{"id": i, "vector": [1, 1]} for i in ids]})
@@ -347,7 +364,7 @@ async def test_scroll_in_id_order(http, project):
         assert r.status_code == 400 and error(r) == message
 
 
-async def test_delete_points(http, project):
+async def test_delete_points(http, project, on_engine):
     await ready_index(http, project, dimensions=2)
     await verb(http, project, "docs", "upsert", {"points": [
         {"id": i, "vector": [1, i], "payload": {"tag": "odd" if i % 2 else "even"}} for i in range(1, 7)]})
@@ -382,7 +399,7 @@ async def test_direct_credential_without_token(http, project):
     assert body["collection_prefix"] == f"p_{project.short}_"
     assert body["collections"] == [f"p_{project.short}_a", f"p_{project.short}_b"]
     assert body["truncated"] is False and body["service_url"] and body["note"]
-    assert "token" not in body and "external_service_url" not in body
+    assert body["token"] == "" and "external_service_url" not in body
 
 
 async def test_healthz(http):

@@ -141,6 +141,10 @@ class IndexService:
         self.max_top_k = max_top_k
         self._checks = dict(checks or {})
         self._locks: dict[str, asyncio.Lock] = {}
+        # Ready records by (project id, name), so the data path skips a database read per call. Only
+        # this service changes records (create, PATCH, DELETE drop the entry); a collection gone behind
+        # its back makes the engine refuse, which drops the entry too.
+        self._ready_records: dict[tuple[str, str], _Record] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------------------------ helpers
@@ -266,10 +270,22 @@ class IndexService:
 
     async def _ready(self, principal: Principal, project_id: str, name: str) -> _Record:
         project = await self._project(principal, project_id)
+        cached = self._ready_records.get((project.id, name))
+        if cached is not None:
+            return cached
         record = await self._reconcile(await self._record(project, name))
         if record.state != State.READY:
             raise Conflict(NOT_READY)
+        self._ready_records[(project.id, name)] = record
         return record
+
+    async def _data(self, record: _Record, call: Awaitable[T]) -> T:
+        """A data-path engine call; a refusal also forgets the cached record (it may be stale)."""
+        try:
+            return await self._engine(call)
+        except BadRequest:
+            self._ready_records.pop((record.project_id, record.spec.name), None)
+            raise
 
     # ------------------------------------------------------------------------------------ resource
 
@@ -343,6 +359,7 @@ class IndexService:
         project = await self._project(principal, project_id, admin=True)
         record = await self._record(project, name)
         changes = parse_patch(body)
+        self._ready_records.pop((project.id, name), None)
         record = await self._reconcile(record)
         if record.state == State.READY:
             await self._engine(self.engine.update_collection(record.collection, **changes))
@@ -362,6 +379,7 @@ class IndexService:
         """DELETE (admin): the collection and every point in it are destroyed; no backup exists."""
         project = await self._project(principal, project_id, admin=True)
         record = await self._record(project, name)
+        self._ready_records.pop((project.id, name), None)
         lock = self._locks.setdefault(record.id, asyncio.Lock())
         async with lock:
             await self._engine(self.engine.drop_collection(record.collection))
@@ -374,6 +392,7 @@ class IndexService:
 
             await self.db.run(remove)
         self._locks.pop(record.id, None)
+        self._ready_records.pop((project.id, name), None)
 
     # ------------------------------------------------------------------------------------ data verbs
 
@@ -397,13 +416,14 @@ class IndexService:
     async def upsert(self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         record = await self._ready(principal, project_id, name)
         points = parse_upsert(body, record.spec.name, record.spec.dimensions, self.max_points)
-        await self._engine(self.engine.upsert(record.collection, points))
+        await self._data(record, self.engine.upsert(record.collection, points))
         return {"index": record.spec.name, "upserted_count": len(points)}
 
     async def query(self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         record = await self._ready(principal, project_id, name)
         request = parse_query(body, record.spec.name, record.spec.dimensions, self.max_top_k)
-        hits = await self._engine(
+        hits = await self._data(
+            record,
             self.engine.query(
                 record.collection,
                 request.vector,
@@ -428,8 +448,8 @@ class IndexService:
     async def scroll(self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         record = await self._ready(principal, project_id, name)
         limit, offset, scroll_filter = parse_scroll(body)
-        points, next_offset = await self._engine(
-            self.engine.scroll(record.collection, limit=limit, offset=offset, filter=scroll_filter)
+        points, next_offset = await self._data(
+            record, self.engine.scroll(record.collection, limit=limit, offset=offset, filter=scroll_filter)
         )
         out: dict[str, Any] = {
             "index": record.spec.name,
@@ -444,7 +464,7 @@ class IndexService:
     ) -> dict[str, Any]:
         record = await self._ready(principal, project_id, name)
         ids, delete_filter = parse_delete(body)
-        await self._engine(self.engine.delete_points(record.collection, ids=ids, filter=delete_filter))
+        await self._data(record, self.engine.delete_points(record.collection, ids=ids, filter=delete_filter))
         out: dict[str, Any] = {"index": record.spec.name, "status": "ok"}
         if ids is not None:
             out["ids_requested"] = len(ids)
@@ -467,6 +487,8 @@ class IndexService:
         )
         return {
             "service_url": self.engine.service_url(),
+            # Always present (the document marks only the external URL optional); empty: nothing minted.
+            "token": "",
             "collection_prefix": collection_prefix(project.short),
             "collections": names[:MAX_CREDENTIAL_COLLECTIONS],
             "truncated": len(names) > MAX_CREDENTIAL_COLLECTIONS,

@@ -7,6 +7,7 @@ Qdrant's grammar through `caiplatform.domain.vector_filter`. Nothing survives th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -117,11 +118,38 @@ def _compile(spec: Mapping[str, Any]):  # noqa: ANN202 - a predicate
         raise VectorEngineRejected(f"Format error in JSON body: {exc}") from None
 
 
+def _json_payload(payload: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A private copy of the payload as JSON sees it (what Qdrant stores): tuples become lists."""
+    try:
+        return json.loads(json.dumps(dict(payload or {}), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise VectorEngineRejected(f"Format error in JSON body: payload is not JSON: {exc}") from None
+
+
 class InMemoryVectorEngine(VectorEngine):
+    """Exact search in numpy. The `_persist_*` hooks run before each change is applied in memory, so a
+    durable subclass writes ahead (all or nothing) and loads everything back when it starts."""
+
     name = "memory"
 
     def __init__(self) -> None:
         self._collections: dict[str, _Collection] = {}
+
+    # Hooks for a durable subclass; in memory nothing is kept.
+    def _persist_create(self, name: str, config: CollectionConfig) -> None:
+        pass
+
+    def _persist_drop(self, name: str) -> None:
+        pass
+
+    def _persist_config(self, name: str, config: CollectionConfig) -> None:
+        pass
+
+    def _persist_upsert(self, name: str, rows: Sequence[tuple[PointId, np.ndarray, dict[str, Any]]]) -> None:
+        pass
+
+    def _persist_delete(self, name: str, ids: Sequence[PointId]) -> None:
+        pass
 
     def service_url(self) -> str:
         return "memory://in-process"
@@ -138,10 +166,15 @@ class InMemoryVectorEngine(VectorEngine):
     async def create_collection(self, name: str, config: CollectionConfig) -> None:
         if name in self._collections:
             raise VectorEngineRejected(f"Wrong input: Collection `{name}` already exists!")
+        self._persist_create(name, config)
         self._collections[name] = _Collection(config)
 
     async def drop_collection(self, name: str) -> bool:
-        return self._collections.pop(name, None) is not None
+        if name not in self._collections:
+            return False
+        self._persist_drop(name)
+        del self._collections[name]
+        return True
 
     async def collection_info(self, name: str) -> CollectionInfo | None:
         collection = self._collections.get(name)
@@ -161,7 +194,9 @@ class InMemoryVectorEngine(VectorEngine):
             changes["replicas"] = replicas
         if payload_on_disk is not None:
             changes["payload_on_disk"] = payload_on_disk
-        collection.config = replace(collection.config, **changes)
+        config = replace(collection.config, **changes)
+        self._persist_config(name, config)
+        collection.config = config
 
     async def upsert(self, name: str, points: Sequence[Point]) -> None:
         collection = self._get(name)
@@ -172,7 +207,8 @@ class InMemoryVectorEngine(VectorEngine):
                 point_id = normalize_point_id(point.id)
             except FilterError as exc:
                 raise VectorEngineRejected(f"Format error in JSON body: {exc}") from None
-            prepared.append((point_id, collection.prepare(point.vector), dict(point.payload or {})))
+            prepared.append((point_id, collection.prepare(point.vector), _json_payload(point.payload)))
+        self._persist_upsert(name, prepared)
         for point_id, row, payload in prepared:
             collection.put(point_id, row, payload)
 
@@ -268,6 +304,9 @@ class InMemoryVectorEngine(VectorEngine):
                 doomed = [normalize_point_id(i) for i in ids or ()]
             except FilterError as exc:
                 raise VectorEngineRejected(f"Format error in JSON body: {exc}") from None
+        doomed = [point_id for point_id in doomed if point_id in collection.rows]
+        if doomed:
+            self._persist_delete(name, doomed)
         for point_id in doomed:
             collection.remove(point_id)
 

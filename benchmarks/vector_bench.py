@@ -1,0 +1,178 @@
+"""How close to a plain numpy scan are vector queries through the platform?
+
+Loads N random points (default 100k x 384, cosine) into one index of an embedded platform (the default
+engine of `caiplatform serve`), through the library (`platform.indexes`) and through the HTTP API of a
+real uvicorn server on a loopback port, then times top-10 queries both ways against a numpy brute-force
+scan of the same vectors in the same run. Prints upsert throughput and query p50/p99, and the ratios:
+
+- library query / numpy scan            (target: at most 2)
+- HTTP query / (2 x numpy scan + empty request), where the empty request is an authenticated request
+  the server answers without any work (target: at most 1)
+
+    python benchmarks/vector_bench.py [--points 100000] [--dims 384] [--queries 200] [--engine local]
+
+`--engine qdrant-local` measures Qdrant's local mode instead (expect minutes per 10k points upserted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import uvicorn
+from sqlalchemy import select
+
+from caiplatform.db.models import Project
+from caiplatform.platform import Platform
+from caiplatform.principal import Principal
+from caiplatform.settings import Settings
+from caiplatform.supervisor import free_port
+from caiplatform_server.app import create_app
+
+ADMIN_EMAIL, ADMIN_PASSWORD = "bench@example.com", "benchmark password"
+BATCH = 1000
+TOP_K = 10
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def numpy_scan(data: np.ndarray, queries: np.ndarray) -> list[float]:
+    """The baseline: cosine top-k by brute force over unit-normalised float32 rows."""
+    rows = data / np.linalg.norm(data, axis=1, keepdims=True)
+    times = []
+    for q in queries:
+        start = time.perf_counter()
+        scores = rows @ (q / np.linalg.norm(q))
+        top = np.argpartition(-scores, TOP_K)[:TOP_K]
+        top[np.argsort(-scores[top])]
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def batches(data: np.ndarray, first_id: int) -> list[dict]:
+    out = []
+    for start in range(0, len(data), BATCH):
+        chunk = data[start : start + BATCH]
+        out.append({"points": [{"id": first_id + start + i, "vector": row.tolist(), "payload": {"n": start + i}}
+                               for i, row in enumerate(chunk)]})
+    return out
+
+
+class Server:
+    """`caiplatform serve`'s app under uvicorn in a thread, on a free loopback port."""
+
+    def __init__(self, platform: Platform):
+        self.port = free_port()
+        config = uvicorn.Config(create_app(platform, manage_lifecycle=False), host="127.0.0.1", port=self.port,
+                                log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--points", type=int, default=100_000)
+    parser.add_argument("--dims", type=int, default=384)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--engine", default="local", choices=["local", "qdrant-local"])
+    args = parser.parse_args()
+
+    rng = np.random.default_rng(7)
+    data = rng.standard_normal((args.points, args.dims)).astype(np.float32)
+    queries = rng.standard_normal((args.queries, args.dims)).astype(np.float32)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(CAI_ADMIN_EMAIL=ADMIN_EMAIL, CAI_ADMIN_PASSWORD=ADMIN_PASSWORD, RATELIMIT_RPS=1e9,
+                            RATELIMIT_BURST=10**9, CAI_VECTOR_ENGINE=args.engine)
+        platform = Platform.embedded(Path(tmp), settings)
+        await platform.start()
+        try:
+            signed_in = await platform.auth.login(ADMIN_EMAIL, ADMIN_PASSWORD, client_ip=None)
+            admin: Principal = platform.auth.authenticate(signed_in.token)
+            project_id = await platform.db.run(
+                lambda s: s.scalar(select(Project.id).where(Project.slug == "default")))
+            lib, http_index = "bench-lib", "bench-http"
+            for name in (lib, http_index):
+                await platform.indexes.create(admin, project_id, {"name": name, "dimensions": args.dims})
+            await platform.indexes.wait_reconciled()
+
+            # ---- upsert through the library
+            start = time.perf_counter()
+            for body in batches(data, 0):
+                await platform.indexes.upsert(admin, project_id, lib, body)
+            lib_upsert = len(data) / (time.perf_counter() - start)
+
+            # ---- query through the library
+            lib_times = []
+            for q in queries:
+                body = {"vector": q.tolist(), "top_k": TOP_K}
+                t = time.perf_counter()
+                await platform.indexes.query(admin, project_id, lib, body)
+                lib_times.append(time.perf_counter() - t)
+
+            # ---- the same through HTTP
+            headers = {"Authorization": f"Bearer {signed_in.token}"}
+            base = f"/v1/projects/{project_id}/indexes/{http_index}"
+            with Server(platform) as url:
+                def http_run() -> tuple[float, list[float], list[float]]:
+                    with httpx.Client(base_url=url, headers=headers, timeout=120) as client:
+                        t0 = time.perf_counter()
+                        for body in batches(data, 0):
+                            r = client.post(f"{base}:upsert", json=body)
+                            r.raise_for_status()
+                        rate = len(data) / (time.perf_counter() - t0)
+                        empty, timed = [], []
+                        for q in queries:
+                            t = time.perf_counter()
+                            client.get("/v1/nothing-here")  # authenticated, answered without work
+                            empty.append(time.perf_counter() - t)
+                            payload = {"vector": q.tolist(), "top_k": TOP_K}
+                            t = time.perf_counter()
+                            r = client.post(f"{base}:query", json=payload)
+                            timed.append(time.perf_counter() - t)
+                            r.raise_for_status()
+                        return rate, empty, timed
+
+                http_upsert, empty_times, http_times = await asyncio.to_thread(http_run)
+
+            numpy_times = numpy_scan(data, queries)
+        finally:
+            await platform.aclose()
+
+    np50, np99 = percentiles(numpy_times)
+    lib50, lib99 = percentiles(lib_times)
+    http50, http99 = percentiles(http_times)
+    empty50, _ = percentiles(empty_times)
+    ms = 1000
+    print(f"{args.points} points x {args.dims} dims, cosine, top {TOP_K}, {args.queries} queries, engine {args.engine}")
+    print(f"upsert       library {lib_upsert:10.0f} points/s   HTTP {http_upsert:10.0f} points/s")
+    print(f"numpy scan   p50 {np50 * ms:8.2f} ms   p99 {np99 * ms:8.2f} ms")
+    print(f"library      p50 {lib50 * ms:8.2f} ms   p99 {lib99 * ms:8.2f} ms")
+    print(f"HTTP         p50 {http50 * ms:8.2f} ms   p99 {http99 * ms:8.2f} ms   (empty request p50 {empty50 * ms:.2f} ms)")
+    print(f"ratio library/numpy              p50 {lib50 / np50:5.2f}   p99 {lib99 / np99:5.2f}   (target <= 2)")
+    print(f"ratio HTTP/(2 x numpy + empty)   p50 {http50 / (2 * np50 + empty50):5.2f}"
+          f"   p99 {http99 / (2 * np99 + empty50):5.2f}   (target <= 1)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
