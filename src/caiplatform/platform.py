@@ -145,12 +145,18 @@ class Platform:
 
     def _build_services(self) -> None:
         """Area services over their adapters. Adapters that need a running engine are swapped in by `start()`."""
-        from caiplatform.adapters.memory.mcp_host import InMemoryMcpHost
         from caiplatform.services.mcp import McpServerService
 
+        if self.mode == "memory":
+            mcp_host = self.registry.load("mcp_host", "memory")(self.settings.registry_host)
+        else:
+            mcp_host = self.registry.load("mcp_host", "local")(
+                self.data_dir, supervisor=self.supervisor, registry_host=self.settings.registry_host, hosts=self.hosts
+            )
+        # CAI_PROJECT_KEY hook: the service mints workload keys itself (`mint_workload_key_row`) until the
+        # identity area's minting is merged; pass `workload_keys=` here then.
         self.mcp = McpServerService(
-            self.db, self.access, self.audit, self.clock, self.pager,
-            InMemoryMcpHost(self.settings.registry_host), api_url=self.settings.base_url or "",
+            self.db, self.access, self.audit, self.clock, self.pager, mcp_host, api_url=self.settings.base_url or "",
         )
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -182,6 +188,9 @@ class Platform:
         # Memory stores: a platform restart restarts every recorded instance with its data.
         await self.memorystores.provisioner.start()
         self._closers.append(self.memorystores.provisioner.close)
+        # MCP servers: serve every ready server again, resume unfinished builds; stop builds on close.
+        self._closers.append(self.mcp.aclose)
+        await self.mcp.resume()
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""

@@ -65,4 +65,4 @@ def secret(name: str) -> str:
         )
     from caiplatform import workload
 
-    return workload.read_secret(name)
+    return workload.get_secret(name)

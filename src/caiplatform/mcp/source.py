@@ -44,14 +44,19 @@ def image_digest(tools: list[dict[str, Any]]) -> str:
     return "sha256:" + hashlib.sha256(payload).hexdigest()
 
 
-def write_source_tree(root: Path, server: str, version: int, tools: list[dict[str, Any]]) -> None:
-    """The directory a version builds from: `tools/<name>.py` per tool plus a manifest."""
+def write_source_tree(root: Path, tools: list[dict[str, Any]]) -> None:
+    """The directory a tool set builds from: `tools/<name>.py` per tool plus a manifest.
+
+    Only what the digest covers goes in, so the same tool set always makes the same tree (the server's
+    name and version are given to the process that serves it, not baked into the image)."""
     (root / "tools").mkdir(parents=True, exist_ok=True)
     for tool in tools:
         (root / "tools" / f"{tool['name']}.py").write_text(tool["handler"])
     manifest = {
-        "server": server,
-        "version": version,
-        "tools": [{"name": t["name"], "description": t.get("description") or None} for t in canonical_tools(tools)],
+        "digest": image_digest(tools),
+        "tools": [
+            {"name": t["name"], "description": t.get("description") or None, "credential_keys": t.get("credential_keys") or []}
+            for t in canonical_tools(tools)
+        ],
     }
     (root / "mcp.json").write_text(json.dumps(manifest, indent=2))
