@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import hmac
 import importlib.util
 import inspect
@@ -56,6 +57,36 @@ def load_tool(path: Path) -> tuple[Callable[..., Any], dict[str, Any]]:
         marked = [candidate]
     fn = marked[0]
     return fn, dict(getattr(fn, TOOL_MARK, None) or {})
+
+
+def surface_platform_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The same tool, but a refused or failed secret read reaches the client with its message (the `mcp`
+    package hides the text of any other exception). The signature is kept, so schemas are unchanged."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from caiplatform.mcp import UndeclaredCredentialError
+    from caiplatform.workload import WorkloadError
+
+    expected = (UndeclaredCredentialError, WorkloadError)
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except expected as exc:
+                raise ToolError(str(exc)) from exc
+
+        return run_async
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except expected as exc:
+            raise ToolError(str(exc)) from exc
+
+    return run
 
 
 def load_manifest(source: Path) -> dict[str, Any]:
@@ -175,7 +206,7 @@ def build_server(source: Path, *, name: str | None = None, version: str = "") ->
         fn, marks = load_tool(path)
         summary, param_docs = parse_docstring(inspect.getdoc(fn))
         description = descriptions.get(path.stem) or marks.get("description") or summary or None
-        server.add_tool(fn, name=path.stem, description=description)
+        server.add_tool(surface_platform_errors(fn), name=path.stem, description=description)
         registered = server._tool_manager.get_tool(path.stem)  # the inferred schema, to add parameter docs
         properties = registered.parameters.get("properties", {}) if registered is not None else {}
         for param, text in param_docs.items():
