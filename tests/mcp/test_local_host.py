@@ -88,18 +88,20 @@ async def test_broken_sources_fail_the_build_with_a_message(host, tmp_path):
     assert host.builds == 0 and not list((tmp_path / "mcp-images").iterdir())
 
 
-async def test_serve_runs_a_real_mcp_server_with_only_its_variables(host, monkeypatch):
+async def test_serve_replace_rollback_and_remove(host, monkeypatch):
+    """One server's life (process starts are the expensive part, so one test walks through it)."""
+    import shutil
+
     monkeypatch.setenv("CAI_SESSION_KEY", "platform-secret-that-tools-must-not-see")
-    image = await host.build(build_of(1, tools(add=ADD, env=ENV)))
-    url = await host.serve(deployment(image, 1))
-    assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
-    base = url.removesuffix("/mcp")
+    v1 = await host.build(build_of(1, tools(add=ADD, env=ENV)))
+    url1 = await host.serve(deployment(v1, 1, expose="apps"))
+    assert url1.startswith("http://127.0.0.1:") and url1.endswith("/mcp")
     async with httpx.AsyncClient() as http:
-        assert (await http.get(f"{base}/healthz")).json() == {"status": "ok"}
-        assert (await http.post(url, json={})).status_code == 401
-        wrong = await http.post(url, json={}, headers={"Authorization": "Bearer cai_mcp_" + "00" * 32})
+        assert (await http.get(url1.removesuffix("/mcp") + "/healthz")).json() == {"status": "ok"}
+        assert (await http.post(url1, json={})).status_code == 401
+        wrong = await http.post(url1, json={}, headers={"Authorization": "Bearer cai_mcp_" + "00" * 32})
         assert wrong.status_code == 401
-    async with mcp_client(url, TOKEN) as client:
+    async with mcp_client(url1, TOKEN) as client:
         listed = {t.name: t for t in (await client.list_tools()).tools}
         assert set(listed) == {"add", "env"}
         schema = listed["add"].input_schema
@@ -109,51 +111,40 @@ async def test_serve_runs_a_real_mcp_server_with_only_its_variables(host, monkey
         assert text_of(await client.call_tool("add", {"a": 40})) == "42"
         assert text_of(await client.call_tool("env", {"name": "CAI_PROJECT_ID"})) == "p-1"
         assert text_of(await client.call_tool("env", {"name": "CAI_MCP_AUTH_TOKEN"})) == TOKEN
+        # Only the deployment's variables: the platform's own environment is not inherited.
         assert text_of(await client.call_tool("env", {"name": "CAI_SESSION_KEY"})) == "<unset>"
-        assert os.environ["CAI_SESSION_KEY"]  # set here, and still not inherited
+    assert os.environ["CAI_SESSION_KEY"]
 
+    # expose: apps registers the host name with the platform's router.
+    factory = host.hosts.lookup("calc-abc123.apps.localhost")
+    assert factory is not None and (await factory()).base_url == url1.removesuffix("/mcp")
 
-async def test_a_new_version_replaces_the_old_process_once_healthy(host):
-    v1 = await host.build(build_of(1, tools(add=ADD)))
-    url1 = await host.serve(deployment(v1, 1))
+    # A new version replaces the old process once it is healthy.
     old = host.serving("p-1", "calc").process
-    v2 = await host.build(build_of(2, tools(add=ADD, env=ENV)))
-    url2 = await host.serve(deployment(v2, 2))
+    v2 = await host.build(build_of(2, tools(add=ADD)))
+    url2 = await host.serve(deployment(v2, 2, expose="apps"))
     assert url2 != url1 and host.supervisor.get(old) is None
     async with mcp_client(url2, TOKEN) as client:
-        assert {t.name for t in (await client.list_tools()).tools} == {"add", "env"}
+        assert {t.name for t in (await client.list_tools()).tools} == {"add"}
     with pytest.raises(httpx.HTTPError):
         async with httpx.AsyncClient() as http:
             await http.get(url1.removesuffix("/mcp") + "/healthz")
+    assert (await host.hosts.lookup("calc-abc123.apps.localhost")()).base_url == url2.removesuffix("/mcp")
+
     # Rolling back re-serves the recorded image: no build.
     builds = host.builds
     url3 = await host.serve(deployment(v1, 1))
     assert host.builds == builds
     async with mcp_client(url3, TOKEN) as client:
-        assert {t.name for t in (await client.list_tools()).tools} == {"add"}
+        assert {t.name for t in (await client.list_tools()).tools} == {"add", "env"}
 
-
-async def test_a_missing_image_is_refused_and_the_old_version_keeps_serving(host, tmp_path):
-    import shutil
-
-    v1 = await host.build(build_of(1, tools(add=ADD)))
-    url = await host.serve(deployment(v1, 1))
-    v2 = await host.build(build_of(2, tools(env=ENV)))
+    # An image that is gone is refused, and what serves keeps serving.
     shutil.rmtree(host.image_dir(v2.digest))
     with pytest.raises(McpServeError, match="publish again"):
         await host.serve(deployment(v2, 2))
     async with httpx.AsyncClient() as http:
-        assert (await http.get(url.removesuffix("/mcp") + "/healthz")).status_code == 200
+        assert (await http.get(url3.removesuffix("/mcp") + "/healthz")).status_code == 200
 
-
-async def test_apps_exposure_and_remove(host):
-    image = await host.build(build_of(1, tools(add=ADD)))
-    await host.serve(deployment(image, 1, expose="apps"))
-    factory = host.hosts.lookup("calc-abc123.apps.localhost")
-    assert factory is not None
-    upstream = await factory()
-    async with mcp_client(upstream.base_url + "/mcp", TOKEN) as client:
-        assert text_of(await client.call_tool("add", {"a": 1, "b": 1})) == "2"
     process = host.serving("p-1", "calc").process
     await host.remove("p-1", "calc")
     assert host.serving("p-1", "calc") is None and host.supervisor.get(process) is None

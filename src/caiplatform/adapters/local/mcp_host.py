@@ -185,6 +185,8 @@ class LocalMcpHost(McpHost):
                 self.hosts.register(host, self._upstream(key))
             self._serving[key] = _Serving(name, port, deployment.version, deployment.image.digest, host)
             if previous is not None:
+                if previous.host and previous.host != host and self.hosts is not None:
+                    self.hosts.unregister(previous.host)
                 await self.supervisor.stop(previous.process)
             return f"http://127.0.0.1:{port}/mcp"
 
