@@ -201,3 +201,121 @@ async def test_anonymous_and_strangers(client, base):
 async def test_malformed_project_id(client, admin_headers):
     response = await client.get("/v1/projects/not-a-uuid/mcpservers", headers=admin_headers)
     assert response.status_code == 400
+
+
+async def _bearer_for(platform, project_id, role: str | None) -> dict[str, str]:
+    """A signed-in user holding `role` on the project (None: a user with no grant)."""
+    import secrets
+
+    from caiplatform.db.models import ProjectMember, User
+
+    now = platform.clock.now()
+
+    def run(session):
+        user = User(email=f"{role or 'stranger'}-{secrets.token_hex(3)}@example.com", password_hash="unused",
+                    role="user", must_change_password=False, created_at=now)
+        session.add(user)
+        session.flush()
+        if role:
+            session.add(ProjectMember(project_id=project_id, user_id=user.id, role=role, created_at=now))
+        return user.id
+
+    user_id = await platform.db.run(run)
+    token, _ = platform.auth.tokens.issue(user_id, platform.clock.time())
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_roles(client, admin_headers, base, platform, project_id):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+    member = await _bearer_for(platform, project_id, "member")
+    for path in ("", "/s", "/s/tools", "/s/versions"):
+        assert (await client.get(f"{base}{path}", headers=member)).status_code == 200, path
+    admin_only = [
+        client.post(base, headers=member, json={"name": "t"}),
+        client.delete(f"{base}/s", headers=member),
+        client.put(f"{base}/s/tools/add", headers=member, json={"handler": ADD}),
+        client.delete(f"{base}/s/tools/add", headers=member),
+        client.post(f"{base}/s/versions/1:rollback", headers=member),
+        client.post(f"{base}/s/versions/1:yank", headers=member),
+        client.post(f"{base}/s/versions/1:unyank", headers=member),
+        client.get(f"{base}/s/token", headers=member),
+    ]
+    for call in admin_only:
+        response = await call
+        assert response.status_code == 403, response.text
+        assert response.json()["error"] == "this action requires the project admin role"
+    stranger = await _bearer_for(platform, project_id, None)
+    assert (await client.get(base, headers=stranger)).status_code == 404
+    assert (await client.get(f"{base}/s", headers=stranger)).status_code == 404
+    assert (await client.post(f"{base}/s/versions/1:yank")).status_code == 401
+    # Nothing the refused calls asked for happened.
+    versions = (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]
+    assert [(v["version"], v.get("yanked")) for v in versions] == [(1, None)]
+
+
+async def test_publish_body_cap_is_one_mebibyte(client, admin_headers, base, platform):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    padded = ADD + "#" * (900 * 1024) + "\n"
+    assert (await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": padded})).status_code == 202
+    too_big = ADD + "#" * (1024 * 1024) + "\n"
+    response = await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": too_big})
+    assert response.status_code == 413
+    await ready(platform)
+    assert len((await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]) == 1
+
+
+async def test_token_is_minted_once_and_kept(client, admin_headers, base, platform):
+    created = await client.post(base, headers=admin_headers, json={"name": "s"})
+    assert "token" not in created.json()
+    token = (await client.get(f"{base}/s/token", headers=admin_headers)).json()
+    assert token["server"] == "s"
+    assert token["token"].startswith("cai_mcp_") and len(token["token"]) == 72
+    int(token["token"].removeprefix("cai_mcp_"), 16)
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+    assert (await client.get(f"{base}/s/token", headers=admin_headers)).json() == token
+    (served,) = platform.mcp.host.serving.values()
+    assert served.secret_env["CAI_MCP_AUTH_TOKEN"] == token["token"]
+    assert served.secret_env["CAI_PROJECT_KEY"].startswith("cai_wl_")
+    assert served.env["CAI_PROJECT_ID"] and served.env["PLATFORM_REQUEST_TIMEOUT_SECONDS"] == "300"
+    assert "CAI_API_URL" in served.env
+
+
+async def test_the_served_workload_key_reads_project_secrets_only(client, admin_headers, base, platform, project_id):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+    (served,) = platform.mcp.host.serving.values()
+    key = {"Authorization": f"Bearer {served.secret_env['CAI_PROJECT_KEY']}"}
+    assert (await client.get(base, headers=key)).status_code == 403  # a workload key manages nothing
+    await client.post(f"/v1/projects/{project_id}/secrets", headers=admin_headers, json={"name": "k", "value": "v"})
+    minted = await client.post(f"/v1/projects/{project_id}/secrets:issue-token", headers=key, json={})
+    assert minted.status_code == 200, minted.text
+
+
+async def test_version_verbs_are_audited(client, admin_headers, base, platform, project_id):
+    from sqlalchemy import select
+
+    from caiplatform.db.models import AuditEntry
+
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+    await client.put(f"{base}/s/tools/greet", headers=admin_headers, json={"handler": GREET})
+    await ready(platform)
+    assert (await client.post(f"{base}/s/versions/1:rollback", headers=admin_headers)).status_code == 200
+    assert (await client.post(f"{base}/s/versions/2:yank", headers=admin_headers)).status_code == 200
+    assert (await client.post(f"{base}/s/versions/2:unyank", headers=admin_headers)).status_code == 200
+    actions = await platform.db.run(
+        lambda s: [a.action for a in s.scalars(select(AuditEntry).where(AuditEntry.project_id == project_id).order_by(AuditEntry.id))]
+    )
+    assert actions[-3:] == ["mcpserver.version.rollback", "mcpserver.version.yank", "mcpserver.version.unyank"]
+
+
+async def test_version_route_without_a_verb_is_404(client, admin_headers, base):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    assert (await client.post(f"{base}/s/versions/1", headers=admin_headers)).status_code == 404
+    unknown = await client.post(f"{base}/s/versions/1:promote", headers=admin_headers)
+    assert unknown.status_code == 404 and unknown.json()["request_id"]

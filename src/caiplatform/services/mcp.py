@@ -480,13 +480,19 @@ class McpServerService:
         )
         url = await self.host.serve(deployment)
 
-        def ready(session: Session) -> None:
-            server = self._server(session, project.id, name)
+        def ready(session: Session) -> bool:
+            server = session.scalar(select(McpServer).where(McpServer.project_id == project.id, McpServer.name == name))
+            if server is None or server.id != server_id:
+                return False
             server.url, server.current_version = url, version
             if mark_ready:
                 server.status, server.message = "ready", ""
+            return True
 
-        await self.db.run(ready)
+        if not await self.db.run(ready):
+            # Deleted while this version started: stop what was just started instead of leaking it.
+            await self.host.remove(project.id, name)
+            raise NotFound(f"mcp server {name} not found")
 
     async def _project_key(self, project: ProjectRef, server_id: str) -> str:
         """The workload key a server presents to read its project's secrets (minted per rollout)."""
