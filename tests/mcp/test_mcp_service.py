@@ -319,3 +319,24 @@ async def test_version_route_without_a_verb_is_404(client, admin_headers, base):
     assert (await client.post(f"{base}/s/versions/1", headers=admin_headers)).status_code == 404
     unknown = await client.post(f"{base}/s/versions/1:promote", headers=admin_headers)
     assert unknown.status_code == 404 and unknown.json()["request_id"]
+
+
+async def test_empty_bodies_get_the_field_errors(client, admin_headers, base):
+    response = await client.post(base, headers=admin_headers)
+    assert response.status_code == 400
+    assert response.json()["error"] == "missing or invalid 'name' (must be a lowercase DNS label, <=40 chars)"
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    response = await client.put(f"{base}/s/tools/add", headers=admin_headers)
+    assert response.status_code == 400 and response.json()["error"].startswith("missing 'handler': ")
+    broken = await client.post(base, headers=admin_headers, content=b"{not json")
+    assert broken.status_code == 400 and broken.json()["error"].startswith("invalid JSON body: ")
+
+
+async def test_list_pages(client, admin_headers, base):
+    for name in ("a", "b", "c"):
+        await client.post(base, headers=admin_headers, json={"name": name})
+    first = (await client.get(f"{base}?page_size=2", headers=admin_headers)).json()
+    assert [s["name"] for s in first["mcpservers"]] == ["a", "b"] and first["next_page_token"]
+    second = (await client.get(f"{base}?limit=2&page_token={first['next_page_token']}", headers=admin_headers)).json()
+    assert [s["name"] for s in second["mcpservers"]] == ["c"] and second["next_page_token"] == ""
+    assert (await client.get(f"{base}?page_size=201", headers=admin_headers)).status_code == 400

@@ -20,7 +20,7 @@ router = APIRouter(prefix="/v1/projects/{projectID}/mcpservers", tags=["mcp serv
 async def create(
     projectID: str, request: Request, principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of)
 ) -> dict[str, Any]:
-    body = await json_body(request, 4 * KiB)
+    body = await json_body(request, 4 * KiB, optional=True)
     return await platform.mcp.create(principal, projectID, body)
 
 
@@ -75,7 +75,7 @@ async def publish_tool(
     principal: Principal = Depends(principal_of),
     platform: Platform = Depends(platform_of),
 ) -> dict[str, Any]:
-    body = await json_body(request, 1 * MiB)
+    body = await json_body(request, 1 * MiB, optional=True)
     return await platform.mcp.publish_tool(principal, projectID, name, tool, body)
 
 
