@@ -340,3 +340,15 @@ async def test_list_pages(client, admin_headers, base):
     second = (await client.get(f"{base}?limit=2&page_token={first['next_page_token']}", headers=admin_headers)).json()
     assert [s["name"] for s in second["mcpservers"]] == ["c"] and second["next_page_token"] == ""
     assert (await client.get(f"{base}?page_size=201", headers=admin_headers)).status_code == 400
+
+
+async def test_decorator_declared_keys_count_for_the_version(client, admin_headers, base, platform):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/greet", headers=admin_headers, json={"handler": GREET})
+    await ready(platform)
+    (tool,) = (await client.get(f"{base}/s/tools", headers=admin_headers)).json()["tools"]
+    assert tool["credential_keys"] == []  # the record keeps what was sent
+    (version,) = (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]
+    assert version["credential_keys"] == ["GREETING"]
+    (served,) = platform.mcp.host.serving.values()
+    assert served.env["CAI_MCP_CREDENTIAL_KEYS"] == '["GREETING"]'

@@ -34,6 +34,29 @@ def check_tool_source(name: str, handler: str) -> str | None:
     return None
 
 
+def decorator_credential_keys(handler: str) -> list[str]:
+    """The keys a handler declares with `@tool(credential_keys=[...])` (string literals), read statically."""
+    try:
+        tree = ast.parse(handler)
+    except SyntaxError:
+        return []
+    keys: list[str] = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for dec in node.decorator_list:
+            if not isinstance(dec, ast.Call):
+                continue
+            target = dec.func
+            named = (isinstance(target, ast.Name) and target.id == "tool") or (
+                isinstance(target, ast.Attribute) and target.attr == "tool"
+            )
+            for kw in dec.keywords if named else []:
+                if kw.arg == "credential_keys" and isinstance(kw.value, ast.List | ast.Tuple | ast.Set):
+                    keys += [e.value for e in kw.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return keys
+
+
 def canonical_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keys = ("name", "description", "handler", "credential_keys")
     return sorted(({k: t.get(k) for k in keys} for t in tools), key=lambda t: t["name"])

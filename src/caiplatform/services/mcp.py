@@ -25,6 +25,7 @@ from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models import ApiKey, McpServer, McpTool, McpVersion, Project
 from caiplatform.errors import BadRequest, Conflict, NotFound, Unavailable
+from caiplatform.mcp.source import decorator_credential_keys
 from caiplatform.pagination import Page, Pager
 from caiplatform.ports.mcp_host import (
     McpBuild,
@@ -374,7 +375,8 @@ class McpServerService:
             for t in self._tools(session, server.id)
         ]
         latest = session.scalar(select(func.max(McpVersion.version)).where(McpVersion.server_id == server.id)) or 0
-        keys = sorted({k for t in tools for k in t["credential_keys"]})
+        # The version's keys: what the records declare plus what the handlers' `@tool(credential_keys=...)` do.
+        keys = sorted({k for t in tools for k in [*t["credential_keys"], *decorator_credential_keys(t["handler"])]})
         build_id = str(uuid.uuid4())
         session.add(
             McpVersion(
