@@ -53,6 +53,7 @@ VERSION_MESSAGE = "version must be a positive integer"
 VERSION_VERBS = ("rollback", "yank", "unyank")
 # Document 2, Limits: "MCP request timeout 300 s"; the served process enforces it per request.
 REQUEST_TIMEOUT_SECONDS = 300
+RESUME_CONCURRENCY = 4
 
 # Makes the `cai_wl_` key a server presents as CAI_PROJECT_KEY: (project id, label) -> key.
 WorkloadKeyMinter = Callable[[str, str], Awaitable[str]]
@@ -522,18 +523,24 @@ class McpServerService:
                 )
             return out
 
-        for item in await self.db.run(servers):
+        # A few at a time: each start is an interpreter coming up, and the API waits for all of them.
+        starting = asyncio.Semaphore(RESUME_CONCURRENCY)
+
+        async def serve_again(item: _Resumable) -> None:
             if item.current is not None and item.image is not None:
                 try:
-                    await self._serve(
-                        item.project, item.name, item.current, item.image, item.expose, item.token,
-                        mark_ready=item.unfinished is None,
-                    )
+                    async with starting:
+                        await self._serve(
+                            item.project, item.name, item.current, item.image, item.expose, item.token,
+                            mark_ready=item.unfinished is None,
+                        )
                 except Exception as exc:  # noqa: BLE001 - one server that cannot start does not stop the others
                     log.exception("mcp server %s/%s did not start again", item.project.slug, item.name)
                     await self._fail(item.project, item.name, item.current, f"restart failed: {exc}", only_if_newest=False)
             if item.unfinished is not None:
                 self._start_build(item.project, item.name, item.unfinished)
+
+        await asyncio.gather(*(serve_again(item) for item in await self.db.run(servers)))
 
     async def _fail(self, project: ProjectRef, name: str, version: int, message: str, *, only_if_newest: bool = True) -> None:
         def fail(session: Session) -> None:
