@@ -352,3 +352,40 @@ async def test_decorator_declared_keys_count_for_the_version(client, admin_heade
     assert version["credential_keys"] == ["GREETING"]
     (served,) = platform.mcp.host.serving.values()
     assert served.env["CAI_MCP_CREDENTIAL_KEYS"] == '["GREETING"]'
+
+
+async def test_delete_removes_tools_versions_and_the_deployment(client, admin_headers, base, platform):
+    from sqlalchemy import func, select
+
+    from caiplatform.db.models import McpTool, McpVersion
+
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+    assert platform.mcp.host.serving
+    assert (await client.delete(f"{base}/s", headers=admin_headers)).status_code == 200
+    counts = await platform.db.run(
+        lambda s: (s.scalar(select(func.count()).select_from(McpTool)), s.scalar(select(func.count()).select_from(McpVersion)))
+    )
+    assert counts == (0, 0) and not platform.mcp.host.serving
+    # The name is free again, with a fresh history.
+    assert (await client.post(base, headers=admin_headers, json={"name": "s"})).status_code == 201
+    assert (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"] == []
+
+
+async def test_delete_tool_rebuilds_without_it(client, admin_headers, base, platform):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})
+    published = await client.put(f"{base}/s/tools/greet", headers=admin_headers, json={"handler": GREET})
+    await ready(platform)
+    deleted = await client.delete(f"{base}/s/tools/greet", headers=admin_headers)
+    assert deleted.status_code == 202
+    body = deleted.json()
+    assert body["server"] == "s" and body["name"] == "greet" and body["deleted"] is True and body["note"]
+    assert body["build_id"] and body["build_id"] != published.json()["build_id"]
+    await ready(platform)
+    server = (await client.get(f"{base}/s", headers=admin_headers)).json()["mcp_server"]
+    assert server["status"] == "ready" and server["tool_names"] == ["add"] and server["tool_count"] == 1
+    versions = (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]
+    assert versions[0]["version"] == 3 and versions[0]["tool_names"] == ["add"] and versions[0]["current"] is True
+    assert (await client.delete(f"{base}/s/tools/greet", headers=admin_headers)).status_code == 404

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.resources import files
@@ -24,6 +26,8 @@ def normalize_url(url: str) -> str:
 
 
 class Database:
+    _shared_connection: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+
     def __init__(self, url: str, *, echo: bool = False):
         self.url = normalize_url(url)
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
@@ -31,6 +35,9 @@ class Database:
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
             if self.url in ("sqlite://", "sqlite:///:memory:"):
                 kwargs["poolclass"] = StaticPool
+                # One shared connection: transactions from worker threads must take turns, or one
+                # thread's COMMIT ends another's transaction ("cannot commit - no transaction is active").
+                self._shared_connection = threading.RLock()
         else:
             kwargs["pool_pre_ping"] = True
         self.engine: Engine = create_engine(self.url, **kwargs)
@@ -54,7 +61,7 @@ class Database:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """One transaction: commit on success, roll back on any exception."""
-        with self._sessions() as session, session.begin():
+        with self._shared_connection, self._sessions() as session, session.begin():
             yield session
 
     def run_sync(self, fn: Callable[[Session], T]) -> T:
