@@ -389,3 +389,31 @@ async def test_delete_tool_rebuilds_without_it(client, admin_headers, base, plat
     versions = (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]
     assert versions[0]["version"] == 3 and versions[0]["tool_names"] == ["add"] and versions[0]["current"] is True
     assert (await client.delete(f"{base}/s/tools/greet", headers=admin_headers)).status_code == 404
+
+
+async def test_resume_serves_again_and_finishes_unfinished_builds(client, admin_headers, base, platform, project_id):
+    from sqlalchemy import select
+
+    from caiplatform.db.models import McpServer
+
+    for name in ("ok", "broken", "midway"):
+        await client.post(base, headers=admin_headers, json={"name": name})
+        await client.put(f"{base}/{name}/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+
+    def set_status(session):
+        for server in session.scalars(select(McpServer).where(McpServer.project_id == project_id)):
+            if server.name == "broken":
+                server.status, server.message = "failed", "build failed: earlier"
+            if server.name == "midway":
+                server.status = "building"
+
+    await platform.db.run(set_status)
+    platform.mcp.host.serving.clear()  # what a restarted host knows
+    builds = len(platform.mcp.host.builds)
+    await platform.mcp.resume()
+    await ready(platform)
+    assert {server for (_, server) in platform.mcp.host.serving} == {"ok", "broken", "midway"}
+    assert len(platform.mcp.host.builds) == builds + 1  # only the unfinished one builds again
+    status = {s["name"]: (s["status"], s.get("message")) for s in (await client.get(base, headers=admin_headers)).json()["mcpservers"]}
+    assert status == {"ok": ("ready", None), "broken": ("failed", "build failed: earlier"), "midway": ("ready", None)}

@@ -68,6 +68,7 @@ class _Resumable:
     current: int | None  # the version to serve again (it has an image)
     image: McpImage | None
     unfinished: int | None  # the newest version, when its build or rollout was under way
+    was_ready: bool  # otherwise the status (and a failure's message) stays as it was
 
 
 def mint_server_token() -> str:
@@ -519,6 +520,7 @@ class McpServerService:
                         current.version if current and current.image_digest else None,
                         McpImage(current.image, current.image_digest) if current and current.image_digest else None,
                         newest if server.status in ("building", "deploying") else None,
+                        server.status == "ready",
                     )
                 )
             return out
@@ -532,7 +534,7 @@ class McpServerService:
                     async with starting:
                         await self._serve(
                             item.project, item.name, item.current, item.image, item.expose, item.token,
-                            mark_ready=item.unfinished is None,
+                            mark_ready=item.was_ready,
                         )
                 except Exception as exc:  # noqa: BLE001 - one server that cannot start does not stop the others
                     log.exception("mcp server %s/%s did not start again", item.project.slug, item.name)
