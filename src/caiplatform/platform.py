@@ -100,6 +100,8 @@ class Platform:
 
     @classmethod
     def from_settings(cls, settings: Settings, *, clock: Clock | None = None) -> Platform:
+        # Absolute, so child processes started with another working directory find the same files.
+        settings = settings.model_copy(update={"data_dir": Path(settings.data_dir).resolve()})
         data_dir = Path(settings.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         db = Database(settings.database_url) if settings.database_url else Database.sqlite_file(data_dir / "platform.db")
