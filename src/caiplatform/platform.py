@@ -109,6 +109,8 @@ class Platform:
 
     @classmethod
     def from_settings(cls, settings: Settings, *, clock: Clock | None = None) -> Platform:
+        # Absolute, so child processes started with another working directory find the same files.
+        settings = settings.model_copy(update={"data_dir": Path(settings.data_dir).resolve()})
         data_dir = Path(settings.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         db = Database(settings.database_url) if settings.database_url else Database.sqlite_file(data_dir / "platform.db")
@@ -154,12 +156,18 @@ class Platform:
 
     def _build_services(self) -> None:
         """Area services over their adapters. Adapters that need a running engine are swapped in by `start()`."""
-        from caiplatform.adapters.memory.mcp_host import InMemoryMcpHost
         from caiplatform.services.mcp import McpServerService
 
+        if self.mode == "memory":
+            mcp_host = self.registry.load("mcp_host", "memory")(self.settings.registry_host)
+        else:
+            mcp_host = self.registry.load("mcp_host", "local")(
+                self.data_dir, supervisor=self.supervisor, registry_host=self.settings.registry_host, hosts=self.hosts
+            )
+        # CAI_PROJECT_KEY hook: the service mints workload keys itself (`mint_workload_key_row`) until the
+        # identity area's minting is merged; pass `workload_keys=` here then.
         self.mcp = McpServerService(
-            self.db, self.access, self.audit, self.clock, self.pager,
-            InMemoryMcpHost(self.settings.registry_host), api_url=self.settings.base_url or "",
+            self.db, self.access, self.audit, self.clock, self.pager, mcp_host, api_url=self.settings.base_url or "",
         )
 
     def _build_identity(self) -> None:
@@ -243,6 +251,9 @@ class Platform:
         await self.indexes.start()
         await self._start_messaging()
         await self._start_serverless()
+        # MCP servers: serve every ready server again, resume unfinished builds; stop builds on close.
+        self._closers.append(self.mcp.aclose)
+        await self.mcp.resume()
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""

@@ -60,6 +60,8 @@ _BUILTIN: list[AdapterRef] = [
     AdapterRef("sessions", "memory", "caiplatform.adapters.memory.sessions:InMemorySessionStore"),
     AdapterRef("sessions", "sqlite", "caiplatform.adapters.sqlite.sessions:SQLiteSessionStore"),
     AdapterRef("sessions", "redis", "caiplatform.adapters.redis.sessions:RedisSessionStore", "redis"),
+    AdapterRef("mcp_host", "memory", "caiplatform.adapters.memory.mcp_host:InMemoryMcpHost"),
+    AdapterRef("mcp_host", "local", "caiplatform.adapters.local.mcp_host:LocalMcpHost", "mcp"),
 ]
 
 

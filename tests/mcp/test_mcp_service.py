@@ -201,3 +201,219 @@ async def test_anonymous_and_strangers(client, base):
 async def test_malformed_project_id(client, admin_headers):
     response = await client.get("/v1/projects/not-a-uuid/mcpservers", headers=admin_headers)
     assert response.status_code == 400
+
+
+async def _bearer_for(platform, project_id, role: str | None) -> dict[str, str]:
+    """A signed-in user holding `role` on the project (None: a user with no grant)."""
+    import secrets
+
+    from caiplatform.db.models import ProjectMember, User
+
+    now = platform.clock.now()
+
+    def run(session):
+        user = User(email=f"{role or 'stranger'}-{secrets.token_hex(3)}@example.com", password_hash="unused",
+                    role="user", must_change_password=False, created_at=now)
+        session.add(user)
+        session.flush()
+        if role:
+            session.add(ProjectMember(project_id=project_id, user_id=user.id, role=role, created_at=now))
+        return user.id
+
+    user_id = await platform.db.run(run)
+    token, _ = platform.auth.tokens.issue(user_id, platform.clock.time())
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_roles(client, admin_headers, base, platform, project_id):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+    member = await _bearer_for(platform, project_id, "member")
+    for path in ("", "/s", "/s/tools", "/s/versions"):
+        assert (await client.get(f"{base}{path}", headers=member)).status_code == 200, path
+    admin_only = [
+        client.post(base, headers=member, json={"name": "t"}),
+        client.delete(f"{base}/s", headers=member),
+        client.put(f"{base}/s/tools/add", headers=member, json={"handler": ADD}),
+        client.delete(f"{base}/s/tools/add", headers=member),
+        client.post(f"{base}/s/versions/1:rollback", headers=member),
+        client.post(f"{base}/s/versions/1:yank", headers=member),
+        client.post(f"{base}/s/versions/1:unyank", headers=member),
+        client.get(f"{base}/s/token", headers=member),
+    ]
+    for call in admin_only:
+        response = await call
+        assert response.status_code == 403, response.text
+        assert response.json()["error"] == "this action requires the project admin role"
+    stranger = await _bearer_for(platform, project_id, None)
+    assert (await client.get(base, headers=stranger)).status_code == 404
+    assert (await client.get(f"{base}/s", headers=stranger)).status_code == 404
+    assert (await client.post(f"{base}/s/versions/1:yank")).status_code == 401
+    # Nothing the refused calls asked for happened.
+    versions = (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]
+    assert [(v["version"], v.get("yanked")) for v in versions] == [(1, None)]
+
+
+async def test_publish_body_cap_is_one_mebibyte(client, admin_headers, base, platform):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    padded = ADD + "#" * (900 * 1024) + "\n"
+    assert (await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": padded})).status_code == 202
+    too_big = ADD + "#" * (1024 * 1024) + "\n"
+    response = await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": too_big})
+    assert response.status_code == 413
+    await ready(platform)
+    assert len((await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]) == 1
+
+
+async def test_token_is_minted_once_and_kept(client, admin_headers, base, platform):
+    created = await client.post(base, headers=admin_headers, json={"name": "s"})
+    assert "token" not in created.json()
+    token = (await client.get(f"{base}/s/token", headers=admin_headers)).json()
+    assert token["server"] == "s"
+    assert token["token"].startswith("cai_mcp_") and len(token["token"]) == 72
+    int(token["token"].removeprefix("cai_mcp_"), 16)
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+    assert (await client.get(f"{base}/s/token", headers=admin_headers)).json() == token
+    (served,) = platform.mcp.host.serving.values()
+    assert served.secret_env["CAI_MCP_AUTH_TOKEN"] == token["token"]
+    assert served.secret_env["CAI_PROJECT_KEY"].startswith("cai_wl_")
+    assert served.env["CAI_PROJECT_ID"] and served.env["PLATFORM_REQUEST_TIMEOUT_SECONDS"] == "300"
+    assert "CAI_API_URL" in served.env
+
+
+async def test_the_served_workload_key_reads_project_secrets_only(client, admin_headers, base, platform, project_id):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+    (served,) = platform.mcp.host.serving.values()
+    key = {"Authorization": f"Bearer {served.secret_env['CAI_PROJECT_KEY']}"}
+    assert (await client.get(base, headers=key)).status_code == 403  # a workload key manages nothing
+    await client.post(f"/v1/projects/{project_id}/secrets", headers=admin_headers, json={"name": "k", "value": "v"})
+    minted = await client.post(f"/v1/projects/{project_id}/secrets:issue-token", headers=key, json={})
+    assert minted.status_code == 200, minted.text
+
+
+async def test_version_verbs_are_audited(client, admin_headers, base, platform, project_id):
+    from sqlalchemy import select
+
+    from caiplatform.db.models import AuditEntry
+
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+    await client.put(f"{base}/s/tools/greet", headers=admin_headers, json={"handler": GREET})
+    await ready(platform)
+    assert (await client.post(f"{base}/s/versions/1:rollback", headers=admin_headers)).status_code == 200
+    assert (await client.post(f"{base}/s/versions/2:yank", headers=admin_headers)).status_code == 200
+    assert (await client.post(f"{base}/s/versions/2:unyank", headers=admin_headers)).status_code == 200
+    actions = await platform.db.run(
+        lambda s: [a.action for a in s.scalars(select(AuditEntry).where(AuditEntry.project_id == project_id).order_by(AuditEntry.id))]
+    )
+    assert actions[-3:] == ["mcpserver.version.rollback", "mcpserver.version.yank", "mcpserver.version.unyank"]
+
+
+async def test_version_route_without_a_verb_is_404(client, admin_headers, base):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    assert (await client.post(f"{base}/s/versions/1", headers=admin_headers)).status_code == 404
+    unknown = await client.post(f"{base}/s/versions/1:promote", headers=admin_headers)
+    assert unknown.status_code == 404 and unknown.json()["request_id"]
+
+
+async def test_empty_bodies_get_the_field_errors(client, admin_headers, base):
+    response = await client.post(base, headers=admin_headers)
+    assert response.status_code == 400
+    assert response.json()["error"] == "missing or invalid 'name' (must be a lowercase DNS label, <=40 chars)"
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    response = await client.put(f"{base}/s/tools/add", headers=admin_headers)
+    assert response.status_code == 400 and response.json()["error"].startswith("missing 'handler': ")
+    broken = await client.post(base, headers=admin_headers, content=b"{not json")
+    assert broken.status_code == 400 and broken.json()["error"].startswith("invalid JSON body: ")
+
+
+async def test_list_pages(client, admin_headers, base):
+    for name in ("a", "b", "c"):
+        await client.post(base, headers=admin_headers, json={"name": name})
+    first = (await client.get(f"{base}?page_size=2", headers=admin_headers)).json()
+    assert [s["name"] for s in first["mcpservers"]] == ["a", "b"] and first["next_page_token"]
+    second = (await client.get(f"{base}?limit=2&page_token={first['next_page_token']}", headers=admin_headers)).json()
+    assert [s["name"] for s in second["mcpservers"]] == ["c"] and second["next_page_token"] == ""
+    assert (await client.get(f"{base}?page_size=201", headers=admin_headers)).status_code == 400
+
+
+async def test_decorator_declared_keys_count_for_the_version(client, admin_headers, base, platform):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/greet", headers=admin_headers, json={"handler": GREET})
+    await ready(platform)
+    (tool,) = (await client.get(f"{base}/s/tools", headers=admin_headers)).json()["tools"]
+    assert tool["credential_keys"] == []  # the record keeps what was sent
+    (version,) = (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]
+    assert version["credential_keys"] == ["GREETING"]
+    (served,) = platform.mcp.host.serving.values()
+    assert served.env["CAI_MCP_CREDENTIAL_KEYS"] == '["GREETING"]'
+
+
+async def test_delete_removes_tools_versions_and_the_deployment(client, admin_headers, base, platform):
+    from sqlalchemy import func, select
+
+    from caiplatform.db.models import McpTool, McpVersion
+
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+    assert platform.mcp.host.serving
+    assert (await client.delete(f"{base}/s", headers=admin_headers)).status_code == 200
+    counts = await platform.db.run(
+        lambda s: (s.scalar(select(func.count()).select_from(McpTool)), s.scalar(select(func.count()).select_from(McpVersion)))
+    )
+    assert counts == (0, 0) and not platform.mcp.host.serving
+    # The name is free again, with a fresh history.
+    assert (await client.post(base, headers=admin_headers, json={"name": "s"})).status_code == 201
+    assert (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"] == []
+
+
+async def test_delete_tool_rebuilds_without_it(client, admin_headers, base, platform):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})
+    published = await client.put(f"{base}/s/tools/greet", headers=admin_headers, json={"handler": GREET})
+    await ready(platform)
+    deleted = await client.delete(f"{base}/s/tools/greet", headers=admin_headers)
+    assert deleted.status_code == 202
+    body = deleted.json()
+    assert body["server"] == "s" and body["name"] == "greet" and body["deleted"] is True and body["note"]
+    assert body["build_id"] and body["build_id"] != published.json()["build_id"]
+    await ready(platform)
+    server = (await client.get(f"{base}/s", headers=admin_headers)).json()["mcp_server"]
+    assert server["status"] == "ready" and server["tool_names"] == ["add"] and server["tool_count"] == 1
+    versions = (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]
+    assert versions[0]["version"] == 3 and versions[0]["tool_names"] == ["add"] and versions[0]["current"] is True
+    assert (await client.delete(f"{base}/s/tools/greet", headers=admin_headers)).status_code == 404
+
+
+async def test_resume_serves_again_and_finishes_unfinished_builds(client, admin_headers, base, platform, project_id):
+    from sqlalchemy import select
+
+    from caiplatform.db.models import McpServer
+
+    for name in ("ok", "broken", "midway"):
+        await client.post(base, headers=admin_headers, json={"name": name})
+        await client.put(f"{base}/{name}/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+
+    def set_status(session):
+        for server in session.scalars(select(McpServer).where(McpServer.project_id == project_id)):
+            if server.name == "broken":
+                server.status, server.message = "failed", "build failed: earlier"
+            if server.name == "midway":
+                server.status = "building"
+
+    await platform.db.run(set_status)
+    platform.mcp.host.serving.clear()  # what a restarted host knows
+    builds = len(platform.mcp.host.builds)
+    await platform.mcp.resume()
+    await ready(platform)
+    assert {server for (_, server) in platform.mcp.host.serving} == {"ok", "broken", "midway"}
+    assert len(platform.mcp.host.builds) == builds + 1  # only the unfinished one builds again
+    status = {s["name"]: (s["status"], s.get("message")) for s in (await client.get(base, headers=admin_headers)).json()["mcpservers"]}
+    assert status == {"ok": ("ready", None), "broken": ("failed", "build failed: earlier"), "midway": ("ready", None)}

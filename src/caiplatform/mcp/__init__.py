@@ -10,7 +10,7 @@ A tool handler is a complete Python module, stored as `tools/<name>.py`:
         key = secret("WEATHER_API_KEY")
         ...
 
-`secret(name)` reads a project secret at call time through the workload helper; the name must be one
+`secret(name)` (`await asecret(name)` in an async tool) reads a project secret at call time through the workload helper; the name must be one
 the built version declared in its credential keys, otherwise the read raises.
 """
 
@@ -56,13 +56,25 @@ def declared_credential_keys() -> set[str]:
     return {str(k) for k in keys} if isinstance(keys, list) else set()
 
 
-def secret(name: str) -> str:
-    """A project secret's current value, for a name declared in the version's credential keys."""
+def _require_declared(name: str) -> None:
     if name not in declared_credential_keys():
         raise UndeclaredCredentialError(
             f"secret {name!r} is not declared in this MCP server version's credential keys; "
             "declare it with @tool(credential_keys=[...]) and publish again"
         )
+
+
+def secret(name: str) -> str:
+    """A project secret's current value, for a name declared in the version's credential keys."""
+    _require_declared(name)
     from caiplatform import workload
 
-    return workload.read_secret(name)
+    return workload.get_secret(name)
+
+
+async def asecret(name: str) -> str:
+    """`secret` for `async def` tools: the read does not block the server's event loop."""
+    _require_declared(name)
+    from caiplatform import workload
+
+    return await workload.aget_secret(name)

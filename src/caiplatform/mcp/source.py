@@ -34,6 +34,29 @@ def check_tool_source(name: str, handler: str) -> str | None:
     return None
 
 
+def decorator_credential_keys(handler: str) -> list[str]:
+    """The keys a handler declares with `@tool(credential_keys=[...])` (string literals), read statically."""
+    try:
+        tree = ast.parse(handler)
+    except SyntaxError:
+        return []
+    keys: list[str] = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for dec in node.decorator_list:
+            if not isinstance(dec, ast.Call):
+                continue
+            target = dec.func
+            named = (isinstance(target, ast.Name) and target.id == "tool") or (
+                isinstance(target, ast.Attribute) and target.attr == "tool"
+            )
+            for kw in dec.keywords if named else []:
+                if kw.arg == "credential_keys" and isinstance(kw.value, ast.List | ast.Tuple | ast.Set):
+                    keys += [e.value for e in kw.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return keys
+
+
 def canonical_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keys = ("name", "description", "handler", "credential_keys")
     return sorted(({k: t.get(k) for k in keys} for t in tools), key=lambda t: t["name"])
@@ -44,14 +67,19 @@ def image_digest(tools: list[dict[str, Any]]) -> str:
     return "sha256:" + hashlib.sha256(payload).hexdigest()
 
 
-def write_source_tree(root: Path, server: str, version: int, tools: list[dict[str, Any]]) -> None:
-    """The directory a version builds from: `tools/<name>.py` per tool plus a manifest."""
+def write_source_tree(root: Path, tools: list[dict[str, Any]]) -> None:
+    """The directory a tool set builds from: `tools/<name>.py` per tool plus a manifest.
+
+    Only what the digest covers goes in, so the same tool set always makes the same tree (the server's
+    name and version are given to the process that serves it, not baked into the image)."""
     (root / "tools").mkdir(parents=True, exist_ok=True)
     for tool in tools:
         (root / "tools" / f"{tool['name']}.py").write_text(tool["handler"])
     manifest = {
-        "server": server,
-        "version": version,
-        "tools": [{"name": t["name"], "description": t.get("description") or None} for t in canonical_tools(tools)],
+        "digest": image_digest(tools),
+        "tools": [
+            {"name": t["name"], "description": t.get("description") or None, "credential_keys": t.get("credential_keys") or []}
+            for t in canonical_tools(tools)
+        ],
     }
     (root / "mcp.json").write_text(json.dumps(manifest, indent=2))

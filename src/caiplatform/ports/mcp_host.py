@@ -11,6 +11,10 @@ class McpBuildError(Exception):
     """The version cannot be built; the message is what the server's `message` shows."""
 
 
+class McpServeError(Exception):
+    """The image cannot be served (it did not start or answer its health check); what ran before keeps running."""
+
+
 @dataclass(frozen=True)
 class McpBuild:
     project_id: str

@@ -14,17 +14,27 @@ import re
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from caiplatform import security
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
-from caiplatform.db.models import McpServer, McpTool, McpVersion
-from caiplatform.errors import BadRequest, Conflict, NotFound
+from caiplatform.db.models import ApiKey, McpServer, McpTool, McpVersion, Project
+from caiplatform.errors import BadRequest, Conflict, NotFound, Unavailable
+from caiplatform.mcp.source import decorator_credential_keys
 from caiplatform.pagination import Page, Pager
-from caiplatform.ports.mcp_host import McpBuild, McpBuildError, McpDeployment, McpHost, McpImage
+from caiplatform.ports.mcp_host import (
+    McpBuild,
+    McpBuildError,
+    McpDeployment,
+    McpHost,
+    McpImage,
+    McpServeError,
+)
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
@@ -41,6 +51,24 @@ HANDLER_MESSAGE = (
 )
 VERSION_MESSAGE = "version must be a positive integer"
 VERSION_VERBS = ("rollback", "yank", "unyank")
+# Document 2, Limits: "MCP request timeout 300 s"; the served process enforces it per request.
+REQUEST_TIMEOUT_SECONDS = 300
+RESUME_CONCURRENCY = 4
+
+# Makes the `cai_wl_` key a server presents as CAI_PROJECT_KEY: (project id, label) -> key.
+WorkloadKeyMinter = Callable[[str, str], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class _Resumable:
+    project: ProjectRef
+    name: str
+    expose: str
+    token: str
+    current: int | None  # the version to serve again (it has an image)
+    image: McpImage | None
+    unfinished: int | None  # the newest version, when its build or rollout was under way
+    was_ready: bool  # otherwise the status (and a failure's message) stays as it was
 
 
 def mint_server_token() -> str:
@@ -108,6 +136,38 @@ def parse_credential_keys(body: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(raw))
 
 
+def mint_workload_key_row(db: Database, clock: Clock) -> WorkloadKeyMinter:
+    """HOOK until the identity area's `mint_workload_key` is merged: stores a workload key for a project.
+
+    One live key per label (`mcp:<server id>`): minting revokes the label's earlier keys, so every
+    rollout or platform restart replaces the key the server process holds instead of piling up keys."""
+
+    async def mint(project_id: str, label: str) -> str:
+        minted = security.mint_workload_key()
+
+        def store(session: Session) -> None:
+            now = clock.now()
+            earlier = session.scalars(
+                select(ApiKey).where(
+                    ApiKey.kind == "workload", ApiKey.project_id == project_id, ApiKey.display_name == label,
+                    ApiKey.revoked_at.is_(None),
+                )
+            )
+            for key in earlier:
+                key.revoked_at = now
+            session.add(
+                ApiKey(
+                    key_id=minted.key_id, secret_hash=minted.secret_hash, kind="workload", display_name=label,
+                    project_id=project_id, created_at=now,
+                )
+            )
+
+        await db.run(store)
+        return minted.secret
+
+    return mint
+
+
 def parse_version(raw: str) -> int:
     if not re.fullmatch(r"[0-9]+", raw or "") or int(raw) < 1:
         raise BadRequest(VERSION_MESSAGE)
@@ -125,7 +185,7 @@ class McpServerService:
         host: McpHost,
         *,
         api_url: str = "",
-        workload_keys: Callable[[str], Awaitable[str]] | None = None,
+        workload_keys: WorkloadKeyMinter | None = None,
     ):
         self.db = db
         self.access = access
@@ -135,7 +195,7 @@ class McpServerService:
         self.host = host
         self.api_url = api_url
         # Mints the `cai_wl_` key a running server presents to read its project's secrets.
-        self.workload_keys = workload_keys
+        self.workload_keys = workload_keys or mint_workload_key_row(db, clock)
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- helpers --------------------------------------------------------------------------------
@@ -317,7 +377,8 @@ class McpServerService:
             for t in self._tools(session, server.id)
         ]
         latest = session.scalar(select(func.max(McpVersion.version)).where(McpVersion.server_id == server.id)) or 0
-        keys = sorted({k for t in tools for k in t["credential_keys"]})
+        # The version's keys: what the records declare plus what the handlers' `@tool(credential_keys=...)` do.
+        keys = sorted({k for t in tools for k in [*t["credential_keys"], *decorator_credential_keys(t["handler"])]})
         build_id = str(uuid.uuid4())
         session.add(
             McpVersion(
@@ -334,6 +395,15 @@ class McpServerService:
         task = asyncio.get_running_loop().create_task(self._build(project, name, version))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        """Cancel the builds under way (they resume at the next start) and let the host stop its servers."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        close = getattr(self.host, "close", None)
+        if close is not None:
+            await close()
 
     async def wait_idle(self) -> None:
         """Wait for every build under way (tests, shutdown)."""
@@ -365,7 +435,7 @@ class McpServerService:
             try:
                 image = await self.host.build(build)
             except McpBuildError as exc:
-                await self._fail(project, name, version, str(exc))
+                await self._fail(project, name, version, f"build failed: {exc}")
                 return
 
             def record_image(session: Session) -> bool:
@@ -379,15 +449,23 @@ class McpServerService:
 
             if not await self.db.run(record_image):
                 return
-            await self._serve(project, name, version, image, expose, token)
+            try:
+                await self._serve(project, name, version, image, expose, token)
+            except McpServeError as exc:
+                await self._fail(project, name, version, f"rollout failed: {exc}")
         except Exception as exc:  # noqa: BLE001 - a build failure is reported on the server, not raised
             log.exception("mcp build of %s/%s v%s failed", project.slug, name, version)
             await self._fail(project, name, version, f"build failed: {exc}")
 
-    async def _serve(self, project: ProjectRef, name: str, version: int, image: McpImage, expose: str, token: str) -> None:
-        keys = await self.db.run(
-            lambda s: list(self._version(s, self._server(s, project.id, name).id, version).credential_keys)  # type: ignore[union-attr]
-        )
+    async def _serve(
+        self, project: ProjectRef, name: str, version: int, image: McpImage, expose: str, token: str, *, mark_ready: bool = True
+    ) -> None:
+        def version_facts(session: Session) -> tuple[str, list[str]]:
+            server = self._server(session, project.id, name)
+            record = self._version(session, server.id, version)
+            return server.id, list(record.credential_keys if record else [])
+
+        server_id, keys = await self.db.run(version_facts)
         deployment = McpDeployment(
             project_id=project.id,
             project_short=project.short,
@@ -400,24 +478,78 @@ class McpServerService:
                 "CAI_API_URL": self.api_url,
                 "CAI_PROJECT_ID": project.id,
                 "CAI_MCP_CREDENTIAL_KEYS": json.dumps(keys),
+                "PLATFORM_REQUEST_TIMEOUT_SECONDS": str(REQUEST_TIMEOUT_SECONDS),
             },
-            secret_env={"CAI_MCP_AUTH_TOKEN": token, "CAI_PROJECT_KEY": await self._project_key(project)},
+            secret_env={"CAI_MCP_AUTH_TOKEN": token, "CAI_PROJECT_KEY": await self._project_key(project, server_id)},
         )
         url = await self.host.serve(deployment)
 
-        def ready(session: Session) -> None:
-            server = self._server(session, project.id, name)
-            server.status, server.message, server.url, server.current_version = "ready", "", url, version
+        def ready(session: Session) -> bool:
+            server = session.scalar(select(McpServer).where(McpServer.project_id == project.id, McpServer.name == name))
+            if server is None or server.id != server_id:
+                return False
+            server.url, server.current_version = url, version
+            if mark_ready:
+                server.status, server.message = "ready", ""
+            return True
 
-        await self.db.run(ready)
+        if not await self.db.run(ready):
+            # Deleted while this version started: stop what was just started instead of leaking it.
+            await self.host.remove(project.id, name)
+            raise NotFound(f"mcp server {name} not found")
 
-    async def _project_key(self, project: ProjectRef) -> str:
-        """The workload key a server presents to read its project's secrets."""
-        return await self.workload_keys(project.id) if self.workload_keys else ""
+    async def _project_key(self, project: ProjectRef, server_id: str) -> str:
+        """The workload key a server presents to read its project's secrets (minted per rollout)."""
+        return await self.workload_keys(project.id, f"mcp:{server_id}")
 
-    async def _fail(self, project: ProjectRef, name: str, version: int, message: str) -> None:
+    async def resume(self) -> None:
+        """After a platform restart: serve every server's current version again (a fresh process with a
+        fresh workload key) and restart the builds that were under way when the platform stopped."""
+
+        def servers(session: Session) -> list[_Resumable]:
+            out = []
+            for server in session.scalars(select(McpServer).order_by(McpServer.created_at)):
+                project = session.get(Project, server.project_id)
+                if project is None:
+                    continue
+                current = self._version(session, server.id, server.current_version) if server.current_version else None
+                newest = session.scalar(select(func.max(McpVersion.version)).where(McpVersion.server_id == server.id))
+                out.append(
+                    _Resumable(
+                        ProjectRef.of(project), server.name, server.expose, server.token,
+                        current.version if current and current.image_digest else None,
+                        McpImage(current.image, current.image_digest) if current and current.image_digest else None,
+                        newest if server.status in ("building", "deploying") else None,
+                        server.status == "ready",
+                    )
+                )
+            return out
+
+        # A few at a time: each start is an interpreter coming up, and the API waits for all of them.
+        starting = asyncio.Semaphore(RESUME_CONCURRENCY)
+
+        async def serve_again(item: _Resumable) -> None:
+            if item.current is not None and item.image is not None:
+                try:
+                    async with starting:
+                        await self._serve(
+                            item.project, item.name, item.current, item.image, item.expose, item.token,
+                            mark_ready=item.was_ready,
+                        )
+                except Exception as exc:  # noqa: BLE001 - one server that cannot start does not stop the others
+                    log.exception("mcp server %s/%s did not start again", item.project.slug, item.name)
+                    await self._fail(item.project, item.name, item.current, f"restart failed: {exc}", only_if_newest=False)
+            if item.unfinished is not None:
+                self._start_build(item.project, item.name, item.unfinished)
+
+        await asyncio.gather(*(serve_again(item) for item in await self.db.run(servers)))
+
+    async def _fail(self, project: ProjectRef, name: str, version: int, message: str, *, only_if_newest: bool = True) -> None:
         def fail(session: Session) -> None:
-            server = self._still_newest(session, project.id, name, version)
+            if only_if_newest:
+                server = self._still_newest(session, project.id, name, version)
+            else:
+                server = session.scalar(select(McpServer).where(McpServer.project_id == project.id, McpServer.name == name))
             if server is not None:
                 server.status, server.message = "failed", message[:4000]
 
@@ -438,6 +570,7 @@ class McpServerService:
         return await self.db.run(run)
 
     async def version_verb(self, principal: Principal, project_id: str, name: str, raw_version: str, verb: str) -> dict[str, Any]:
+        self.access.require_management(principal)
         if verb not in VERSION_VERBS:
             raise NotFound(f"unknown method ':{verb}' - the supported ones are ':rollback', ':yank' and ':unyank'")
         project = await self._grant(principal, project_id, Role.ADMIN)
@@ -455,11 +588,14 @@ class McpServerService:
             if record.yanked:
                 raise Conflict(f"version {version} is yanked (retired); unyank it before rolling back to it")
             if not record.image_digest:
-                raise Conflict(f"version {version} has no recorded image (its build did not succeed)")
+                raise Conflict(f"version {version} has no recorded image (its build did not succeed); it cannot be a rollback target")
             return McpImage(record.image, record.image_digest), server.expose, server.token
 
         image, expose, token = await self.db.run(check)
-        await self._serve(project, name, version, image, expose, token)
+        try:
+            await self._serve(project, name, version, image, expose, token)
+        except McpServeError as exc:
+            raise Unavailable(f"rollback to version {version} did not start: {exc}") from None
 
         def audit(session: Session) -> None:
             self.audit.record(session, project.id, principal, "mcpserver.version.rollback", name, {"version": version})
@@ -480,7 +616,7 @@ class McpServerService:
             if record is None:
                 raise NotFound("no such version")
             if yanked and server.current_version == version:
-                raise Conflict(f"version {version} is the running version; roll back to another version before yanking it")
+                raise Conflict(f"cannot yank version {version}: it is the running version (roll to another first)")
             record.yanked = yanked
             record.yanked_at = self.clock.now() if yanked else None
             action = "mcpserver.version.yank" if yanked else "mcpserver.version.unyank"

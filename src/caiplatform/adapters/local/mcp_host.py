@@ -1,0 +1,228 @@
+"""Local MCP host: content-addressed image directories and one supervised process per server.
+
+A build writes the tool set into `<data-dir>/mcp-images/<digest-hex>/` (`tools/<name>.py` plus a
+manifest) and loads it once in a separate interpreter, so an import error or a signature the schema
+inference cannot read fails the build instead of the rollout. The same tool set has the same digest, so
+its directory is reused and never rewritten.
+
+Serving starts `python -m caiplatform.mcp.server` on a free loopback port under the platform's
+`ProcessSupervisor` with only the deployment's variables (`inherit_env=False`: the platform's own
+secrets never reach tool code). The previous process of that server is stopped only once the new one
+answers `/healthz`, so a failed rollout leaves the old version serving. `expose: apps` servers are also
+registered under `<name>-<project-short>.<apps_domain>` with the platform's host router.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+import caiplatform
+from caiplatform.mcp.source import check_tool_source, image_digest, write_source_tree
+from caiplatform.ports.mcp_host import (
+    McpBuild,
+    McpBuildError,
+    McpDeployment,
+    McpHost,
+    McpImage,
+    McpServeError,
+)
+from caiplatform.routing import HostRouter, Upstream
+from caiplatform.supervisor import ProcessSpec, ProcessStartError, ProcessSupervisor, free_port
+
+IMAGES_DIR = "mcp-images"
+BUILD_CHECK_TIMEOUT_SECONDS = 120.0
+# The variables of the platform's own interpreter a tool process needs to start at all.
+PASSTHROUGH_ENV = ("LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR")
+
+
+@dataclass
+class _Serving:
+    process: str  # supervisor name
+    port: int
+    version: int
+    digest: str
+    host: str | None  # apps host when exposed
+
+
+def _package_root() -> str:
+    """The directory the platform imports `caiplatform` from, so the tool process runs the same code."""
+    return str(Path(caiplatform.__file__).resolve().parents[1])
+
+
+class LocalMcpHost(McpHost):
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        supervisor: ProcessSupervisor | Callable[[], ProcessSupervisor],
+        registry_host: str = "registry.local",
+        hosts: HostRouter | None = None,
+        python: str = sys.executable,
+        startup_timeout: float = 60.0,
+    ):
+        self.images_dir = Path(data_dir) / IMAGES_DIR
+        # A factory is resolved on first use, so a platform starts its supervisor only when a server runs.
+        self._supervisor = supervisor
+        self.registry_host = registry_host
+        self.hosts = hosts
+        self.python = python
+        self.startup_timeout = startup_timeout
+        self.builds = 0  # images actually built (not reused); tests check that rollbacks build nothing
+        self._serving: dict[tuple[str, str], _Serving] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._build_lock = asyncio.Lock()
+
+    @property
+    def supervisor(self) -> ProcessSupervisor:
+        if not isinstance(self._supervisor, ProcessSupervisor):
+            self._supervisor = self._supervisor()
+        return self._supervisor
+
+    # -- images ---------------------------------------------------------------------------------
+
+    def image_dir(self, digest: str) -> Path:
+        return self.images_dir / digest.removeprefix("sha256:")
+
+    def _base_env(self) -> dict[str, str]:
+        env = {name: os.environ[name] for name in PASSTHROUGH_ENV if name in os.environ}
+        env.update(
+            {
+                "PATH": os.defpath,
+                "PYTHONPATH": _package_root(),
+                "PYTHONDONTWRITEBYTECODE": "1",  # the image directory is immutable
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        return env
+
+    async def build(self, build: McpBuild) -> McpImage:
+        for tool in build.tools:
+            problem = check_tool_source(tool["name"], tool["handler"])
+            if problem:
+                raise McpBuildError(problem)
+        digest = image_digest(build.tools)
+        image = McpImage(f"{self.registry_host}/cai-{build.project_short}-mcp-{build.server}@{digest}", digest)
+        target = self.image_dir(digest)
+        async with self._build_lock:
+            if (target / "mcp.json").exists():
+                return image  # the same tool set: reuse the image
+            self.images_dir.mkdir(parents=True, exist_ok=True)
+            staging = self.images_dir / f".build-{secrets.token_hex(6)}"
+            try:
+                write_source_tree(staging, build.tools)
+                await self._check_loads(staging)
+                os.replace(staging, target)  # atomic: a directory under its digest is always complete
+            finally:
+                if staging.exists():
+                    shutil.rmtree(staging, ignore_errors=True)
+            self.builds += 1
+        return image
+
+    async def _check_loads(self, tree: Path) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            self.python, "-m", "caiplatform.mcp.server", "--source", str(tree), "--check",
+            cwd=str(tree), env=self._base_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            _, stderr = await asyncio.wait_for(proc.communicate(), BUILD_CHECK_TIMEOUT_SECONDS)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise McpBuildError(f"loading the tools took longer than {BUILD_CHECK_TIMEOUT_SECONDS:g} s") from None
+        if proc.returncode != 0:
+            lines = stderr.decode("utf-8", "replace").strip().splitlines()
+            raise McpBuildError("the tools do not load: " + (lines[-1] if lines else f"exit code {proc.returncode}"))
+
+    # -- serving --------------------------------------------------------------------------------
+
+    def _lock(self, key: tuple[str, str]) -> asyncio.Lock:
+        return self._locks.setdefault(key, asyncio.Lock())
+
+    async def serve(self, deployment: McpDeployment) -> str:
+        key = (deployment.project_id, deployment.server)
+        tree = self.image_dir(deployment.image.digest)
+        if not (tree / "mcp.json").exists():
+            raise McpServeError(f"image {deployment.image.digest} is not in {self.images_dir}; publish again to rebuild it")
+        async with self._lock(key):
+            port = free_port()
+            name = f"mcp-{deployment.project_short}-{deployment.server}-v{deployment.version}-{secrets.token_hex(3)}"
+            env = self._base_env()
+            env.update(deployment.env)
+            env.update(deployment.secret_env)
+            spec = ProcessSpec(
+                name=name,
+                argv=[
+                    self.python, "-m", "caiplatform.mcp.server", "--source", str(tree), "--port", str(port),
+                    "--name", deployment.server, "--version", str(deployment.version),
+                ],
+                env=env,
+                cwd=tree,
+                ports=[port],
+                health=lambda: self._healthy(port),
+                startup_timeout=self.startup_timeout,
+                inherit_env=False,
+                # One log per server across its versions (process names change with every rollout).
+                log_path=self.supervisor.logs_dir / f"mcp-{deployment.project_short}-{deployment.server}.log",
+            )
+            try:
+                await self.supervisor.start(spec)
+            except ProcessStartError as exc:
+                raise McpServeError(f"version {deployment.version} did not start: {exc}") from exc
+            previous = self._serving.get(key)
+            host = None
+            if deployment.expose == "apps" and self.hosts is not None:
+                host = self.hosts.host_for(deployment.server, deployment.project_short)
+                self.hosts.register(host, self._upstream(key))
+            self._serving[key] = _Serving(name, port, deployment.version, deployment.image.digest, host)
+            if previous is not None:
+                if previous.host and previous.host != host and self.hosts is not None:
+                    self.hosts.unregister(previous.host)
+                await self.supervisor.stop(previous.process)
+            return f"http://127.0.0.1:{port}/mcp"
+
+    def _upstream(self, key: tuple[str, str]):  # type: ignore[no-untyped-def]
+        async def upstream() -> Upstream:
+            serving = self._serving.get(key)
+            if serving is None:
+                raise McpServeError("the mcp server is not serving")
+            return Upstream(f"http://127.0.0.1:{serving.port}")
+
+        return upstream
+
+    @staticmethod
+    async def _healthy(port: int) -> bool:
+        try:
+            async with httpx.AsyncClient(timeout=2.0) as client:
+                return (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def serving(self, project_id: str, server: str) -> _Serving | None:
+        return self._serving.get((project_id, server))
+
+    async def remove(self, project_id: str, server: str) -> None:
+        key = (project_id, server)
+        async with self._lock(key):
+            serving = self._serving.pop(key, None)
+            if serving is None:
+                return
+            if serving.host and self.hosts is not None:
+                self.hosts.unregister(serving.host)
+            with contextlib.suppress(Exception):
+                await self.supervisor.stop(serving.process)
+        self._locks.pop(key, None)
+
+    async def close(self) -> None:
+        """Stop every server process (the platform's supervisor would too; this keeps the map honest)."""
+        for project_id, server in list(self._serving):
+            await self.remove(project_id, server)
