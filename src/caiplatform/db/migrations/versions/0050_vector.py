@@ -10,7 +10,7 @@ import caiplatform.db.base
 
 
 revision = '0050_vector'
-down_revision = '0020_secrets'
+down_revision = '0040_messaging'
 branch_labels = None
 depends_on = None
 

@@ -10,7 +10,7 @@ from alembic import op
 import caiplatform.db.base
 
 revision = '0060_agents'
-down_revision = '0020_secrets'
+down_revision = '0050_vector'
 branch_labels = None
 depends_on = None
 

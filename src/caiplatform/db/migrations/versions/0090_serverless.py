@@ -10,7 +10,7 @@ import caiplatform.db.base
 
 
 revision = '0090_serverless'
-down_revision = '0020_secrets'
+down_revision = '0060_agents'
 branch_labels = None
 depends_on = None
 
