@@ -8,7 +8,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from agents_support import wait_settled
+from .agents_support import wait_settled
 
 from caiplatform.testing.example_agents import WEATHER_SCRIPT
 from caiplatform.testing.model_server import ScriptedModel

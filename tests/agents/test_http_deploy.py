@@ -8,7 +8,7 @@ import tarfile
 from datetime import timedelta
 
 import pytest
-from agents_support import FUNCTION, GRAPH, deploy, tarball, wait_settled
+from .agents_support import FUNCTION, GRAPH, deploy, tarball, wait_settled
 from sqlalchemy import select, update
 
 from caiplatform.db.models import AuditEntry, Project

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from agents_support import deploy, wait_settled
+from .agents_support import deploy, wait_settled
 from sqlalchemy import select
 
 from caiplatform.db.models import AuditEntry

@@ -4,7 +4,7 @@ the secrets area reaching a real agent, and the same rules as the routes."""
 from __future__ import annotations
 
 import pytest
-from agents_support import FUNCTION, tarball
+from .agents_support import FUNCTION, tarball
 
 from caiplatform.errors import Conflict, Forbidden, NotFound, Unauthenticated
 from caiplatform.principal import Principal
