@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,18 +25,17 @@ def normalize_url(url: str) -> str:
 
 
 class Database:
-    _shared_connection: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-
     def __init__(self, url: str, *, echo: bool = False):
         self.url = normalize_url(url)
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
+        # An in-memory SQLite database is one connection shared by every thread: transactions from
+        # concurrent worker threads would interleave on it, so they take turns.
+        self._one_connection: threading.RLock | None = None
         if self.url.startswith("sqlite"):
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
             if self.url in ("sqlite://", "sqlite:///:memory:"):
                 kwargs["poolclass"] = StaticPool
-                # One shared connection: transactions from worker threads must take turns, or one
-                # thread's COMMIT ends another's transaction ("cannot commit - no transaction is active").
-                self._shared_connection = threading.RLock()
+                self._one_connection = threading.RLock()
         else:
             kwargs["pool_pre_ping"] = True
         self.engine: Engine = create_engine(self.url, **kwargs)
@@ -61,10 +59,13 @@ class Database:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """One transaction: commit on success, roll back on any exception."""
-        with self._shared_connection, self._sessions() as session, session.begin():
+        with self._sessions() as session, session.begin():
             yield session
 
     def run_sync(self, fn: Callable[[Session], T]) -> T:
+        if self._one_connection is not None:
+            with self._one_connection, self.session() as session:
+                return fn(session)
         with self.session() as session:
             return fn(session)
 
