@@ -8,6 +8,7 @@ current once it serves. Rollback re-points the server at a version's recorded im
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import re
@@ -195,8 +196,25 @@ class McpServerService:
         self.host = host
         self.api_url = api_url
         # Mints the `cai_wl_` key a running server presents to read its project's secrets.
-        self.workload_keys = workload_keys or mint_workload_key_row(db, clock)
+        self.workload_keys = workload_keys
         self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def workload_keys(self) -> WorkloadKeyMinter:
+        return self._workload_keys
+
+    @workload_keys.setter
+    def workload_keys(self, minter: Callable[..., Awaitable[str]] | None) -> None:
+        """None: the built-in hook; a one-argument minter (project id) is accepted as well."""
+        if minter is None:
+            minter = mint_workload_key_row(self.db, self.clock)
+        elif len(inspect.signature(minter).parameters) == 1:
+            by_project = minter
+
+            async def minter(project_id: str, _label: str) -> str:  # type: ignore[no-redef]
+                return await by_project(project_id)
+
+        self._workload_keys = minter
 
     # -- helpers --------------------------------------------------------------------------------
 
