@@ -271,6 +271,7 @@ class Platform:
         service = TopicService(
             self.db, self.access, self.audit, self.clock, self.pager, broker,
             checks={"database": database, "session-key": session_key},
+            budget_bytes=self.settings.pubsub_budget_bytes,
             credentials=credential_issuer(NatsProjectAuth(self.session_key), broker.address, EXTERNAL_NOTE),
         )
         self._closers.append(lambda: service.broker.close())

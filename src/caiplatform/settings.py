@@ -55,6 +55,7 @@ class Settings(BaseSettings):
     vector_max_body_bytes: int = Field(32 * 1024 * 1024, validation_alias=_env("MAX_BODY_BYTES"))
     vector_max_points_per_request: int = Field(1000, validation_alias=_env("MAX_POINTS_PER_REQUEST"))
     vector_max_top_k: int = Field(1000, validation_alias=_env("MAX_TOP_K"))
+    pubsub_budget_bytes: int = Field(1024**3, validation_alias=_env("CAI_PUBSUB_BUDGET_BYTES"))  # per project
 
     # Scale-to-zero idle time for local workloads.
     scale_to_zero_seconds: float = Field(90.0, validation_alias=_env("CAI_SCALE_TO_ZERO_SECONDS"))
