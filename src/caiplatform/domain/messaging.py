@@ -156,6 +156,16 @@ def human_bytes(n: int) -> str:
     return f"{n}B"
 
 
+def service_key(host: str) -> str | None:
+    """`<service>.<namespace>` of a push host (`<service>.<namespace>[.svc[.cluster.local]]`), else None."""
+    labels = host.lower().rstrip(".").split(".")
+    if len(labels) == 2 or (len(labels) == 3 and labels[2] == "svc") or (
+        len(labels) == 5 and labels[2:] == ["svc", "cluster", "local"]
+    ):
+        return f"{labels[0]}.{labels[1]}"
+    return None
+
+
 def backoff_delay(attempt: int) -> float:
     """Push retry delay after failed attempt number `attempt` (1-based): 1 s, 2 s, 4 s ... capped at 60 s."""
     return min(PUSH_BACKOFF_INITIAL * (2 ** max(attempt - 1, 0)), PUSH_BACKOFF_CAP)

@@ -117,22 +117,16 @@ def push_url_problem(url: str, namespace: str) -> str | None:
     `<service>.<namespace>.svc` or `<service>.<namespace>.svc.cluster.local`; no userinfo."""
     try:
         parts = urlsplit(url)
-        port = parts.port
+        parts.port  # noqa: B018 - raises on a malformed port
     except ValueError as exc:
         return f"not a valid URL ({exc})"
-    del port
     if parts.scheme != "http":
         return f'scheme must be "http" (got "{parts.scheme}")'
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         return "userinfo (user:password@) is not allowed"
-    host = (parts.hostname or "").lower()
-    labels = host.split(".")
-    allowed = (
-        (len(labels) == 2)
-        or (len(labels) == 3 and labels[2] == "svc")
-        or (len(labels) == 5 and labels[2:] == ["svc", "cluster", "local"])
-    )
-    if not allowed or labels[1] != namespace or not m.NAME_PATTERN.match(labels[0] or "-"):
+    key = m.service_key(parts.hostname or "")
+    service, _, host_namespace = (key or "").partition(".")
+    if key is None or host_namespace != namespace or not m.NAME_PATTERN.match(service or "-"):
         return (
             f"host must be <service>.{namespace}, <service>.{namespace}.svc or "
             f"<service>.{namespace}.svc.cluster.local (a service in this project's own namespace)"

@@ -45,16 +45,6 @@ _HEADER_SAFE = "!#$&'*+-.^_`|~"
 _VALUE_SAFE = " !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~"
 
 
-def service_key(host: str) -> str | None:
-    """`<service>.<namespace>` for the allowed host shapes, else None."""
-    labels = host.lower().rstrip(".").split(".")
-    if len(labels) == 2 or (len(labels) == 3 and labels[2] == "svc") or (
-        len(labels) == 5 and labels[2:] == ["svc", "cluster", "local"]
-    ):
-        return f"{labels[0]}.{labels[1]}"
-    return None
-
-
 @dataclass(frozen=True)
 class PushRoute:
     base_url: str
@@ -76,7 +66,7 @@ class PushTargets:
 
     def resolve(self, url: str) -> tuple[str, httpx.AsyncBaseTransport | None]:
         parts = urlsplit(url)
-        key = service_key(parts.hostname or "")
+        key = m.service_key(parts.hostname or "")
         route = self._routes.get(key) if key else None
         if route is None:
             return url, None
