@@ -292,6 +292,8 @@ class Platform:
         """The push delivery worker of this process."""
         from caiplatform.services.messaging_push import PushWorker
 
+        if self.mode != "memory":
+            await self.topics.reconcile()
         interval = None if self.mode == "memory" else 2.0
         worker = PushWorker(self.topics, self.push_targets, self.clock, refresh_interval=interval)
         await worker.start()

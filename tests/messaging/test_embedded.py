@@ -10,7 +10,9 @@ import nats
 import pytest
 from nats.errors import Error as NatsError
 from nats.js.errors import Error as JetStreamError
+from sqlalchemy import update
 
+from caiplatform.db.models import MessagingTopic
 from caiplatform.platform import Platform
 from caiplatform.testing.http import asgi_client
 
@@ -28,8 +30,16 @@ async def test_published_messages_survive_a_restart(tmp_path, settings, api_for)
         health = (await client.get("/healthz")).json()["apis"]["pubsub"]
         assert health["dependencies"]["broker"]["status"] == "ok"
         await _credential_is_scoped(platform, client, api)
+        # A create cut short (record written, stream missing) is finished by the next start.
+        assert (await client.post(api.topics, headers=api.admin, json={"name": "cut-short"})).status_code == 201
+        assert (await client.post(api.subs("cut-short"), headers=api.admin, json={"name": "s"})).status_code == 201
+        await platform.topics.broker.delete_stream(f"cai-{api.short}-cut-short")
+        await platform.db.run(lambda s: s.execute(update(MessagingTopic).values(phase="Pending")))
     async with Platform.embedded(tmp_path, settings) as platform, asgi_client(platform) as client:
         api = await api_for(platform, client)
+        cut = (await client.get(api.topic("cut-short"), headers=api.member)).json()
+        assert cut["state"]["phase"] == "Ready"
+        assert await platform.topics.broker.consumer_stats(f"cai-{api.short}-cut-short", "s") is not None
         got = (await client.get(api.topic("durable"), headers=api.member)).json()
         assert got["state"]["ready"] is True and got["state"]["storage_bytes"] > 0
         r = await client.post(api.sub("durable", "s") + ":pull", headers=api.member, json={"timeout_ms": 2000})

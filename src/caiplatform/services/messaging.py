@@ -1040,6 +1040,39 @@ class TopicService:
 
     # ------------------------------------------------------------------------------------ broker support
 
+    async def reconcile(self) -> None:
+        """At start: make the broker hold every recorded topic and subscription (a create interrupted
+        between record and stream, or a broker that lost its store), then mark them ready."""
+
+        def read(session: Session) -> list[tuple[str, MessagingTopic, list[MessagingSubscription]]]:
+            out = []
+            for row in session.scalars(select(MessagingTopic)):
+                project = session.get(Project, row.project_id)
+                subs = list(session.scalars(select(MessagingSubscription).where(MessagingSubscription.topic_id == row.id)))
+                if project is not None:
+                    out.append((project.short, row, subs))
+            return out
+
+        for short, row, subs in await self.db.run(read):
+            topic = _topic_of(row, ProjectRef(row.project_id, "", "", "", short))
+            try:
+                await self.broker.create_stream(
+                    StreamConfig(topic.stream, topic.subject, topic.max_bytes_value, topic.max_age_seconds, topic.discard)
+                )
+                for sub_row in subs:
+                    await self.broker.create_consumer(consumer_config(subscription_of(sub_row, short)))
+            except BrokerError:
+                log.exception("could not reconcile topic %s on the broker", topic.stream)
+                continue
+            ids = [row.id] + [sub.id for sub in subs]
+
+            def mark(session: Session, ids: list[str] = ids) -> None:
+                for model in (MessagingTopic, MessagingSubscription):
+                    for stored in session.scalars(select(model).where(model.id.in_(ids), model.phase != m.PHASE_READY)):
+                        stored.phase = m.PHASE_READY
+
+            await self.db.run(mark)
+
     async def broker_layout(self) -> dict[str, list[str]]:
         """`{project short: [its stream names]}` for every topic on the broker (credentials are cut to it)."""
 
