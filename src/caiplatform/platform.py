@@ -251,12 +251,17 @@ class Platform:
 
     def _build_topics(self) -> TopicService:
         """Messaging: in-memory broker, `CAI_NATS_URL`, or the embedded NATS attached by `start()`."""
+        from caiplatform.errors import MissingDriver
+        from caiplatform.ports.broker import UnavailableBroker
         from caiplatform.services.messaging import TopicService
 
         if self.mode == "memory" and not self.settings.nats_url:
             broker = self.registry.load("broker", "memory")(clock=self.clock)
         else:
-            broker = self.registry.load("broker", "nats")(self.settings.nats_url or "")
+            try:
+                broker = self.registry.load("broker", "nats")(self.settings.nats_url or "")
+            except MissingDriver as exc:  # the other APIs still serve; messaging reports why it cannot
+                broker = UnavailableBroker(str(exc))
 
         async def database() -> tuple[str, str | None]:
             ok, detail = self.database_health()
