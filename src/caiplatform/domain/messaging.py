@@ -126,19 +126,24 @@ def parse_duration(text: str) -> float | None:
 
 
 def format_duration(seconds: float) -> str:
-    """Go's canonical form (`1h30m0s`, `45s`)."""
+    """A compact Go-style duration without zero parts (`24h`, `1h30m`, `90s` → `1m30s`, `500ms`), so that a
+    limit reads back the way it is usually written."""
     if seconds <= 0:
         return "0s"
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
     whole = int(seconds)
-    frac = seconds - whole
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
-    sec_text = f"{secs + frac:g}s"
+    secs_total = secs + (seconds - whole)
+    parts = []
     if hours:
-        return f"{hours}h{minutes}m{sec_text}"
+        parts.append(f"{hours}h")
     if minutes:
-        return f"{minutes}m{sec_text}"
-    return sec_text
+        parts.append(f"{minutes}m")
+    if secs_total:
+        parts.append(f"{round(secs_total, 9):g}s")
+    return "".join(parts)
 
 
 def parse_bytes(text: Any) -> int | None:
