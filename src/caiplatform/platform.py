@@ -474,12 +474,17 @@ class Platform:
 
     def _build_topics(self) -> TopicService:
         """Messaging: in-memory broker, `CAI_NATS_URL`, or the embedded NATS attached by `start()`."""
+        from caiplatform.errors import MissingDriver
+        from caiplatform.ports.broker import UnavailableBroker
         from caiplatform.services.messaging import TopicService
 
         if self.mode == "memory" and not self.settings.nats_url:
             broker = self.registry.load("broker", "memory")(clock=self.clock)
         else:
-            broker = self.registry.load("broker", "nats")(self.settings.nats_url or "")
+            try:
+                broker = self.registry.load("broker", "nats")(self.settings.nats_url or "")
+            except MissingDriver as exc:  # the other APIs still serve; messaging reports why it cannot
+                broker = UnavailableBroker(str(exc))
 
         async def database() -> tuple[str, str | None]:
             ok, detail = self.database_health()
@@ -494,6 +499,7 @@ class Platform:
         service = TopicService(
             self.db, self.access, self.audit, self.clock, self.pager, broker,
             checks={"database": database, "session-key": session_key},
+            budget_bytes=self.settings.pubsub_budget_bytes,
             credentials=credential_issuer(NatsProjectAuth(self.session_key), broker.address, EXTERNAL_NOTE),
         )
         self._closers.append(lambda: service.broker.close())
@@ -514,6 +520,8 @@ class Platform:
         """The push delivery worker of this process."""
         from caiplatform.services.messaging_push import PushWorker
 
+        if self.mode != "memory":
+            await self.topics.reconcile()
         interval = None if self.mode == "memory" else 2.0
         worker = PushWorker(self.topics, self.push_targets, self.clock, refresh_interval=interval)
         await worker.start()

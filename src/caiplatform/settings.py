@@ -57,6 +57,7 @@ class Settings(BaseSettings):
     vector_max_body_bytes: int = Field(32 * 1024 * 1024, validation_alias=_env("MAX_BODY_BYTES"))
     vector_max_points_per_request: int = Field(1000, validation_alias=_env("MAX_POINTS_PER_REQUEST"))
     vector_max_top_k: int = Field(1000, validation_alias=_env("MAX_TOP_K"))
+    pubsub_budget_bytes: int = Field(1024**3, validation_alias=_env("CAI_PUBSUB_BUDGET_BYTES"))  # per project
 
     # The model endpoint agents reach (OpenAI-compatible); handed to every revision (DECISIONS.md, Models).
     model_base_url: str | None = Field(None, validation_alias=_env("MODEL_BASE_URL"))

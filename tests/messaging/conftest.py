@@ -4,11 +4,26 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from functools import cache
 
 import pytest
 from sqlalchemy import select
 
+from caiplatform import security
 from caiplatform.db.models import Project, ProjectMember, User
+
+_real_hash_password = security.hash_password
+
+
+@cache
+def _hash_once(password: str) -> str:
+    return _real_hash_password(password)
+
+
+@pytest.fixture(autouse=True)
+def _bootstrap_hashes_once(monkeypatch):
+    """Every test's platform bootstraps the same admin: argon2 (slow on purpose) runs once per session."""
+    monkeypatch.setattr(security, "hash_password", _hash_once)
 
 
 @dataclass

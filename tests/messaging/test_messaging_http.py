@@ -29,7 +29,7 @@ async def test_topic_lifecycle(api):
     created = await _topic(api, "orders", display_name="Orders", max_bytes="32Mi", max_age="1h30m", discard="new")
     assert created["state"]["phase"] == "Pending" and created["state"]["ready"] is False
     assert created["path"] == f"projects/{api.short}/topics/orders"
-    assert created["max_bytes"] == "32Mi" and created["max_age"] == "1h30m0s" and created["discard"] == "new"
+    assert created["max_bytes"] == "32Mi" and created["max_age"] == "1h30m" and created["discard"] == "new"
     assert created["created_at"].endswith("Z") and created["address"]
     got = (await c.get(api.topic("orders"), headers=api.member)).json()
     assert got["state"]["phase"] == "Ready" and got["state"]["ready"] is True and "message" not in got["state"]
@@ -416,3 +416,16 @@ async def test_credentials_wait_for_the_first_topic(api):
     assert cred["topic_prefix"] == f"cai.{api.short}." and cred["token"].startswith(f"p-{api.short}:")
     assert cred["service_url"] and cred["note"]
     assert (await c.get(path, headers=api.admin)).json()["token"] == cred["token"]  # stable, never expires
+
+
+async def test_operator_budget_setting(settings, clock, api_for):
+    from caiplatform.platform import Platform
+    from caiplatform.testing.http import asgi_client
+
+    small = settings.model_copy(update={"pubsub_budget_bytes": 32 * 1024 * 1024})
+    async with Platform.in_memory(small, clock=clock) as platform, asgi_client(platform) as client:
+        api = await api_for(platform, client)
+        await _topic(api, "a", max_bytes="16Mi")
+        await _topic(api, "b", max_bytes="16Mi")
+        r = await client.post(api.topics, headers=api.admin, json={"name": "c", "max_bytes": "1Ki"})
+        assert r.status_code == 409 and "32.0MiB" in r.json()["error"]

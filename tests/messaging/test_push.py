@@ -175,3 +175,19 @@ async def test_large_response_still_acknowledges(api, receiver):
     await asyncio.sleep(0.2)
     usage = (await api.client.get(f"/v1/projects/{api.pid}/pubsub/usage", headers=api.member)).json()
     assert usage["topics"][0]["delivered"] == 2
+
+
+async def test_two_workers_share_without_duplicates(platform, api, receiver):
+    from caiplatform.services.messaging_push import PushWorker
+
+    second = PushWorker(platform.topics, platform.push_targets, platform.clock, refresh_interval=None)
+    await second.start()  # another replica's worker on the same subscriptions
+    try:
+        await _setup(api, "cloudevents-binary")
+        ids = await _publish(api, *[{"text": str(i)} for i in range(30)])
+        await receiver.wait_for(30)
+        await asyncio.sleep(0.3)
+        delivered = [headers["ce-id"] for headers, _ in receiver.requests]
+        assert sorted(delivered) == sorted(ids) and len(delivered) == 30
+    finally:
+        await second.close()

@@ -126,19 +126,24 @@ def parse_duration(text: str) -> float | None:
 
 
 def format_duration(seconds: float) -> str:
-    """Go's canonical form (`1h30m0s`, `45s`)."""
+    """A compact Go-style duration without zero parts (`24h`, `1h30m`, `90s` → `1m30s`, `500ms`), so that a
+    limit reads back the way it is usually written."""
     if seconds <= 0:
         return "0s"
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
     whole = int(seconds)
-    frac = seconds - whole
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
-    sec_text = f"{secs + frac:g}s"
+    secs_total = secs + (seconds - whole)
+    parts = []
     if hours:
-        return f"{hours}h{minutes}m{sec_text}"
+        parts.append(f"{hours}h")
     if minutes:
-        return f"{minutes}m{sec_text}"
-    return sec_text
+        parts.append(f"{minutes}m")
+    if secs_total:
+        parts.append(f"{round(secs_total, 9):g}s")
+    return "".join(parts)
 
 
 def parse_bytes(text: Any) -> int | None:
@@ -154,6 +159,16 @@ def human_bytes(n: int) -> str:
         if abs(n) >= factor:
             return f"{n / factor:.1f}{unit}"
     return f"{n}B"
+
+
+def service_key(host: str) -> str | None:
+    """`<service>.<namespace>` of a push host (`<service>.<namespace>[.svc[.cluster.local]]`), else None."""
+    labels = host.lower().rstrip(".").split(".")
+    if len(labels) == 2 or (len(labels) == 3 and labels[2] == "svc") or (
+        len(labels) == 5 and labels[2:] == ["svc", "cluster", "local"]
+    ):
+        return f"{labels[0]}.{labels[1]}"
+    return None
 
 
 def backoff_delay(attempt: int) -> float:

@@ -153,3 +153,68 @@ class Broker(ABC):
     @property
     def address(self) -> str:
         return "memory://"
+
+
+class UnavailableBroker(Broker):
+    """Stands in when no broker can be used (its driver is not installed): every call says why."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def _fail(self, *_: object, **__: object) -> None:
+        raise BrokerError(self.reason)
+
+    async def create_stream(self, config: StreamConfig) -> None:
+        self._fail()
+
+    async def update_stream(self, config: StreamConfig) -> None:
+        self._fail()
+
+    async def delete_stream(self, name: str) -> bool:
+        self._fail()
+        return False
+
+    async def stream_stats(self, name: str) -> StreamStats | None:
+        self._fail()
+        return None
+
+    async def publish(self, stream: str, subject: str, messages: list[OutgoingMessage]) -> list[int]:
+        raise PublishFailed([], BrokerError(self.reason))
+
+    async def create_consumer(self, config: ConsumerConfig) -> None:
+        self._fail()
+
+    async def update_consumer(self, config: ConsumerConfig) -> None:
+        self._fail()
+
+    async def delete_consumer(self, stream: str, name: str) -> bool:
+        self._fail()
+        return False
+
+    async def consumer_stats(self, stream: str, name: str) -> ConsumerStats | None:
+        self._fail()
+        return None
+
+    async def pull(self, stream: str, consumer: str, max_messages: int, timeout: float) -> list[Delivery]:
+        self._fail()
+        return []
+
+    def token_belongs(self, token: str, stream: str, consumer: str) -> bool:
+        return False
+
+    async def ack(self, tokens: list[str]) -> int:
+        self._fail()
+        return 0
+
+    async def nak(self, token: str, delay: float = 0.0) -> None:
+        self._fail()
+
+    async def term(self, token: str) -> None:
+        self._fail()
+
+    async def ping(self) -> None:
+        self._fail()
+
+    @property
+    def address(self) -> str:
+        return ""

@@ -117,22 +117,16 @@ def push_url_problem(url: str, namespace: str) -> str | None:
     `<service>.<namespace>.svc` or `<service>.<namespace>.svc.cluster.local`; no userinfo."""
     try:
         parts = urlsplit(url)
-        port = parts.port
+        parts.port  # noqa: B018 - raises on a malformed port
     except ValueError as exc:
         return f"not a valid URL ({exc})"
-    del port
     if parts.scheme != "http":
         return f'scheme must be "http" (got "{parts.scheme}")'
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         return "userinfo (user:password@) is not allowed"
-    host = (parts.hostname or "").lower()
-    labels = host.split(".")
-    allowed = (
-        (len(labels) == 2)
-        or (len(labels) == 3 and labels[2] == "svc")
-        or (len(labels) == 5 and labels[2:] == ["svc", "cluster", "local"])
-    )
-    if not allowed or labels[1] != namespace or not m.NAME_PATTERN.match(labels[0] or "-"):
+    key = m.service_key(parts.hostname or "")
+    service, _, host_namespace = (key or "").partition(".")
+    if key is None or host_namespace != namespace or not m.NAME_PATTERN.match(service or "-"):
         return (
             f"host must be <service>.{namespace}, <service>.{namespace}.svc or "
             f"<service>.{namespace}.svc.cluster.local (a service in this project's own namespace)"
@@ -1045,6 +1039,39 @@ class TopicService:
         return body
 
     # ------------------------------------------------------------------------------------ broker support
+
+    async def reconcile(self) -> None:
+        """At start: make the broker hold every recorded topic and subscription (a create interrupted
+        between record and stream, or a broker that lost its store), then mark them ready."""
+
+        def read(session: Session) -> list[tuple[str, MessagingTopic, list[MessagingSubscription]]]:
+            out = []
+            for row in session.scalars(select(MessagingTopic)):
+                project = session.get(Project, row.project_id)
+                subs = list(session.scalars(select(MessagingSubscription).where(MessagingSubscription.topic_id == row.id)))
+                if project is not None:
+                    out.append((project.short, row, subs))
+            return out
+
+        for short, row, subs in await self.db.run(read):
+            topic = _topic_of(row, ProjectRef(row.project_id, "", "", "", short))
+            try:
+                await self.broker.create_stream(
+                    StreamConfig(topic.stream, topic.subject, topic.max_bytes_value, topic.max_age_seconds, topic.discard)
+                )
+                for sub_row in subs:
+                    await self.broker.create_consumer(consumer_config(subscription_of(sub_row, short)))
+            except BrokerError:
+                log.exception("could not reconcile topic %s on the broker", topic.stream)
+                continue
+            ids = [row.id] + [sub.id for sub in subs]
+
+            def mark(session: Session, ids: list[str] = ids) -> None:
+                for model in (MessagingTopic, MessagingSubscription):
+                    for stored in session.scalars(select(model).where(model.id.in_(ids), model.phase != m.PHASE_READY)):
+                        stored.phase = m.PHASE_READY
+
+            await self.db.run(mark)
 
     async def broker_layout(self) -> dict[str, list[str]]:
         """`{project short: [its stream names]}` for every topic on the broker (credentials are cut to it)."""

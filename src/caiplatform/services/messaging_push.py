@@ -25,13 +25,6 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-try:  # cloudevents 2.x keeps the 1.x API under `cloudevents.v1`
-    from cloudevents.v1.conversion import to_binary, to_structured
-    from cloudevents.v1.http import CloudEvent
-except ImportError:  # pragma: no cover - cloudevents 1.x
-    from cloudevents.conversion import to_binary, to_structured
-    from cloudevents.http import CloudEvent
-
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.domain import messaging as m
 from caiplatform.domain.messaging import Subscription, Topic
@@ -43,16 +36,6 @@ log = logging.getLogger(__name__)
 
 _HEADER_SAFE = "!#$&'*+-.^_`|~"
 _VALUE_SAFE = " !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~"
-
-
-def service_key(host: str) -> str | None:
-    """`<service>.<namespace>` for the allowed host shapes, else None."""
-    labels = host.lower().rstrip(".").split(".")
-    if len(labels) == 2 or (len(labels) == 3 and labels[2] == "svc") or (
-        len(labels) == 5 and labels[2:] == ["svc", "cluster", "local"]
-    ):
-        return f"{labels[0]}.{labels[1]}"
-    return None
 
 
 @dataclass(frozen=True)
@@ -76,7 +59,7 @@ class PushTargets:
 
     def resolve(self, url: str) -> tuple[str, httpx.AsyncBaseTransport | None]:
         parts = urlsplit(url)
-        key = service_key(parts.hostname or "")
+        key = m.service_key(parts.hostname or "")
         route = self._routes.get(key) if key else None
         if route is None:
             return url, None
@@ -102,6 +85,13 @@ def _payload(data: bytes) -> tuple[Any, str]:
 
 def build_cloudevent(sub: Subscription, delivery: Delivery) -> tuple[dict[str, str], bytes]:
     """Headers and body of one push request in the subscription's content mode."""
+    try:  # cloudevents 2.x keeps the 1.x API under `cloudevents.v1`
+        from cloudevents.v1.conversion import to_binary, to_structured
+        from cloudevents.v1.http import CloudEvent
+    except ImportError:  # cloudevents 1.x; imported here so the platform starts without it
+        from cloudevents.conversion import to_binary, to_structured
+        from cloudevents.http import CloudEvent
+
     data, content_type = _payload(delivery.data)
     attributes = {
         "type": m.CLOUDEVENT_TYPE,

@@ -138,8 +138,6 @@ class InMemoryBroker(Broker):
         sequences: list[int] = []
         for message in messages:
             size = len(message.data) + len(json.dumps(message.attributes)) + len(message.key or "") + len(subject)
-            if size > stream.config.max_bytes:
-                raise PublishFailed(sequences, BrokerError("message size exceeds maximum allowed"))
             if stream.bytes + size > stream.config.max_bytes:
                 if stream.config.discard == "new":
                     raise PublishFailed(sequences, StreamFull("maximum bytes exceeded"))
@@ -147,7 +145,9 @@ class InMemoryBroker(Broker):
                     self._remove(stream, min(stream.messages))
             stream.last_sequence += 1
             seq = stream.last_sequence
-            if stream.consumers:  # interest retention: nobody owes an ack, nothing is kept
+            # Interest retention: nobody owes an ack, nothing is kept. Like JetStream, a `discard: old`
+            # stream accepts a message larger than itself and keeps none of it.
+            if stream.consumers and size <= stream.config.max_bytes:
                 stream.messages[seq] = _Message(
                     seq, message.data, dict(message.attributes), message.key, self.clock.now(),
                     self.clock.monotonic(), size,

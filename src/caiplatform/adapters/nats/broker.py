@@ -283,7 +283,8 @@ class JetStreamBroker(Broker):
     async def close(self) -> None:
         if self._nc is not None and not self._nc.is_closed:
             try:
-                await self._nc.drain()
+                await asyncio.wait_for(self._nc.drain(), 2.0)  # a server that is gone must not hold shutdown
             except Exception:  # noqa: BLE001 - closing anyway
-                await self._nc.close()
+                with contextlib.suppress(Exception):
+                    await self._nc.close()
         self._nc = None

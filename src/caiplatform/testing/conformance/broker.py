@@ -219,3 +219,16 @@ async def test_one_active_reader_and_takeover(broker_kit):
     await b.ack([taken[0].token])
     await broker_kit.advance(0.05)
     assert [d.data for d in await b.pull(s.name, "c1", 5, 1.0)] == [b"second"]
+
+
+async def test_a_message_larger_than_the_topic(broker_kit):
+    b = broker_kit.broker
+    new = await _stream(broker_kit, "new", max_bytes=1024, discard="new")
+    await b.create_consumer(ConsumerConfig(new.name, "c1"))
+    with pytest.raises(PublishFailed) as info:
+        await b.publish(new.name, new.subject, [OutgoingMessage(b"x" * 2000)])
+    assert isinstance(info.value.cause, StreamFull) and info.value.sequences == []
+    old = await _stream(broker_kit, "old", max_bytes=1024, discard="old")
+    await b.create_consumer(ConsumerConfig(old.name, "c1"))
+    assert len(await b.publish(old.name, old.subject, [OutgoingMessage(b"x" * 2000)])) == 1
+    assert (await b.stream_stats(old.name)).messages == 0
