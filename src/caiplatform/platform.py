@@ -32,6 +32,7 @@ from caiplatform.settings import Settings
 if TYPE_CHECKING:
     from caiplatform.ports.builder import Builder
     from caiplatform.ports.runtime import WorkloadRuntime
+    from caiplatform.services.agents import AgentService
     from caiplatform.services.invoke import InvokeService
     from caiplatform.services.memorystore import MemoryStoreService
     from caiplatform.services.vector import IndexService
@@ -86,6 +87,7 @@ class Platform:
         self._started = False
         self._closers: list[Any] = []
         self.secrets = self._build_secrets()
+        self.secrets.set_agents(self._agent_secrets())
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -188,6 +190,8 @@ class Platform:
         self._closers.append(self.memorystores.provisioner.close)
         # Workloads: a restart serves the recorded revisions again (min_scale instances come back warm).
         await self.runtime.start()
+        await self.agents.start()
+        self._closers.append(self.agents.close)
         # Vector indexes: open the engine, finish the collection creations a previous run left pending.
         await self.indexes.engine.start()
         self._closers.append(self.indexes.engine.close)
@@ -258,6 +262,28 @@ class Platform:
         return MemoryStoreService(
             self.db, self.access, self.audit, self.clock, self.pager, provisioner,
             checks={"database": database, "session_key": session_key},
+        )
+
+    @cached_property
+    def agents(self) -> AgentService:
+        return self._build_agents()
+
+    def _agent_secrets(self) -> Any:
+        from caiplatform.services.agents import LazyAgentSecrets
+
+        return LazyAgentSecrets(lambda: self.agents.secret_port)
+
+    def _build_agents(self) -> AgentService:
+        """Agents and functions over the platform's builder and runtime, with the secrets area's hooks."""
+        from caiplatform.services.agents import AgentService
+
+        return AgentService(
+            self.db, self.access, self.audit, self.clock, self.pager, self.settings, self.builder, self.runtime,
+            self.hosts, mode=self.mode,
+            bound_values=lambda principal, agent: self.secrets.values_for_deploy(principal, agent),
+            forget_bindings=lambda agent_id: self.secrets.forget_agent(agent_id),
+            forget_memory=lambda target: self.invoke.forget_agent(target),
+            public_upstream=lambda target: self.invoke.public_upstream(target),
         )
 
     @cached_property

@@ -56,5 +56,11 @@ class Settings(BaseSettings):
     vector_max_points_per_request: int = Field(1000, validation_alias=_env("MAX_POINTS_PER_REQUEST"))
     vector_max_top_k: int = Field(1000, validation_alias=_env("MAX_TOP_K"))
 
+    # The model endpoint agents reach (OpenAI-compatible); handed to every revision (DECISIONS.md, Models).
+    model_base_url: str | None = Field(None, validation_alias=_env("MODEL_BASE_URL"))
+    model_api_key: str | None = Field(None, validation_alias=_env("MODEL_API_KEY"))
+    model_name: str | None = Field(None, validation_alias=_env("MODEL_NAME"))
+    embed_base_url: str | None = Field(None, validation_alias=_env("EMBED_BASE_URL"))
+
     # Scale-to-zero idle time for local workloads.
     scale_to_zero_seconds: float = Field(90.0, validation_alias=_env("CAI_SCALE_TO_ZERO_SECONDS"))

@@ -105,7 +105,11 @@ async def world(platform, client) -> World:
     )
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def agents(platform):
-    """The recording in-memory agent-secret adapter the platform uses until agents exist."""
+    """The recording in-memory agent-secret adapter, in place of the agents area's real one, so these
+    tests see exactly what the secret store asks of agents."""
+    from caiplatform.adapters.memory.agent_secrets import InMemoryAgentSecrets
+
+    platform.secrets.set_agents(InMemoryAgentSecrets())
     return platform.secrets.agents

@@ -15,7 +15,10 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 async def lib(settings, clock):
+    from caiplatform.adapters.memory.agent_secrets import InMemoryAgentSecrets
+
     p = Platform.in_memory(settings.model_copy(update={"admin_email": None, "admin_password": None}), clock=clock)
+    p.secrets.set_agents(InMemoryAgentSecrets())  # record what the store asks of agents
     await p.start()
     yield p
     await p.aclose()

@@ -1,5 +1,6 @@
 """Every table of the platform. Importing this module registers them all on `Base.metadata`."""
 
+from caiplatform.db.models.agents import Agent, AgentBuild, AgentFile, AgentRevision, AgentSecret  # noqa: F401,E402
 from caiplatform.db.models.identity import (  # noqa: F401
     ApiKey,
     AuditEntry,

@@ -1,0 +1,266 @@
+"""Rules of the agent surface that need no I/O: deploy form values, compute config, publishing variables,
+embed config, the sanitized spec document. Each raises `BadRequest` with the specification's message.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+from caiplatform.errors import BadRequest
+
+# -- deploy form -------------------------------------------------------------------------------------
+
+DEPLOY_FIELDS = ("name", "code", "framework", "runtime", "config")
+DEPLOY_FRAMEWORKS = ("adk", "langgraph", "crewai", "function", "container")
+AGENT_FRAMEWORKS = ("adk", "langgraph", "crewai")
+FUNCTION_RUNTIMES = ("python", "nodejs", "go", "ruby")
+DEFAULT_FRAMEWORK = "adk"
+
+NAME_MESSAGE = "missing or invalid 'name' (must be a lowercase DNS label)"
+RUNTIME_ONLY_FOR_FUNCTIONS = "'runtime' only applies to framework=function"
+
+
+def unknown_field_message(field: str) -> str:
+    return f"unknown form field '{field}' (allowed: {', '.join(DEPLOY_FIELDS)}; the project is chosen with ?project=)"
+
+
+def framework_of(framework: str | None, runtime: str | None) -> tuple[str, str | None, str]:
+    """(stored framework, runtime, kind) for the deploy form's `framework` and `runtime`."""
+    framework = (framework or "").strip() or DEFAULT_FRAMEWORK
+    runtime = (runtime or "").strip() or None
+    if framework not in DEPLOY_FRAMEWORKS:
+        raise BadRequest(f"unsupported 'framework': {framework!r} (allowed: {', '.join(DEPLOY_FRAMEWORKS)})")
+    if framework == "container":
+        raise BadRequest(
+            "unsupported 'framework': 'container' needs a prebuilt image, which this route cannot take; "
+            f"upload source with one of {', '.join(f for f in DEPLOY_FRAMEWORKS if f != 'container')}"
+        )
+    if framework in AGENT_FRAMEWORKS:
+        if runtime is not None:
+            raise BadRequest(RUNTIME_ONLY_FOR_FUNCTIONS)
+        return framework, None, "agent"
+    runtime = runtime or "python"
+    if runtime not in FUNCTION_RUNTIMES:
+        raise BadRequest(f"unsupported 'runtime': {runtime!r} (allowed: {', '.join(FUNCTION_RUNTIMES)})")
+    return ("function" if runtime == "python" else f"function-{runtime}"), runtime, "function"
+
+
+# -- compute config ----------------------------------------------------------------------------------
+
+SCALING_FIELDS = ("min_scale", "max_scale", "container_concurrency")
+RESOURCE_KINDS = ("requests", "limits")
+RESOURCE_NAMES = ("cpu", "memory")
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+def _empty(value: Any) -> bool:
+    return value is None or value == ""
+
+
+def _int(field: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise BadRequest(f"{field} must be an integer (got {json.dumps(value)})")
+    number = int(value)
+    if number < 0:
+        short = field.rsplit(".", 1)[-1]
+        raise BadRequest(f"{short} {number} is negative; {short} must be zero or more")
+    return number
+
+
+def _object(field: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadRequest(f"{field} must be an object")
+    return value
+
+
+def merge_config(current: dict[str, Any], patch: Any) -> dict[str, Any]:
+    """Apply a sparse PATCH (omitted fields keep their value, an empty value removes that entry)."""
+    patch = _object("config", patch)
+    if set(patch) == {"config"} and isinstance(patch["config"], dict):
+        patch = patch["config"]
+    merged = copy.deepcopy(current or {})
+    for key in patch:
+        if key not in ("scaling", "resources", "timeout_seconds"):
+            raise BadRequest(f"unknown config field '{key}' (allowed: scaling, resources, timeout_seconds)")
+    if "timeout_seconds" in patch:
+        value = patch["timeout_seconds"]
+        if _empty(value):
+            merged.pop("timeout_seconds", None)
+        else:
+            seconds = _int("timeout_seconds", value)
+            if seconds == 0:
+                raise BadRequest("timeout_seconds must be at least 1")
+            merged["timeout_seconds"] = seconds
+    if "scaling" in patch:
+        if _empty(patch["scaling"]):
+            merged.pop("scaling", None)
+        else:
+            scaling = dict(merged.get("scaling") or {})
+            for key, value in _object("scaling", patch["scaling"]).items():
+                if key not in SCALING_FIELDS:
+                    raise BadRequest(f"unknown config field 'scaling.{key}' (allowed: {', '.join(SCALING_FIELDS)})")
+                if _empty(value):
+                    scaling.pop(key, None)
+                else:
+                    scaling[key] = _int(f"scaling.{key}", value)
+            merged["scaling"] = scaling
+    if "resources" in patch:
+        if _empty(patch["resources"]):
+            merged.pop("resources", None)
+        else:
+            resources = copy.deepcopy(merged.get("resources") or {})
+            for kind, values in _object("resources", patch["resources"]).items():
+                if kind not in RESOURCE_KINDS:
+                    raise BadRequest(f"unknown config field 'resources.{kind}' (allowed: requests, limits)")
+                if _empty(values):
+                    resources.pop(kind, None)
+                    continue
+                section = dict(resources.get(kind) or {})
+                for name, quantity in _object(f"resources.{kind}", values).items():
+                    if name not in RESOURCE_NAMES:
+                        raise BadRequest(f"unknown config field 'resources.{kind}.{name}' (allowed: cpu, memory)")
+                    if _empty(quantity):
+                        section.pop(name, None)
+                    elif not isinstance(quantity, str) or not QUANTITY.match(quantity):
+                        raise BadRequest(
+                            f"resources.{kind}.{name} {json.dumps(quantity)} is not a valid quantity "
+                            "(for example 100m, 256Mi or 1Gi)"
+                        )
+                    else:
+                        section[name] = quantity
+                if section:
+                    resources[kind] = section
+                else:
+                    resources.pop(kind, None)
+            merged["resources"] = resources
+    for key in ("scaling", "resources"):
+        if key in merged and not merged[key]:
+            merged.pop(key)
+    scaling = merged.get("scaling") or {}
+    low, high = scaling.get("min_scale"), scaling.get("max_scale")
+    if low is not None and high:
+        if low > high:
+            raise BadRequest(
+                f"min_scale {low} is greater than max_scale {high}; raise max_scale or lower min_scale"
+            )
+    return merged
+
+
+# -- publishing variables ----------------------------------------------------------------------------
+
+EXPOSE_EXTERNAL = "CAI_EXPOSE_EXTERNAL"
+EXPOSE_RATE_LIMIT = "CAI_EXPOSE_RATE_LIMIT"
+EXPOSE_JWT_ISSUER = "CAI_EXPOSE_JWT_ISSUER"
+EXPOSE_JWT_JWKS_URI = "CAI_EXPOSE_JWT_JWKS_URI"
+EXPOSE_MODES = ("apikey", "jwt", "none")
+RATE_LIMIT = re.compile(r"^([1-9][0-9]*)/(second|minute|hour|day)$")
+
+
+def exposure(env: dict[str, str]) -> tuple[str | None, str]:
+    """(auth mode or None when unpublished, refusal text or "") for an agent's env."""
+    mode = (env.get(EXPOSE_EXTERNAL) or "").strip()
+    if not mode:
+        return None, ""
+    if mode not in EXPOSE_MODES:
+        return None, (
+            f"{EXPOSE_EXTERNAL}={mode!r} is refused: it must name the auth mode, one of "
+            f"{', '.join(EXPOSE_MODES)} (a bare boolean such as 'true' is not accepted)"
+        )
+    rate = (env.get(EXPOSE_RATE_LIMIT) or "").strip()
+    if not rate:
+        return None, (
+            f"{EXPOSE_RATE_LIMIT} is required when {EXPOSE_EXTERNAL} is set "
+            "(form N/second, N/minute, N/hour or N/day)"
+        )
+    if not RATE_LIMIT.match(rate):
+        return None, f"{EXPOSE_RATE_LIMIT}={rate!r} is refused: use N/second, N/minute, N/hour or N/day"
+    if mode == "jwt":
+        missing = [k for k in (EXPOSE_JWT_ISSUER, EXPOSE_JWT_JWKS_URI) if not (env.get(k) or "").strip()]
+        if missing:
+            return None, f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required in jwt mode"
+    return mode, ""
+
+
+# -- embed config ------------------------------------------------------------------------------------
+
+EMBED_TEXT_FIELDS = ("title", "subtitle", "greeting", "accent_color", "launcher_text")
+EMBED_FIELDS = ("enabled", "allowed_origins", "position", *EMBED_TEXT_FIELDS)
+EMBED_POSITIONS = ("left", "right")
+ORIGIN = re.compile(r"^(https?://[^/\s?#]+|\*)$")
+
+
+def embed_defaults() -> dict[str, Any]:
+    return {"enabled": False, "embed_key": "", "allowed_origins": [], "position": "right"}
+
+
+def merge_embed(current: dict[str, Any] | None, patch: Any) -> dict[str, Any]:
+    """A partial update of the embed config: every field optional."""
+    if not isinstance(patch, dict):
+        raise BadRequest("invalid JSON body: expected a JSON object")
+    merged = {**embed_defaults(), **(current or {})}
+    for key, value in patch.items():
+        if key in ("embed_key", "updated_at"):
+            continue  # read-only; minted and stamped by the platform
+        if key not in EMBED_FIELDS:
+            raise BadRequest(f"unknown embed field '{key}' (allowed: {', '.join(EMBED_FIELDS)})")
+        if key == "enabled":
+            if not isinstance(value, bool):
+                raise BadRequest("enabled must be a boolean")
+        elif key == "allowed_origins":
+            if value is None:
+                value = []
+            if not isinstance(value, list) or not all(isinstance(o, str) for o in value):
+                raise BadRequest("allowed_origins must be an array of origins")
+            value = [o.strip().rstrip("/") for o in value if o.strip()]
+            bad = [o for o in value if not ORIGIN.match(o)]
+            if bad:
+                raise BadRequest(f"invalid origin {bad[0]!r}: use scheme://host[:port], e.g. https://example.com")
+        elif key == "position":
+            if value not in EMBED_POSITIONS:
+                raise BadRequest("position must be left or right")
+        elif value is not None and not isinstance(value, str):
+            raise BadRequest(f"{key} must be a string")
+        merged[key] = value if value is not None else ""
+    return merged
+
+
+# -- spec document -----------------------------------------------------------------------------------
+
+SENSITIVE_NAME = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE)")
+REDACTED = "***REDACTED***"
+STRIPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+
+
+def sanitize_spec(document: Any) -> Any:
+    """Strip managed fields and last-applied annotations; redact env values with sensitive names."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            out: dict[str, Any] = {}
+            for key, value in node.items():
+                if key == "managedFields":
+                    continue
+                if key == "annotations" and isinstance(value, dict):
+                    value = {k: v for k, v in value.items() if k not in STRIPPED_ANNOTATIONS}
+                if key == "env" and isinstance(value, list):
+                    value = [_redact_entry(e) for e in value]
+                elif key == "env" and isinstance(value, dict):
+                    value = {k: (REDACTED if SENSITIVE_NAME.search(k) else v) for k, v in value.items()}
+                out[key] = walk(value)
+            return out
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        return node
+
+    return walk(copy.deepcopy(document))
+
+
+def _redact_entry(entry: Any) -> Any:
+    if isinstance(entry, dict) and isinstance(entry.get("name"), str) and SENSITIVE_NAME.search(entry["name"]):
+        entry = {**entry}
+        if "value" in entry:
+            entry["value"] = REDACTED
+    return entry

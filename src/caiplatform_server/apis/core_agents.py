@@ -1,0 +1,251 @@
+"""Core API, agent management (document 1): deploy, list, get, delete, redeploy, env, secrets, files,
+config, revisions, traffic, spec, metrics, logs and the embed config. Invoke and sessions live elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.formparsers import MultiPartException
+
+from caiplatform.domain.agents import DEPLOY_FIELDS
+from caiplatform.errors import BadRequest
+from caiplatform.platform import Platform
+from caiplatform.principal import Principal
+from caiplatform.services.agents import FILE_BODY_LIMIT, SECRETS_BODY_LIMIT, DeployUpload
+from caiplatform_server.app_deps import platform_of, principal_of
+from caiplatform_server.http import MiB, json_body, read_body
+
+router = APIRouter(tags=["agents"])
+
+A = "/v1/agents/{name}"
+FORM_SLACK = 1 * MiB
+
+
+def _project(request: Request) -> str | None:
+    return request.query_params.get("project") or None
+
+
+async def _deploy_form(request: Request, limit: int) -> DeployUpload:
+    content_type = request.headers.get("content-type", "")
+    if not content_type.lower().startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
+        raise BadRequest("invalid multipart form: the body must be multipart/form-data with fields name and code")
+    raw = await read_body(request, limit)
+    request._body = raw  # the form parser reads the already bounded body
+    try:
+        form = await request.form(max_files=4, max_fields=16, max_part_size=FORM_SLACK)
+    except MultiPartException as exc:
+        raise BadRequest(f"invalid multipart form: {exc.message}") from None
+    except StarletteHTTPException as exc:  # starlette wraps the parser's errors
+        raise BadRequest(f"invalid multipart form: {exc.detail}") from None
+    except (ValueError, KeyError) as exc:
+        raise BadRequest(f"invalid multipart form: {exc}") from None
+    upload = DeployUpload()
+    try:
+        for key, value in form.multi_items():
+            if key not in DEPLOY_FIELDS:
+                if key not in upload.unknown:
+                    upload.unknown.append(key)
+                continue
+            if key == "code":
+                if isinstance(value, UploadFile):
+                    upload.code = await value.read()
+                else:
+                    upload.code_not_a_file = True
+            elif isinstance(value, str):
+                upload.fields[key] = value
+            else:
+                upload.fields[key] = (await value.read()).decode("utf-8", errors="replace")
+    finally:
+        await form.close()
+    return upload
+
+
+@router.post("/v1/agents", status_code=202, summary="Deploy or redeploy from a .tar.gz (multipart)")
+async def deploy(
+    request: Request, principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of)
+) -> JSONResponse:
+    platform.access.require_management(principal)
+    upload = await _deploy_form(request, platform.settings.max_upload_bytes + FORM_SLACK)
+    return JSONResponse(await platform.agents.deploy(principal, _project(request), upload), status_code=202)
+
+
+@router.get("/v1/agents", summary="Agents and functions the caller may manage")
+async def list_agents(
+    request: Request, principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of)
+) -> dict[str, Any]:
+    q = request.query_params
+    return await platform.agents.list(principal, _project(request), q.get("page_size", q.get("limit")), q.get("page_token"))
+
+
+@router.get(A, summary="One agent")
+async def get_agent(name: str, request: Request, principal: Principal = Depends(principal_of),
+                    platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.agents.get(principal, name, _project(request))
+
+
+@router.delete(A, summary="Delete an agent (its sessions stay)")
+async def delete_agent(name: str, request: Request, principal: Principal = Depends(principal_of),
+                       platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.agents.delete(principal, name, _project(request))
+
+
+@router.post(A + "/redeploy", status_code=202, summary="Rebuild from the stored source")
+async def redeploy(name: str, request: Request, principal: Principal = Depends(principal_of),
+                   platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return JSONResponse(await platform.agents.redeploy(principal, name, _project(request)), status_code=202)
+
+
+# -- logs -------------------------------------------------------------------------------------------
+
+
+@router.get(A + "/logs", summary="Live logs of the newest instance (text/plain)")
+async def logs(name: str, request: Request, principal: Principal = Depends(principal_of),
+               platform: Platform = Depends(platform_of)) -> StreamingResponse:
+    follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
+    lines = await platform.agents.logs(principal, name, _project(request), follow=follow)
+    return StreamingResponse(lines, media_type="text/plain; charset=utf-8")
+
+
+@router.get(A + "/logs/history", summary="Persisted log lines")
+async def log_history(name: str, request: Request, principal: Principal = Depends(principal_of),
+                      platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    q = request.query_params
+    return await platform.agents.log_history(principal, name, _project(request), q.get("limit"), q.get("since"))
+
+
+# -- secrets and env --------------------------------------------------------------------------------
+
+
+@router.get(A + "/secrets", summary="Names of the agent's secret keys")
+async def secret_keys(name: str, request: Request, principal: Principal = Depends(principal_of),
+                      platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.agents.secret_keys(principal, name, _project(request))
+
+
+@router.put(A + "/secrets", summary="Replace the agent's secret")
+async def put_secrets(name: str, request: Request, principal: Principal = Depends(principal_of),
+                      platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    body = await json_body(request, SECRETS_BODY_LIMIT)
+    return await platform.agents.put_secrets(principal, name, _project(request), body)
+
+
+@router.patch(A + "/secrets", summary="Merge into the agent's secret")
+async def patch_secrets(name: str, request: Request, principal: Principal = Depends(principal_of),
+                        platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    body = await json_body(request, SECRETS_BODY_LIMIT)
+    return await platform.agents.patch_secrets(principal, name, _project(request), body)
+
+
+@router.get(A + "/env", summary="The agent's environment")
+async def get_env(name: str, request: Request, principal: Principal = Depends(principal_of),
+                  platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.agents.get_env(principal, name, _project(request))
+
+
+@router.patch(A + "/env", summary="Merge into the agent's environment")
+async def patch_env(name: str, request: Request, principal: Principal = Depends(principal_of),
+                    platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    body = await json_body(request, SECRETS_BODY_LIMIT)
+    return await platform.agents.patch_env(principal, name, _project(request), body)
+
+
+# -- stored source ----------------------------------------------------------------------------------
+
+
+@router.get(A + "/files", summary="The stored source files")
+async def list_files(name: str, request: Request, principal: Principal = Depends(principal_of),
+                     platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.agents.list_files(principal, name, _project(request))
+
+
+@router.get(A + "/files/{path:path}", summary="One stored file")
+async def read_file(name: str, path: str, request: Request, principal: Principal = Depends(principal_of),
+                    platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.agents.read_file(principal, name, _project(request), path)
+
+
+@router.put(A + "/files/{path:path}", summary="Write one stored file (redeploy to run it)")
+async def write_file(name: str, path: str, request: Request, principal: Principal = Depends(principal_of),
+                     platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    body = await json_body(request, FILE_BODY_LIMIT)
+    return await platform.agents.write_file(principal, name, _project(request), path, body)
+
+
+@router.delete(A + "/files/{path:path}", summary="Delete one stored file")
+async def delete_file(name: str, path: str, request: Request, principal: Principal = Depends(principal_of),
+                      platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.agents.delete_file(principal, name, _project(request), path)
+
+
+# -- revisions, traffic, config, spec, metrics -------------------------------------------------------
+
+
+@router.get(A + "/revisions", summary="Revisions with live traffic, newest first")
+async def revisions(name: str, request: Request, principal: Principal = Depends(principal_of),
+                    platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.agents.revisions(principal, name, _project(request))
+
+
+@router.post(A + "/set-traffic", status_code=202, summary="Replace the traffic split")
+async def set_traffic(name: str, request: Request, principal: Principal = Depends(principal_of),
+                      platform: Platform = Depends(platform_of)) -> JSONResponse:
+    body = await json_body(request, 64 * 1024, optional=True)
+    return JSONResponse(await platform.agents.set_traffic(principal, name, _project(request), body), status_code=202)
+
+
+@router.get(A + "/config", summary="Compute config (null on platform defaults)")
+async def get_config(name: str, request: Request, principal: Principal = Depends(principal_of),
+                     platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.agents.get_config(principal, name, _project(request))
+
+
+@router.patch(A + "/config", summary="Sparse update of the compute config; rolls a revision")
+async def patch_config(name: str, request: Request, principal: Principal = Depends(principal_of),
+                       platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    body = await json_body(request, 64 * 1024)
+    return await platform.agents.patch_config(principal, name, _project(request), body)
+
+
+@router.get(A + "/spec", summary="Sanitized live spec (YAML)")
+async def spec(name: str, request: Request, principal: Principal = Depends(principal_of),
+               platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.agents.spec(principal, name, _project(request))
+
+
+@router.get(A + "/metrics", summary="Live counts")
+async def metrics(name: str, request: Request, principal: Principal = Depends(principal_of),
+                  platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.agents.metrics(principal, name, _project(request))
+
+
+# -- embed config -----------------------------------------------------------------------------------
+
+
+@router.get(A + "/embed", summary="Chat widget config")
+async def get_embed(name: str, request: Request, principal: Principal = Depends(principal_of),
+                    platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.agents.get_embed(principal, name, _project(request))
+
+
+@router.put(A + "/embed", summary="Partial update of the widget config; the first one mints the key")
+async def put_embed(name: str, request: Request, principal: Principal = Depends(principal_of),
+                    platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    body = await json_body(request, 64 * 1024, optional=True)
+    return await platform.agents.put_embed(principal, name, _project(request), body)
+
+
+@router.delete(A + "/embed", summary="Remove the widget config")
+async def delete_embed(name: str, request: Request, principal: Principal = Depends(principal_of),
+                       platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.agents.delete_embed(principal, name, _project(request))
+
+
+@router.post(A + "/embed/rotate-key", summary="Mint a new public embed key")
+async def rotate_embed_key(name: str, request: Request, principal: Principal = Depends(principal_of),
+                           platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+    return await platform.agents.rotate_embed_key(principal, name, _project(request))

@@ -1,0 +1,242 @@
+"""Env, secrets, config, revisions, traffic, files, logs, spec, metrics and embed over HTTP (document 1)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from agents_support import deploy, wait_settled
+from sqlalchemy import select
+
+from caiplatform.db.models import AuditEntry
+
+
+@pytest.fixture
+async def bot(client, world):
+    assert (await deploy(client, world.member, "bot")).status_code == 202
+    view = await wait_settled(client, world.member, "bot")
+    assert view["ready"], view
+    return world.member
+
+
+async def _revisions(client, headers, name="bot"):
+    return (await client.get(f"/v1/agents/{name}/revisions", headers=headers)).json()["revisions"]
+
+
+async def test_env_is_readable_and_every_change_rolls_a_revision(platform, client, bot):
+    assert (await client.get("/v1/agents/bot/env", headers=bot)).json() == {"agent": "bot", "env": {}}
+    response = await client.patch("/v1/agents/bot/env", headers=bot, json={"set": {"GREETING": "hi", "MODE": "x"}})
+    assert response.status_code == 200
+    assert response.json() == {"agent": "bot", "env_updated": True, "env": {"GREETING": "hi", "MODE": "x"}}
+    view = await wait_settled(client, bot, "bot")
+    assert view["ready"] and view["latest_revision"] == "bot-00002"
+    response = await client.patch("/v1/agents/bot/env", headers=bot, json={"remove": ["MODE"], "set": {"GREETING": ""}})
+    assert response.json()["env"] == {}
+    assert (await wait_settled(client, bot, "bot"))["latest_revision"] == "bot-00003"
+    nothing = await client.patch("/v1/agents/bot/env", headers=bot, json={})
+    assert nothing.status_code == 400 and nothing.json()["error"] == "nothing to do: provide 'set' and/or 'remove'"
+    bad = await client.patch("/v1/agents/bot/env", headers=bot, json={"set": {"1BAD": "x"}})
+    assert bad.status_code == 400
+    assert bad.json()["error"] == "invalid secret key (must be a valid environment variable name): 1BAD"
+    # The instance sees the env of its revision.
+    await client.patch("/v1/agents/bot/env", headers=bot, json={"set": {"GREETING": "hello"}})
+    await wait_settled(client, bot, "bot")
+    endpoint = await platform.runtime.acquire((await platform.agents.manage_target(
+        platform.auth.authenticate(bot["Authorization"].split()[1]), "bot", None)).workload, timeout=5)
+    async with endpoint.client() as http:
+        assert (await http.get("/env/GREETING")).json()["value"] == "hello"
+        assert (await http.get("/env/AGENT_NAME")).json()["value"] == "bot"
+        assert (await http.get("/env/CAI_SESSION_STORE")).json()["value"] == "memory"
+        assert (await http.get("/env/MODEL_BASE_URL")).json()["value"] == "http://127.0.0.1:9/v1"
+        assert (await http.get("/env/CAI_PROJECT_KEY")).json()["value"].startswith("cai_wl_")
+    await endpoint.release()
+
+
+async def test_secrets_are_write_only(platform, client, bot):
+    assert (await client.get("/v1/agents/bot/secrets", headers=bot)).json() == {"agent": "bot", "keys": []}
+    put = await client.put("/v1/agents/bot/secrets", headers=bot, json={"API_TOKEN": "s3cret", "EMPTY": ""})
+    assert put.status_code == 200 and put.json() == {"agent": "bot", "secrets_updated": True}
+    assert (await client.get("/v1/agents/bot/secrets", headers=bot)).json()["keys"] == ["API_TOKEN"]
+    patch = await client.patch("/v1/agents/bot/secrets", headers=bot, json={"set": {"B": "2", "API_TOKEN": ""}})
+    assert patch.json() == {"agent": "bot", "secrets_updated": True, "keys": ["B"]}
+    patch = await client.patch("/v1/agents/bot/secrets", headers=bot, json={"remove": ["B"], "set": {"MODEL_API_KEY": "mine"}})
+    assert patch.json()["keys"] == ["MODEL_API_KEY"]
+    assert (await client.patch("/v1/agents/bot/secrets", headers=bot, json={"set": {}})).json()["error"] == (
+        "nothing to do: provide 'set' and/or 'remove'"
+    )
+    bad = await client.put("/v1/agents/bot/secrets", headers=bot, json={"bad-key": "v"})
+    assert bad.json()["error"] == "invalid secret key (must be a valid environment variable name): bad-key"
+    assert "s3cret" not in (await client.get("/v1/agents/bot/secrets", headers=bot)).text
+    assert (await wait_settled(client, bot, "bot"))["latest_revision"] == "bot-00004"
+    big = await client.put("/v1/agents/bot/secrets", headers=bot, json={"K": "x" * (1024 * 1024 + 10)})
+    assert big.status_code == 413
+
+
+async def test_config_sparse_patch_and_messages(client, bot):
+    assert (await client.get("/v1/agents/bot/config", headers=bot)).json() == {"agent": "bot", "config": None}
+    response = await client.patch("/v1/agents/bot/config", headers=bot, json={
+        "scaling": {"min_scale": 1, "max_scale": 4},
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "timeout_seconds": 120,
+    })
+    assert response.status_code == 200
+    body = response.json()
+    assert body["config_updated"] is True and body["config"]["scaling"] == {"min_scale": 1, "max_scale": 4}
+    response = await client.patch("/v1/agents/bot/config", headers=bot, json={"scaling": {"min_scale": ""}, "resources": {"limits": None}})
+    config = response.json()["config"]
+    assert config == {"scaling": {"max_scale": 4}, "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}, "timeout_seconds": 120}
+    negative = await client.patch("/v1/agents/bot/config", headers=bot, json={"scaling": {"min_scale": -1}})
+    assert negative.status_code == 400 and negative.json()["error"].startswith("min_scale -1 is negative; ")
+    inverted = await client.patch("/v1/agents/bot/config", headers=bot, json={"scaling": {"min_scale": 5}})
+    assert inverted.status_code == 400 and inverted.json()["error"].startswith("min_scale 5 is greater than max_scale 4; ")
+    quantity = await client.patch("/v1/agents/bot/config", headers=bot, json={"resources": {"requests": {"cpu": "lots"}}})
+    assert quantity.status_code == 400
+    assert (await client.get("/v1/agents/bot/config", headers=bot)).json()["config"] == config
+    assert (await wait_settled(client, bot, "bot"))["latest_revision"] == "bot-00003"
+
+
+async def test_revisions_and_traffic(platform, client, bot):
+    await client.patch("/v1/agents/bot/env", headers=bot, json={"set": {"GREETING": "two"}})
+    await wait_settled(client, bot, "bot")
+    revisions = await _revisions(client, bot)
+    assert [r["name"] for r in revisions] == ["bot-00002", "bot-00001"]
+    newest = revisions[0]
+    assert newest["generation"] == 2 and newest["traffic_percent"] == 100 and newest["ready"] is True
+    assert newest["state"] == "ready" and newest["image"] and "created_at" in newest
+    split = {"traffic": [{"revision_name": "bot-00001", "percent": 30}, {"revision_name": "bot-00002", "percent": 70}]}
+    response = await client.post("/v1/agents/bot/set-traffic", headers=bot, json=split)
+    assert response.status_code == 202 and response.json() == {"agent": "bot", "traffic": split["traffic"]}
+    by_name = {r["name"]: r["traffic_percent"] for r in await _revisions(client, bot)}
+    assert by_name == {"bot-00001": 30, "bot-00002": 70}
+    for body in ({}, {"traffic": []}, {"traffic": [{"revision_name": "bot-00001", "percent": 50}]}):
+        bad = await client.post("/v1/agents/bot/set-traffic", headers=bot, json=body)
+        assert bad.status_code == 400 and bad.json()["error"].startswith("traffic is required - send the complete split")
+    unknown = await client.post("/v1/agents/bot/set-traffic", headers=bot, json={"traffic": [{"revision_name": "bot-00009", "percent": 100}]})
+    assert unknown.json()["error"] == "revision bot-00009 does not exist for this agent"
+    actions = await platform.db.run(lambda s: [a.action for a in s.scalars(select(AuditEntry).where(AuditEntry.target == "bot"))])
+    assert "agent.set-traffic" in actions and "agent.config" in actions
+
+
+async def test_stored_source_files(platform, client, bot):
+    listing = (await client.get("/v1/agents/bot/files", headers=bot)).json()
+    assert listing["agent"] == "bot" and listing["agent_id"] and listing["editable"] is True and listing["note"]
+    assert [f["path"] for f in listing["files"]] == ["graph.py"] and listing["files"][0]["size"] > 0
+    one = (await client.get("/v1/agents/bot/files/graph.py", headers=bot)).json()
+    assert "StateGraph" in one["content"] and one["path"] == "graph.py" and one["updated_at"]
+    put = await client.put("/v1/agents/bot/files/pkg/tools.py", headers=bot, json={"content": "X = 1\n"})
+    assert put.status_code == 200 and put.json()["bytes"] == 6 and "redeploy" in put.json()["note"]
+    assert (await client.get("/v1/agents/bot", headers=bot)).json()["latest_revision"] == "bot-00001"  # unchanged
+    assert (await client.get("/v1/agents/bot/files/pkg/tools.py", headers=bot)).json()["content"] == "X = 1\n"
+    assert (await client.delete("/v1/agents/bot/files/pkg/tools.py", headers=bot)).json() == {"deleted": "pkg/tools.py"}
+    assert (await client.get("/v1/agents/bot/files/pkg/tools.py", headers=bot)).status_code == 404
+    assert (await client.delete("/v1/agents/bot/files/pkg/tools.py", headers=bot)).status_code == 404
+    assert (await client.put("/v1/agents/bot/files/..%2Fx.py", headers=bot, json={"content": ""})).status_code in (400, 404)
+    assert (await client.put("/v1/agents/bot/files/a/../../x.py", headers=bot, json={"content": ""})).status_code in (400, 404)
+    big = await client.put("/v1/agents/bot/files/big.txt", headers=bot, json={"content": "x" * (1024 * 1024 + 1)})
+    assert big.status_code == 400 and "1 MiB" in big.json()["error"]
+    assert (await client.put("/v1/agents/bot/files/x.py", headers=bot, json={"nope": 1})).status_code == 400
+    # An edit takes effect on redeploy.
+    await client.put("/v1/agents/bot/files/extra.py", headers=bot, json={"content": "Y = 2\n"})
+    assert (await client.post("/v1/agents/bot/redeploy", headers=bot)).json()["files"] == 2
+    assert (await wait_settled(client, bot, "bot"))["latest_revision"] == "bot-00002"
+    actions = await platform.db.run(lambda s: [a.action for a in s.scalars(select(AuditEntry))])
+    assert {"agent.file.write", "agent.file.delete", "agent.redeploy"} <= set(actions)
+
+
+async def test_logs_live_and_history(platform, client, bot, clock):
+    endpoint = await platform.runtime.acquire((await platform.agents.invoke_target(
+        platform.auth.authenticate(None), "bot", None)).workload, timeout=5)
+    async with endpoint.client() as http:
+        await http.get("/say", params={"text": "hello from the bot"})
+    await endpoint.release()
+    live = await client.get("/v1/agents/bot/logs", headers=bot)
+    assert live.status_code == 200 and live.headers["content-type"].startswith("text/plain")
+    assert "hello from the bot" in live.text
+    history = (await client.get("/v1/agents/bot/logs/history", headers=bot)).json()
+    assert history["agent"] == "bot" and history["note"] and history["count"] == len(history["lines"])
+    line = next(entry for entry in history["lines"] if "hello from the bot" in entry["message"])
+    assert set(line) == {"ts", "revision", "pod", "stream", "message"} and line["revision"] == "bot-00001"
+    limited = (await client.get("/v1/agents/bot/logs/history", headers=bot, params={"limit": 1})).json()
+    assert limited["count"] == 1
+    later = (await client.get("/v1/agents/bot/logs/history", headers=bot, params={"since": "2999-01-01T00:00:00Z"})).json()
+    assert later["lines"] == [] and later["count"] == 0
+    assert (await client.get("/v1/agents/bot/logs/history", headers=bot, params={"limit": "x"})).status_code == 400
+    assert (await client.get("/v1/agents/bot/logs/history", headers=bot, params={"since": "yesterday"})).status_code == 400
+    assert (await client.get("/v1/agents/nobody/logs", headers=bot)).status_code == 404
+
+
+async def test_logs_of_a_scaled_to_zero_agent_point_at_history(platform, client, bot):
+    target = await platform.agents.manage_target(platform.auth.authenticate(bot["Authorization"].split()[1]), "bot", None)
+    await platform.runtime.delete(target.workload)  # nothing runs
+    response = await client.get("/v1/agents/bot/logs", headers=bot)
+    assert response.status_code == 200 and "no live pods" in response.text and "/logs/history" in response.text
+
+
+async def test_spec_redacts_and_metrics_count(client, bot):
+    await client.patch("/v1/agents/bot/env", headers=bot, json={"set": {"SERVICE_API_KEY": "leak", "PLAIN": "visible"}})
+    await wait_settled(client, bot, "bot")
+    body = (await client.get("/v1/agents/bot/spec", headers=bot)).json()
+    assert body["agent"] == "bot" and body["note"]
+    assert "leak" not in body["yaml"] and "***REDACTED***" in body["yaml"] and "visible" in body["yaml"]
+    assert "managedFields" not in body["yaml"]
+    assert isinstance(yaml.safe_load(body["yaml"]), dict)
+    metrics = (await client.get("/v1/agents/bot/metrics", headers=bot)).json()
+    assert set(metrics) == {"agent", "instances", "revisions", "readiness", "latest_ready_revision", "target_concurrency", "note"}
+    assert metrics["latest_ready_revision"] == "bot-00002"
+
+
+async def test_embed_config(platform, client, bot):
+    default = (await client.get("/v1/agents/bot/embed", headers=bot)).json()
+    assert default["enabled"] is False and default["allowed_origins"] == [] and default["position"] == "right"
+    put = (await client.put("/v1/agents/bot/embed", headers=bot, json={
+        "enabled": True, "allowed_origins": ["https://example.com"], "title": "Bot"})).json()
+    key = put["embed_key"]
+    assert key and put["enabled"] and put["title"] == "Bot" and put["updated_at"]
+    again = (await client.put("/v1/agents/bot/embed", headers=bot, json={"greeting": "Hi"})).json()
+    assert again["embed_key"] == key and again["title"] == "Bot" and again["greeting"] == "Hi"
+    target = await platform.agents.embed_target(key)
+    assert target is not None and target.target.agent == "bot" and target.allowed_origins == ["https://example.com"]
+    rotated = (await client.post("/v1/agents/bot/embed/rotate-key", headers=bot)).json()
+    assert rotated["embed_key"] != key and await platform.agents.embed_target(key) is None
+    assert await platform.agents.embed_target(rotated["embed_key"]) is not None
+    assert (await client.put("/v1/agents/bot/embed", headers=bot, json={"position": "middle"})).status_code == 400
+    assert (await client.put("/v1/agents/bot/embed", headers=bot, json={"enabled": "yes"})).status_code == 400
+    assert (await client.delete("/v1/agents/bot/embed", headers=bot)).status_code == 200
+    assert (await client.get("/v1/agents/bot/embed", headers=bot)).json()["enabled"] is False
+    assert await platform.agents.embed_target(rotated["embed_key"]) is None
+    actions = await platform.db.run(lambda s: [a.action for a in s.scalars(select(AuditEntry))])
+    assert {"agent.embed.update", "agent.embed.rotate-key", "agent.embed.delete"} <= set(actions)
+
+
+async def test_publishing_variables(platform, client, bot, world):
+    refused = await client.patch("/v1/agents/bot/env", headers=bot, json={"set": {"CAI_EXPOSE_EXTERNAL": "true"}})
+    assert refused.status_code == 200  # the env route accepts it; the deploy path refuses it
+    view = await wait_settled(client, bot, "bot")
+    assert view["ready"] is False and "CAI_EXPOSE_EXTERNAL" in view["message"] and "external_url" not in view
+    newest = (await _revisions(client, bot))[0]
+    assert newest["reason"] == "ExposureRefused" and newest["ready"] is False and newest["message"]
+    host = f"bot-{world.project_short}.apps.localhost"
+    assert platform.hosts.lookup(host) is None
+    await client.patch("/v1/agents/bot/env", headers=bot, json={"set": {"CAI_EXPOSE_EXTERNAL": "none", "CAI_EXPOSE_RATE_LIMIT": "10/minute"}})
+    view = await wait_settled(client, bot, "bot")
+    assert view["ready"] and platform.hosts.lookup(host) is not None
+    await platform.agents.wait_idle()
+    assert (await client.get("/v1/agents/bot", headers=bot)).json()["external_url"].startswith(f"http://{host}")
+    await client.patch("/v1/agents/bot/env", headers=bot, json={"set": {"CAI_EXPOSE_EXTERNAL": "jwt"}})
+    view = await wait_settled(client, bot, "bot")
+    assert not view["ready"] and "jwt" in view["message"] and platform.hosts.lookup(host) is None
+
+
+async def test_service_quota_keeps_a_new_agent_deploying(platform, client, world):
+    from caiplatform.db.models import Project
+
+    def quota(session):
+        project = session.get(Project, world.project_id)
+        project.settings = {**(project.settings or {}), "quota": {"services": 2}}
+
+    await platform.db.run(quota)
+    await deploy(client, world.member, "first")
+    assert (await wait_settled(client, world.member, "first"))["ready"]
+    await deploy(client, world.member, "second")
+    await platform.agents.wait_idle()
+    view = (await client.get("/v1/agents/second", headers=world.member)).json()
+    assert view["state"] == "deploying" and view["message"].startswith("this project is at its service limit (2 / 2): ")
