@@ -128,3 +128,31 @@ def _talk_to_the_agent(base: str, model: ScriptedModel) -> None:
     r = admin.delete(f"/v1/agents/weather/sessions/{session_id}")
     assert r.status_code == 204
     assert admin.delete(f"/v1/agents/weather/sessions/{session_id}").status_code == 404
+
+    # the public embed routes, gated by the key and the Origin allowlist
+    shop = {"Origin": "https://shop.example"}
+    embed = admin.put("/v1/agents/weather/embed", json={"enabled": True, "allowed_origins": ["https://shop.example"],
+                                                        "title": "Weather"}).json()
+    r = anonymous.get(f"/v1/embed/{embed['embed_key']}/config", headers=shop)
+    assert r.status_code == 200 and r.json()["title"] == "Weather" and r.json()["agent"] == "weather"
+    assert r.headers["access-control-allow-origin"] == "https://shop.example"
+    assert anonymous.options(f"/v1/embed/{embed['embed_key']}/invoke", headers=shop).status_code == 204
+    r = anonymous.post(f"/v1/embed/{embed['embed_key']}/invoke", json={"message": "hello"}, headers=shop)
+    assert r.status_code == 200 and r.json()["output"]
+    assert anonymous.get(f"/v1/embed/{embed['embed_key']}/config",
+                         headers={"Origin": "https://evil.example"}).status_code == 403
+
+    # the published address serves the harness routes; its session routes refuse outside callers
+    admin.patch("/v1/agents/weather/env", json={"set": {"CAI_EXPOSE_EXTERNAL": "none",
+                                                         "CAI_EXPOSE_RATE_LIMIT": "100/second"}})
+    deadline = time.monotonic() + 240
+    while not (view := admin.get("/v1/agents/weather").json()).get("external_url"):
+        assert time.monotonic() < deadline, view
+        time.sleep(0.5)
+    host = {"Host": view["public_url"].split("://", 1)[1]}
+    assert anonymous.get("/healthz", headers=host).json() == {"status": "ok"}
+    assert anonymous.get("/debug/config", headers=host).json()["framework"] == "adk"
+    r = anonymous.post("/invoke", json={"message": "hi from outside"}, headers=host)
+    assert r.status_code == 200 and r.json()["output"]
+    assert anonymous.get("/users", headers=host).status_code == 401
+
