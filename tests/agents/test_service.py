@@ -77,3 +77,11 @@ async def test_audit_rows_name_the_actor(platform, world):
     rows = await platform.db.run(lambda s: [(a.action, a.actor) for a in s.scalars(select(AuditEntry).where(AuditEntry.target == "audited"))])
     assert ("agent.deploy", "member@example.com") in rows and ("agent.config", "member@example.com") in rows
     assert ("agent.delete", "member@example.com") in rows
+
+
+async def test_purge_project_deletes_every_agent(platform, world, automation):
+    await platform.agents.deploy(automation, "other", _upload("one"))
+    await platform.agents.deploy(automation, "other", _upload("two"))
+    await platform.agents.wait_idle()
+    assert await platform.agents.purge_project(world.other_project_id) == 2
+    assert (await platform.agents.list(automation, "other", None, None))["agents"] == []

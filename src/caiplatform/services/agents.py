@@ -833,6 +833,23 @@ class AgentService:
         self._roll_locks.pop(record.id, None)
         return {"agent": record.name, "deleted": True}
 
+    async def purge_project(self, project_id: str) -> int:
+        """Delete every agent of a project being deleted (for the projects area): runtime workloads, public
+        hosts, records, stored source, secrets, builds. Returns how many agents there were."""
+
+        def run(session: Session) -> list[AgentRecord]:
+            project = session.get(Project, project_id)
+            if project is None:
+                return []
+            return [AgentRecord.of(a, project) for a in session.scalars(select(Agent).where(Agent.project_id == project_id))]
+
+        records = await self.db.run(run)
+        automation = Principal.automation()
+        for record in records:
+            with contextlib.suppress(NotFound):
+                await self.delete(automation, record.name, record.project.id)
+        return len(records)
+
     # == env and secrets =============================================================================
 
     @staticmethod

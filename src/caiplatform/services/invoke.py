@@ -551,10 +551,8 @@ class InvokeService:
         body["streaming"] = True
         return body, cors
 
-    async def embed_prepare(self, key: str, origin: str | None, raw: bytes,
-                            client_ip: str | None) -> tuple[Prepared, dict[str, str]]:
-        """POST /v1/embed/{key}/invoke: an anonymous invoke of the embed's agent (no memorize)."""
-        embed, cors = await self.embed(key, origin)
-        prepared = await self.prepare(Principal.anonymous(client_ip), embed.target.agent, None, raw,
-                                      target=embed.target, allow_memorize=False)
-        return prepared, cors
+    async def embed_prepare(self, embed: EmbedTarget, raw: bytes, client_ip: str | None) -> Prepared:
+        """POST /v1/embed/{key}/invoke (after `embed()` admitted the origin): an anonymous invoke of the
+        embed's agent, without memorize."""
+        return await self.prepare(Principal.anonymous(client_ip), embed.target.agent, None, raw,
+                                  target=embed.target, allow_memorize=False)
