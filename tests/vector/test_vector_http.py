@@ -260,8 +260,9 @@ async def test_verb_routing_errors(http, project):
     assert r.status_code == 400
     for word in (":upsert", ":query", ":scroll", ":delete-points"):
         assert word in error(r)
-    r = await http.post(f"{base(project.id)}/docs", headers=project.member, json={})
-    assert r.status_code == 400 and ":upsert" in error(r)
+    for path in ("docs", "docs:"):
+        r = await http.post(f"{base(project.id)}/{path}", headers=project.member, json={})
+        assert r.status_code == 400 and error(r).startswith("missing verb") and ":upsert" in error(r)
     r = await http.post(f"{base(project.id)}/missing:query", headers=project.member, json={"vector": [1, 2]})
     assert r.status_code == 404
 
