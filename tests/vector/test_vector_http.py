@@ -447,3 +447,16 @@ async def test_operator_limits(settings, clock, project_of):
             assert r.status_code == 400 and error(r) == "top_k must be at most 5"
     finally:
         await platform.aclose()
+
+
+async def test_collection_dropped_behind_the_platforms_back(http, platform, project):
+    await ready_index(http, project, dimensions=2)
+    assert (await verb(http, project, "docs", "scroll", {})).status_code == 200
+    await platform.vector_engine.drop_collection(f"p_{project.short}_docs")
+    got = (await http.get(f"{base(project.id)}/docs", headers=project.member)).json()
+    assert got["state"] == "degraded" and got["ready"] is False and "missing" in got["message"]
+    r = await verb(http, project, "docs", "scroll", {})
+    assert r.status_code == 400 and error(r).startswith("vector database rejected the request: ")
+    r = await verb(http, project, "docs", "scroll", {})  # the cached record was dropped: still refused
+    assert r.status_code == 400
+    assert (await http.delete(f"{base(project.id)}/docs", headers=project.admin)).status_code == 204
