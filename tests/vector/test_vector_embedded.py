@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from caiplatform.platform import Platform
 from caiplatform.testing.http import asgi_client
 
@@ -52,3 +54,29 @@ async def test_restart_keeps_indexes_and_points(tmp_path, settings, project_of):
             assert (await c.delete(f"{base}/kept", headers=project.admin)).status_code == 204
     finally:
         await second.aclose()
+
+
+@pytest.mark.parametrize(
+    ("env", "engine", "where"),
+    [
+        ({}, "LocalVectorEngine", "vectors"),
+        ({"CAI_VECTOR_ENGINE": "qdrant-local"}, "QdrantVectorEngine", "qdrant"),
+        ({"CAI_QDRANT_URL": "http://127.0.0.1:1"}, "QdrantVectorEngine", None),
+    ],
+)
+async def test_engine_choice(tmp_path, settings, env, engine, where):
+    chosen = settings.model_copy(update={
+        "vector_engine": env.get("CAI_VECTOR_ENGINE", "local"), "qdrant_url": env.get("CAI_QDRANT_URL")})
+    platform = Platform.embedded(tmp_path, chosen)
+    try:
+        assert type(platform.vector_engine).__name__ == engine
+        if where == "vectors":
+            assert platform.vector_engine.directory == tmp_path / "vectors"
+        elif where == "qdrant":
+            assert platform.vector_engine.path == tmp_path / "qdrant"
+        else:
+            assert platform.vector_engine.url == "http://127.0.0.1:1"
+            status, body = await platform.indexes.health()  # nothing listens there
+            assert status == 503 and body["dependencies"]["vector_store"]["ok"] is False
+    finally:
+        await platform.aclose()

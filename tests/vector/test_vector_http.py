@@ -260,8 +260,9 @@ async def test_verb_routing_errors(http, project):
     assert r.status_code == 400
     for word in (":upsert", ":query", ":scroll", ":delete-points"):
         assert word in error(r)
-    r = await http.post(f"{base(project.id)}/docs", headers=project.member, json={})
-    assert r.status_code == 400 and ":upsert" in error(r)
+    for path in ("docs", "docs:"):
+        r = await http.post(f"{base(project.id)}/{path}", headers=project.member, json={})
+        assert r.status_code == 400 and error(r).startswith("missing verb") and ":upsert" in error(r)
     r = await http.post(f"{base(project.id)}/missing:query", headers=project.member, json={"vector": [1, 2]})
     assert r.status_code == 404
 
@@ -423,3 +424,39 @@ async def test_healthz_degraded_when_engine_fails(http, platform):
     assert body["status"] == "degraded"
     assert body["dependencies"]["vector_store"]["ok"] is False
     assert body["dependencies"]["vector_store"]["error"] == "qdrant is down"
+
+
+async def test_operator_limits(settings, clock, project_of):
+    """MAX_BODY_BYTES (413), MAX_POINTS_PER_REQUEST and MAX_TOP_K come from the environment."""
+    from caiplatform.platform import Platform
+    from caiplatform.testing.http import asgi_client
+
+    limited = settings.model_copy(update={"vector_max_body_bytes": 4096, "vector_max_points_per_request": 2,
+                                          "vector_max_top_k": 5})
+    platform = Platform.in_memory(limited, clock=clock)
+    await platform.start()
+    try:
+        project = await project_of(platform)
+        async with asgi_client(platform, ["vectordb"]) as http:
+            await ready_index(http, project, dimensions=2)
+            r = await verb(http, project, "docs", "upsert", {"points": [{"vector": [1, 2]}] * 3})
+            assert r.status_code == 400 and error(r) == "at most 2 points per request (got 3)"
+            r = await verb(http, project, "docs", "upsert", {"points": [{"vector": [1, 2], "payload": {"x": "y" * 5000}}]})
+            assert r.status_code == 413 and error(r) == "request body too large (limit 4096 bytes)"
+            r = await verb(http, project, "docs", "query", {"vector": [1, 2], "top_k": 6})
+            assert r.status_code == 400 and error(r) == "top_k must be at most 5"
+    finally:
+        await platform.aclose()
+
+
+async def test_collection_dropped_behind_the_platforms_back(http, platform, project):
+    await ready_index(http, project, dimensions=2)
+    assert (await verb(http, project, "docs", "scroll", {})).status_code == 200
+    await platform.vector_engine.drop_collection(f"p_{project.short}_docs")
+    got = (await http.get(f"{base(project.id)}/docs", headers=project.member)).json()
+    assert got["state"] == "degraded" and got["ready"] is False and "missing" in got["message"]
+    r = await verb(http, project, "docs", "scroll", {})
+    assert r.status_code == 400 and error(r).startswith("vector database rejected the request: ")
+    r = await verb(http, project, "docs", "scroll", {})  # the cached record was dropped: still refused
+    assert r.status_code == 400
+    assert (await http.delete(f"{base(project.id)}/docs", headers=project.admin)).status_code == 204

@@ -50,6 +50,20 @@ def parse_path(key: str) -> list[str | int | None]:
 
 def values_at(payload: Any, path: list[str | int | None], *, flat: bool = True) -> list[Any] | None:
     """Every value the path selects (an array at the end is unwrapped one level when `flat`), or None."""
+    # Fast path for the leading object keys (the common `a.b` case): they select at most one value.
+    data = payload
+    for at, head in enumerate(path):
+        if not isinstance(head, str):
+            return _walk(data, path[at:], flat)
+        if not isinstance(data, dict) or head not in data:
+            return None
+        data = data[head]
+    if isinstance(data, list) and flat:
+        return list(data) or None
+    return [data]
+
+
+def _walk(payload: Any, path: list[str | int | None], flat: bool) -> list[Any] | None:
     found: list[Any] = []
 
     def walk(data: Any, rest: list[str | int | None]) -> None:

@@ -105,10 +105,10 @@ async def index_data_verb(
     principal: Principal = Depends(principal_of),
     platform: Platform = Depends(platform_of),
 ) -> JSONResponse:
-    index_name, sep, verb = name.partition(":")
+    index_name, _, verb = name.partition(":")
     await platform.indexes.require_member(principal, project_id)
     body = await json_body(request, _body_limit(platform), optional=True)
-    result = await platform.indexes.data(principal, project_id, index_name, verb if sep else None, body)
+    result = await platform.indexes.data(principal, project_id, index_name, verb or None, body)
     return JSONResponse(result)
 
 

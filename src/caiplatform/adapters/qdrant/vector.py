@@ -92,7 +92,8 @@ class QdrantVectorEngine(VectorEngine):
                 self.path.mkdir(parents=True, exist_ok=True)
                 self._client = QdrantClient(path=str(self.path))
             else:
-                self._client = QdrantClient(url=self.url, api_key=self.api_key, timeout=30)
+                # No version handshake at connect: a server that is down must not delay the start.
+                self._client = QdrantClient(url=self.url, api_key=self.api_key, timeout=30, check_compatibility=False)
         return self._client
 
     async def _call(self, fn: Callable[[QdrantClient], T]) -> T:
