@@ -192,6 +192,7 @@ class AgentService:
         self.public_upstream = public_upstream
         self._tasks: dict[str, set[asyncio.Task[Any]]] = {}
         self._roll_locks: dict[str, asyncio.Lock] = {}
+        self._quota_locks: dict[str, asyncio.Lock] = {}
         self.secret_port = AgentSecretsOnTables(self)
 
     # == lifecycle ===================================================================================
@@ -435,6 +436,22 @@ class AgentService:
         now = self.clock.now()
         build_id = new_id()
 
+        def quota(session: Session) -> tuple[str, int, bool]:
+            grant = self._deploy_project_sync(session, principal, name, project)
+            proj = session.get(Project, grant.project.id)
+            agent_id = session.scalar(select(Agent.id).where(Agent.project_id == proj.id, Agent.name == name))
+            routed = agent_id is not None and session.scalar(
+                select(AgentRevision.name).where(AgentRevision.agent_id == agent_id, AgentRevision.reason == "").limit(1)
+            ) is not None
+            return proj.namespace, self._service_quota_sync(session, proj), routed
+
+        namespace, hard, routed = await self.db.run(quota)
+        if hard > 0 and not routed:
+            # A new agent needs a route: refuse before building when the project is already full.
+            used = int((await self.runtime.usage(namespace)).get("services", 0))
+            if used >= hard:
+                raise Conflict(quota_message(used, hard))
+
         def claim(session: Session) -> tuple[str, bool]:
             grant = self._deploy_project_sync(session, principal, name, project)
             proj = session.get(Project, grant.project.id)
@@ -583,7 +600,7 @@ class AgentService:
         On one machine nothing enforces the cluster's default of 30, so only an explicit quota applies."""
         quota = (project.settings or {}).get("quota") or {}
         try:
-            return int(quota.get("services", 0)) if isinstance(quota, dict) else 0
+            return int(str(quota.get("services", 0))) if isinstance(quota, dict) else 0
         except (TypeError, ValueError):
             return 0
 
@@ -627,12 +644,6 @@ class AgentService:
             if refusal:
                 self._unpublish(record)
                 return True
-            if not applied_before and hard > 0:
-                used = int((await self.runtime.usage(record.project.namespace)).get("services", 0))
-                if used >= hard:
-                    await self._set_state(agent_id, revision, "deploying", quota_message(used, hard))
-                    await self.db.run(lambda s: self._mark_revision_sync(s, agent_id, revision, "QuotaExceeded", quota_message(used, hard)))
-                    return True
             env, secret_env = self._revision_env(record, values, workload_key)
             spec = RevisionSpec(
                 workload=record.workload, revision=revision, generation=generation, image=record.image,
@@ -641,15 +652,26 @@ class AgentService:
                 timeout_seconds=int(record.config.get("timeout_seconds") or 300),
                 labels={"cai.dev/agent": record.name, "cai.dev/reason": reason[:60]},
             )
-            try:
-                await self.runtime.apply(spec)
-            except WorkloadError as exc:
-                await self._set_state(agent_id, revision, "failed", exc.message)
-                return True
-            except Exception as exc:  # noqa: BLE001 - the rollout failed; the agent says why
-                log.exception("applying %s failed", revision)
-                await self._set_state(agent_id, revision, "failed", f"rolling out {revision} failed: {exc}")
-                return True
+            # A first route counts against the project's services quota: check and apply in one turn
+            # per project, so two new agents cannot both take the last place.
+            quota_lock = self._quota_locks.setdefault(record.project.id, asyncio.Lock())
+            async with quota_lock if (hard > 0 and not applied_before) else contextlib.nullcontext():
+                if hard > 0 and not applied_before:
+                    used = int((await self.runtime.usage(record.project.namespace)).get("services", 0))
+                    if used >= hard:
+                        message = quota_message(used, hard)
+                        await self._set_state(agent_id, revision, "deploying", message)
+                        await self.db.run(lambda s: self._mark_revision_sync(s, agent_id, revision, "QuotaExceeded", message))
+                        return True
+                try:
+                    await self.runtime.apply(spec)
+                except WorkloadError as exc:
+                    await self._set_state(agent_id, revision, "failed", exc.message)
+                    return True
+                except Exception as exc:  # noqa: BLE001 - the rollout failed; the agent says why
+                    log.exception("applying %s failed", revision)
+                    await self._set_state(agent_id, revision, "failed", f"rolling out {revision} failed: {exc}")
+                    return True
         if watch:
             self._spawn(agent_id, self._watch_latest(agent_id))
         return True
