@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from caiplatform import security
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database, new_id
-from caiplatform.db.models import ApiKey, Project
+from caiplatform.db.models import ApiKey, PlatformSetting, Project
 from caiplatform.db.models.agents import Agent, AgentBuild, AgentFile, AgentRevision, AgentSecret
 from caiplatform.domain import agent_source
 from caiplatform.domain import agents as rules
@@ -56,6 +56,8 @@ from caiplatform.validation import AGENT_NAME, ENV_NAME
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
+#: Where the identity area keeps the platform-wide default model key (`platform_settings`).
+PLATFORM_MODEL_KEY_SETTING = "model_api_key"
 #: A build claim older than this may be taken over (a crashed server never released it).
 BUILD_CLAIM_TTL = timedelta(minutes=30)
 #: How long a rolled revision may take to become ready before the agent is marked failed.
@@ -634,6 +636,9 @@ class AgentService:
                 else:
                     agent.state, agent.message = "deploying", ""
                 values = {s.key: s.value for s in session.scalars(select(AgentSecret).where(AgentSecret.agent_id == agent_id))}
+                platform_key = session.get(PlatformSetting, PLATFORM_MODEL_KEY_SETTING)
+                if "MODEL_API_KEY" not in values and platform_key is not None and platform_key.value:
+                    values = {"MODEL_API_KEY": platform_key.value, **values}  # the platform default, set by an admin
                 return (AgentRecord.of(agent, project), revision, agent.generation, values, agent.workload_key, refusal,
                         self._service_quota_sync(session, project), applied_before)
 
@@ -871,6 +876,45 @@ class AgentService:
             with contextlib.suppress(NotFound):
                 await self.delete(automation, record.name, record.project.id)
         return len(records)
+
+    # == hooks for the identity area ================================================================
+
+    async def project_agent_names(self, project_id: str) -> list[str]:
+        """Names of a project's agents (a project delete refuses while any exist)."""
+        return await self.db.run(lambda s: list(s.scalars(select(Agent.name).where(Agent.project_id == project_id).order_by(Agent.name))))
+
+    async def user_agents(self, user_id: str) -> list[tuple[str, str]]:
+        """`(project_id, name)` of the agents a user deployed."""
+        return await self.db.run(lambda s: [
+            (a.project_id, a.name) for a in s.scalars(select(Agent).where(Agent.owner_ref == f"user:{user_id}"))
+        ])
+
+    async def unowned_agents(self) -> list[dict[str, Any]]:
+        """Agents with no recorded owner, as agent views (`GET /v1/users`)."""
+        records = await self.db.run(lambda s: [
+            AgentRecord.of(a, p) for a, p in s.execute(
+                select(Agent, Project).join(Project, Project.id == Agent.project_id).where(Agent.owner_ref.is_(None))
+                .order_by(Project.slug, Agent.name)
+            ).all()
+        ])
+        return [await self.view(r) for r in records]
+
+    async def model_key_changed(self, key: str | None) -> list[str]:
+        """The platform model key changed: roll every deployed agent that has no MODEL_API_KEY of its own.
+        Returns the namespaces where a roll failed."""
+        ids = await self.db.run(lambda s: [
+            (a.id, a.project_id) for a in s.scalars(select(Agent).where(Agent.image != ""))
+            if s.get(AgentSecret, (a.id, "MODEL_API_KEY")) is None
+        ])
+        failed: set[str] = set()
+        for agent_id, project_id in ids:
+            try:
+                await self._roll(agent_id, "platform model key")
+            except Exception:  # noqa: BLE001 - reported to the caller by namespace
+                log.exception("rolling %s after a model key change failed", agent_id)
+                record = await self._record_by_id(agent_id)
+                failed.add(record.project.namespace if record else project_id)
+        return sorted(failed)
 
     # == env and secrets =============================================================================
 
