@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from caiplatform import security
@@ -496,7 +497,10 @@ class AgentService:
             self.audit.record(session, proj.id, principal, action, name, {"build_id": build_id, "framework": framework})
             return agent.id, redeploy
 
-        agent_id, _ = await self.db.run(claim)
+        try:
+            agent_id, _ = await self.db.run(claim)
+        except IntegrityError:  # a concurrent first deploy of the same name won the insert
+            raise Conflict(build_in_progress(name)) from None
         self._spawn(agent_id, self._build_and_roll(agent_id, build_id, principal))
         return {"agent": name, "build_id": build_id}
 
