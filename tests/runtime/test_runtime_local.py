@@ -228,3 +228,29 @@ async def test_embedded_platform_wires_local_builder_and_runtime(tmp_path):
     finally:
         await platform.aclose()  # stops the runtime's instances, then the supervisor
     assert not any(p.name.startswith("workload-") for p in platform.supervisor().processes)
+
+
+async def test_a_stopped_instance_leaves_its_lines_in_history_and_no_log_file(tmp_path):
+    ref = workload()
+    runtime = LocalProcessRuntime(tmp_path, images=tiny_images, idle_seconds=0.5)
+    await runtime.start()
+    try:
+        await runtime.apply(revision(ref, 1))
+        await ready(runtime, ref, f"{ref.name}-00001")
+        await call(runtime, ref, "/say?text=last-words")
+
+        async def stopped():
+            status = await runtime.status(ref)
+            return status is not None and status.revisions[0].replicas == 0
+
+        await until(stopped)
+
+        async def no_log_file():  # replicas drop when the stop begins; the file goes when it ends
+            return not list((tmp_path / "runtime" / "logs" / ref.key).glob("*.log"))
+
+        await until(no_log_file, timeout=10)
+        messages = [line.message for line in await runtime.log_history(ref)]
+        assert "last-words" in messages and "tiny_app starting" in " ".join(messages)
+        assert any(" is ready (started in " in m for m in messages)  # each cold start is measured
+    finally:
+        await runtime.close()

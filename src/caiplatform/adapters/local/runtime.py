@@ -97,6 +97,8 @@ class LocalProcessRuntime(InstanceRuntime):
         self._last_compaction = 0.0
         # Instance logs still being copied into the history, by process name.
         self._pending: dict[str, tuple[WorkloadRef, str, str, _Process]] = {}
+        # Recorded workloads are known at once (reads work before `start()`); instances wait for it.
+        self._load()
 
     # -- paths --------------------------------------------------------------------------------------
 
@@ -117,7 +119,10 @@ class LocalProcessRuntime(InstanceRuntime):
             stale = [r["name"] for r in self.supervisor.records() if str(r.get("name", "")).startswith(PROCESS_PREFIX)]
             if stale:
                 await asyncio.to_thread(self.supervisor.reap_stale, stale)
-            self._load()
+            for workload in self._workloads.values():
+                for revision in workload.revisions.values():
+                    if revision.state == "unknown":  # it was starting when the previous run ended
+                        self._spawn(self._prove_ready(workload, revision), f"ready-{revision.name}")
         await super().start()
 
     async def close(self) -> None:
@@ -126,6 +131,7 @@ class LocalProcessRuntime(InstanceRuntime):
             await self.supervisor.stop_all()
 
     def _load(self) -> None:
+        """The workloads a previous run recorded (synchronous: a few small files)."""
         directory = self.root / "workloads"
         for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
             try:
@@ -133,9 +139,6 @@ class LocalProcessRuntime(InstanceRuntime):
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             self._workloads[workload.ref.key] = workload
-            for revision in workload.revisions.values():
-                if revision.state == "unknown":  # it was starting when the previous run ended
-                    self._spawn(self._prove_ready(workload, revision), f"ready-{revision.name}")
 
     def _persist(self, workload: Workload) -> None:
         path = self._workload_path(workload.ref.key)
@@ -186,6 +189,7 @@ class LocalProcessRuntime(InstanceRuntime):
         built_here = image is not None and bool(image.env) and not spec.command
         cwd = Path(image.env["CAI_CODE_DIR"]) if image is not None and "CAI_CODE_DIR" in image.env else home
         health = _HttpHealth(port) if built_here else None
+        begun = time.perf_counter()
         process = _Process(name=f"{PROCESS_PREFIX}{key}-{pod.rsplit('-', 1)[-1]}-{revision.spec.generation}", log_path=log_path)
         self._ingest_later(workload.ref, revision.name, pod, process)
         try:
@@ -203,12 +207,15 @@ class LocalProcessRuntime(InstanceRuntime):
                 inherit_env=False,
             ))
         except ProcessStartError as exc:
-            self._ingest(workload.ref, revision.name, pod, process)
-            self._pending.pop(process.name, None)
-            raise _start_error(pod, str(exc), log_path, health.last if health is not None else "") from None
+            error = _start_error(pod, str(exc), log_path, health.last if health is not None else "")
+            self._finish_log(workload.ref, revision.name, pod, process)
+            raise error from None
         except (OSError, ValueError) as exc:
             self._pending.pop(process.name, None)
             raise InstanceStartError("ContainerFailed", f"{pod} could not start: {exc}") from None
+        self._append_history(workload.ref, [LogLine(
+            datetime.now(UTC), revision.name, pod, "stdout",
+            f"{pod} is ready (started in {(time.perf_counter() - begun) * 1000:.0f} ms)")])
         return Instance(
             name=pod,
             revision=revision.name,
@@ -220,8 +227,7 @@ class LocalProcessRuntime(InstanceRuntime):
     async def _stop_instance(self, workload: Workload, instance: Instance) -> None:
         process: _Process = instance.handle
         await self.supervisor.stop(process.name)
-        self._ingest(workload.ref, instance.revision, instance.name, process)
-        self._pending.pop(process.name, None)
+        self._finish_log(workload.ref, instance.revision, instance.name, process)
 
     def _instance_alive(self, instance: Instance) -> bool:
         process: _Process = instance.handle
@@ -232,7 +238,14 @@ class LocalProcessRuntime(InstanceRuntime):
     def _ingest_later(self, ref: WorkloadRef, revision: str, pod: str, process: _Process) -> None:
         self._pending[process.name] = (ref, revision, pod, process)
 
-    def _ingest(self, ref: WorkloadRef, revision: str, pod: str, process: _Process) -> None:
+    def _finish_log(self, ref: WorkloadRef, revision: str, pod: str, process: _Process) -> None:
+        """The instance is gone: copy the rest of its output (a last unfinished line too), drop the file."""
+        self._ingest(ref, revision, pod, process, final=True)
+        self._pending.pop(process.name, None)
+        with contextlib.suppress(OSError):
+            process.log_path.unlink()
+
+    def _ingest(self, ref: WorkloadRef, revision: str, pod: str, process: _Process, final: bool = False) -> None:
         """Copy the complete lines an instance wrote since last time into the workload's history."""
         if ref.key not in self._workloads:
             return
@@ -242,22 +255,24 @@ class LocalProcessRuntime(InstanceRuntime):
                 data = fh.read()
         except OSError:
             return
-        end = data.rfind(b"\n")
+        end = len(data) - 1 if final and data else data.rfind(b"\n")
         if end < 0:
             return
         process.offset += end + 1
-        now = datetime.now(UTC).isoformat()
-        records = []
-        for raw in data[: end + 1].splitlines():
-            line = raw.decode("utf-8", "replace")
-            if line.startswith(SUPERVISOR_BANNER):
-                continue
-            records.append(json.dumps({"ts": now, "revision": revision, "pod": pod, "stream": "stdout", "message": line}))
-        if records:
-            path = self._history_path(ref.key)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a", encoding="utf-8") as fh:
-                fh.write("\n".join(records) + "\n")
+        now = datetime.now(UTC)
+        self._append_history(ref, [
+            LogLine(now, revision, pod, "stdout", line)
+            for line in data[: end + 1].decode("utf-8", "replace").splitlines()
+            if not line.startswith(SUPERVISOR_BANNER)
+        ])
+
+    def _append_history(self, ref: WorkloadRef, lines: list[LogLine]) -> None:
+        if not lines or ref.key not in self._workloads:
+            return
+        path = self._history_path(ref.key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write("".join(json.dumps(_line_to_json(line)) + "\n" for line in lines))
 
     async def _housekeep_logs(self) -> None:
         for ref, revision, pod, process in list(self._pending.values()):
