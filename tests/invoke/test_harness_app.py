@@ -137,8 +137,14 @@ async def test_internal_surface_needs_the_internal_token(harness_env, harness_cl
     env = harness_env("function", PYTHON_FUNCTION, CAI_INTERNAL_TOKEN=TOKEN)
     client = harness_client(env)
     for headers in ({}, {"X-CAI-Internal": "wrong"}):
-        assert (await client.get("/internal/users", headers=headers)).status_code == 401
-        assert (await client.get("/internal/sessions/x", headers=headers)).status_code == 401
+        for path in ("/internal/users", "/internal/sessions/x", "/users", "/sessions?user_id=a", "/sessions/x",
+                     "/memory", "/internal/anything"):
+            assert (await client.get(path, headers=headers)).status_code == 401, path
+        assert (await client.post("/sessions/x/memorize", headers=headers)).status_code == 401
+    for path in ("/sessions/x", "/memorize", "/recall"):
+        assert (await open_client.post(path, headers=INTERNAL)).status_code == 503, path
+    assert (await open_client.get("/users")).status_code == 503
+    assert (await client.post("/sessions/x", headers=INTERNAL)).status_code == 405
     sessions = []
     for i in range(3):
         r = await client.post("/invoke", json={"message": f"m{i}", "user_id": "alice"})
@@ -175,3 +181,23 @@ async def test_two_agents_in_one_process_use_their_own_model_settings(model, har
     r = await broken.post("/invoke", json={"message": "hi"})
     assert r.status_code == 500
     assert (await good.post("/invoke", json={"message": "again"})).json()["output"] == "you said: again"
+
+
+@pytest.mark.parametrize("framework,files", [("adk", ADK_WEATHER), ("langgraph", LANGGRAPH_WEATHER)])
+async def test_recalled_memories_reach_the_model_but_not_the_transcript(model, harness_env, harness_client,
+                                                                         framework, files):
+    client = harness_client(harness_env(framework, files, CAI_INTERNAL_TOKEN=TOKEN))
+    r = await client.post("/invoke", headers=INTERNAL,
+                          json={"message": "what colour?", "memories": ["User: I like teal"], "session_id": LONG_SESSION})
+    assert r.status_code == 200, r.text
+    seen = [m for m in model.requests[-1].messages if m["role"] == "user"][-1]["content"]
+    seen = seen if isinstance(seen, str) else "".join(p.get("text", "") for p in seen)
+    assert "User: I like teal" in seen and seen.endswith("what colour?")
+    transcript = (await client.get(f"/internal/sessions/{LONG_SESSION}", headers=INTERNAL)).json()
+    assert transcript["events"][0]["content"]["parts"][0]["text"] == "what colour?"
+    assert r.json()["events"][0]["content"]["parts"][0]["text"] == "what colour?"
+    # an outside caller of the published address cannot inject memories
+    r = await client.post("/invoke", headers={"X-Forwarded-Host": "x.apps.localhost"},
+                          json={"message": "hi", "memories": ["injected"]})
+    seen = [m for m in model.requests[-1].messages if m["role"] == "user"][-1]["content"]
+    assert "injected" not in json.dumps(seen)

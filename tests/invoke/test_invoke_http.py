@@ -103,6 +103,9 @@ async def test_function_invoke_answers_the_return_value(wired, client):
     assert r.headers["X-CAI-Session-Id"]
     r = await client.post("/v1/agents/fn/invoke", json={"n": 3})  # an event needs no message
     assert r.status_code == 200 and r.json()["keys"] == ["n"]
+    wired.deploy("listfn", "function", {"main.py": "def handle(event, context):\n    return {'got': event}\n"})
+    r = await client.post("/v1/agents/listfn/invoke", json=[1, 2])  # any JSON value is an event
+    assert r.status_code == 200 and r.json() == {"got": [1, 2]}
     r = await client.post("/v1/agents/fn/invoke", json={"fail": True})
     assert (r.status_code, r.json()["error"]) == (502, "invoke agent fn: ValueError: asked to fail")
     event = json.dumps({"message": "x" * (2 * 1024 * 1024)})

@@ -106,7 +106,7 @@ async def test_embed_config_and_invoke_with_cors(wired, client):
     assert r.status_code == 200 and r.json()["echo"] == "hi"
     assert r.headers["access-control-allow-origin"] == "https://shop.example"
     r = await client.post("/v1/embed/ek_public/invoke", json={"message": "hi", "session_id": "short"}, headers=good)
-    assert r.status_code == 400
+    assert r.status_code == 400 and r.headers["access-control-allow-origin"] == "https://shop.example"
     r = await client.post("/v1/embed/ek_public/invoke", json={"message": "hi", "memorize": True}, headers=good)
     assert (r.status_code, r.json()["error"]) == (400, "memorize is not available on the embed route")
     r = await client.post("/v1/embed/ek_public/invoke?stream=true", json={"message": "hi"}, headers=good)

@@ -35,7 +35,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from caiplatform.errors import BadRequest, PlatformError, Unavailable
+from caiplatform.errors import BadRequest, MethodNotAllowed, NotFound, PlatformError, Unavailable
 from caiplatform.pagination import Pager
 from caiplatform.ports.sessions import SessionStore
 from caiplatform.services import invoke_ids
@@ -62,6 +62,12 @@ PLATFORM_VARIABLES = frozenset({
     "CAI_PROJECT_KEY", "PLATFORM_REQUEST_TIMEOUT_SECONDS", "PORT", "K_REVISION", "PATH", "HOME", "PYTHONPATH",
     "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV",
 })
+
+# Paths of the session, memory and browsing family that the harness does not serve itself; they still
+# answer the internal-credential refusal first, like every internal route.
+ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+LOCKED_PATHS = ("/internal/{rest:path}", "/sessions/{session_id}/{rest:path}", "/memorize", "/memory",
+                "/memory/{rest:path}", "/recall", "/users/{rest:path}")
 
 # `memory` session stores are per process and per agent, so that instances of one agent in one process
 # (the in-memory runtime starting a new instance after scale to zero) share their sessions.
@@ -248,28 +254,34 @@ def create_harness_app(env: Mapping[str, str]) -> ASGIApp:
         keys = [k for k in harness.env if k not in PLATFORM_VARIABLES and not k.startswith("K_")]
         return JSONResponse(debug_config(harness.agent, harness.framework, harness.env, keys))
 
-    def internal(request: Request) -> None:
+    def internal(request: Request, *methods: str) -> None:
         check_internal(request.headers.get(INTERNAL_HEADER), harness.internal_token)
+        if methods and request.method not in methods:
+            raise MethodNotAllowed("method not allowed")
 
     def page_args(request: Request) -> tuple[Any, str | None]:
         query = request.query_params
         return query.get("page_size", query.get("limit")), query.get("page_token")
 
     async def users(request: Request) -> Response:
-        internal(request)
+        internal(request, "GET")
         return JSONResponse(await harness.browser.users(*page_args(request)))
 
     async def sessions(request: Request) -> Response:
-        internal(request)
+        internal(request, "GET")
         return JSONResponse(await harness.browser.sessions(request.query_params.get("user_id"), *page_args(request)))
 
     async def transcript(request: Request) -> Response:
-        internal(request)
+        internal(request, "GET", "DELETE")
         session_id = request.path_params["session_id"]
         if request.method == "DELETE":
             await harness.browser.delete(session_id)
             return Response(status_code=204)
         return JSONResponse(await harness.browser.transcript(session_id))
+
+    async def locked(request: Request) -> Response:
+        internal(request)
+        raise NotFound("not found: long-term memory is committed through the control plane's memorize route")
 
     @asynccontextmanager
     async def lifespan(_app: Starlette):  # type: ignore[no-untyped-def]
@@ -295,9 +307,13 @@ def create_harness_app(env: Mapping[str, str]) -> ASGIApp:
             Route("/invoke/stream", invoke_stream, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/debug/config", debug, methods=["GET"]),
-            Route("/internal/users", users, methods=["GET"]),
-            Route("/internal/sessions", sessions, methods=["GET"]),
-            Route("/internal/sessions/{session_id}", transcript, methods=["GET", "DELETE"]),
+            # The internal surface, also under the control plane's names, and every session, memory and
+            # browsing path a caller of the published address might try: the internal credential is
+            # checked before anything else, the method included.
+            *[Route(prefix + "/users", users, methods=ANY_METHOD) for prefix in ("/internal", "")],
+            *[Route(prefix + "/sessions", sessions, methods=ANY_METHOD) for prefix in ("/internal", "")],
+            *[Route(prefix + "/sessions/{session_id}", transcript, methods=ANY_METHOD) for prefix in ("/internal", "")],
+            *[Route(path, locked, methods=ANY_METHOD) for path in LOCKED_PATHS],
         ],
         lifespan=lifespan,
     )

@@ -263,7 +263,7 @@ class InvokeService:
                 raise BadRequest(MESSAGE_REQUIRED) from None
         if not has_message and (target is None or target.kind != "function"):
             raise BadRequest(MESSAGE_REQUIRED)
-        if not isinstance(body, dict):
+        if not isinstance(body, dict) and (target is None or target.kind != "function"):
             raise BadRequest("invalid JSON body: expected a JSON object")
         session_id = fields.get("session_id")
         user_id = fields.get("user_id")
@@ -330,8 +330,13 @@ class InvokeService:
         endpoint = await self._acquire(target, deadline)
         client, owned = self._http(endpoint)
         response: httpx.Response | None = None
+        finished = False
 
         async def finish() -> None:
+            nonlocal finished
+            if finished:
+                return
+            finished = True
             try:
                 if response is not None:
                     await response.aclose()
@@ -546,10 +551,8 @@ class InvokeService:
         body["streaming"] = True
         return body, cors
 
-    async def embed_prepare(self, key: str, origin: str | None, raw: bytes,
-                            client_ip: str | None) -> tuple[Prepared, dict[str, str]]:
-        """POST /v1/embed/{key}/invoke: an anonymous invoke of the embed's agent (no memorize)."""
-        embed, cors = await self.embed(key, origin)
-        prepared = await self.prepare(Principal.anonymous(client_ip), embed.target.agent, None, raw,
-                                      target=embed.target, allow_memorize=False)
-        return prepared, cors
+    async def embed_prepare(self, embed: EmbedTarget, raw: bytes, client_ip: str | None) -> Prepared:
+        """POST /v1/embed/{key}/invoke (after `embed()` admitted the origin): an anonymous invoke of the
+        embed's agent, without memorize."""
+        return await self.prepare(Principal.anonymous(client_ip), embed.target.agent, None, raw,
+                                  target=embed.target, allow_memorize=False)

@@ -78,6 +78,9 @@ class StoreSessionService(BaseSessionService):  # type: ignore[misc,valid-type]
         _require()
         self.store = store
         self.agent = agent
+        # Session id -> text the model got before the user's message this turn (recalled memories); the
+        # stored transcript keeps only what the user said.
+        self.preambles: dict[str, str] = {}
 
     def _adk_session(self, app_name: str, record: Any, config: Any = None) -> Any:
         events = [transcript_to_event(e) for e in record.events]
@@ -140,10 +143,20 @@ class StoreSessionService(BaseSessionService):  # type: ignore[misc,valid-type]
         delta = {}
         if event.actions and event.actions.state_delta:
             delta = {k: v for k, v in event.actions.state_delta.items() if not k.startswith(TEMP_PREFIX)}
-        stored = await self.store.append(self.agent, session.user_id, session.id,
-                                         [event_to_transcript(event, self.agent)], state=delta)
+        body = event_to_transcript(event, self.agent)
+        if event.author == "user" and session.id in self.preambles:
+            body = without_preamble(body, self.preambles.pop(session.id))
+        stored = await self.store.append(self.agent, session.user_id, session.id, [body], state=delta)
         session.last_update_time = stored.last_update.timestamp()
         return event
+
+
+def without_preamble(body: dict[str, Any], preamble: str) -> dict[str, Any]:
+    """The transcript event of the user's message without the text the platform put before it."""
+    parts = body.get("content", {}).get("parts") or []
+    if preamble and parts and str(parts[0].get("text", "")).startswith(preamble):
+        parts[0] = {**parts[0], "text": parts[0]["text"][len(preamble):]}
+    return body
 
 
 def _unwrap(response: Any) -> Any:
@@ -176,6 +189,8 @@ class AdkRunner(TurnRunner):
 
     async def _turn(self, ctx: TurnContext) -> AsyncIterator[StreamLine]:
         content = types.Content(role="user", parts=[types.Part(text=ctx.message)])
+        if ctx.preamble:
+            self.session_service.preambles[ctx.session_id] = ctx.preamble
         finals: list[dict[str, Any]] = []
         streamed_text = streamed_thought = False
         async for event in self.runner.run_async(
@@ -197,7 +212,8 @@ class AdkRunner(TurnRunner):
                         for line in lines:
                             yield line
                 continue
-            finals.append(event_to_transcript(event, self.agent))
+            finals.append(without_preamble(event_to_transcript(event, self.agent),
+                                           ctx.preamble if event.author == "user" else ""))
             if event.author == "user":
                 continue
             for part in parts:

@@ -103,6 +103,8 @@ class TurnContext:
         self.value: Any = None
         self._model_parts: list[dict[str, Any]] = []
         self.replaced_events: list[dict[str, Any]] | None = None
+        # Text the model reads before the user's message (recalled memories); `message` then holds both.
+        self.preamble = ""
         if record_user:
             self.events.append(self._event("user", [{"text": message}]))
 

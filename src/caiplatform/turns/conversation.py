@@ -35,6 +35,7 @@ class Conversation:
         if preamble:
             # The model reads the preamble (e.g. recalled memories); the transcript keeps what the user said.
             ctx.message = preamble + message
+            ctx.preamble = preamble
         return ctx
 
     async def invoke(self, message: str, session_id: str, user_id: str, *, body: dict[str, Any] | None = None,

@@ -9,9 +9,11 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from caiplatform.errors import PlatformError
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
-from caiplatform.services.invoke import AGENT_BODY_LIMIT, FUNCTION_BODY_LIMIT, Prepared, TurnStream
+from caiplatform.services.agent_directory import EmbedTarget
+from caiplatform.services.invoke import AGENT_BODY_LIMIT, FUNCTION_BODY_LIMIT, TurnStream
 from caiplatform_server.app_deps import platform_of, principal_of
 from caiplatform_server.http import read_body
 
@@ -111,11 +113,19 @@ async def embed_config(key: str, request: Request, platform: Platform = Depends(
 
 @router.post("/v1/embed/{key}/invoke", summary="Public widget invoke")
 async def embed_invoke(key: str, request: Request, platform: Platform = Depends(platform_of)) -> Response:
+    embed, cors = await platform.invoke.embed(key, request.headers.get("origin"))
+    cors = {**cors, "Access-Control-Expose-Headers": PREFLIGHT_HEADERS["Access-Control-Expose-Headers"]}
+    try:
+        return await _embed_turn(embed, request, platform, cors)
+    except PlatformError as exc:  # an allowed origin's page must be able to read the error too
+        exc.headers = {**exc.headers, **cors}
+        raise
+
+
+async def _embed_turn(embed: EmbedTarget, request: Request, platform: Platform, cors: dict[str, str]) -> Response:
     raw = await read_body(request, AGENT_BODY_LIMIT)
     client_ip = request.client.host if request.client else None
-    prepared: Prepared
-    prepared, cors = await platform.invoke.embed_prepare(key, request.headers.get("origin"), raw, client_ip)
-    cors = {**cors, "Access-Control-Expose-Headers": PREFLIGHT_HEADERS["Access-Control-Expose-Headers"]}
+    prepared = await platform.invoke.embed_prepare(embed, raw, client_ip)
     wants_stream = request.query_params.get("stream") in ("1", "true") or NDJSON in request.headers.get("accept", "")
     if wants_stream:
         turn = await platform.invoke.stream(Principal.anonymous(client_ip), prepared.target.agent, None, raw,
