@@ -65,6 +65,8 @@ BUILD_CLAIM_TTL = timedelta(minutes=30)
 READY_TIMEOUT_SECONDS = 300.0
 READY_POLL_SECONDS = 0.25
 SECRETS_BODY_LIMIT = 1 * MiB
+#: The read-token TTL a workload asks for when it reads project secrets (caiplatform.workload's default).
+WORKLOAD_TOKEN_TTL_SECONDS = 300
 FILE_BODY_LIMIT = 4 * MiB  # JSON escaping may grow 1 MiB of text
 LOG_HISTORY_DEFAULT = 500
 
@@ -584,7 +586,7 @@ class AgentService:
             "CAI_SESSION_STORE": self._session_store(record),
             "CAI_API_URL": self.settings.base_url or "",
             "CAI_PROJECT_ID": record.project.id,
-            "PLATFORM_REQUEST_TIMEOUT_SECONDS": str(int(self.settings.request_timeout_seconds)),
+            "PLATFORM_REQUEST_TIMEOUT_SECONDS": str(WORKLOAD_TOKEN_TTL_SECONDS),
         })
         for key, value in (("MODEL_BASE_URL", self.settings.model_base_url), ("MODEL_NAME", self.settings.model_name),
                            ("EMBED_BASE_URL", self.settings.embed_base_url)):
@@ -1068,7 +1070,7 @@ class AgentService:
                     "traffic_percent": running.traffic_percent, "created_at": rfc3339(created_at),
                     "ready": running.ready, "state": running.state, "reason": running.reason,
                     "message": running.message, "replicas": running.replicas, "image": running.image or image,
-                    "url": running.url,
+                    "url": running.url or f"http://{rev_name}.{record.project.namespace}.svc.cluster.local",
                 })
                 if running.tag:
                     body["tag"] = running.tag
