@@ -732,8 +732,7 @@ class AgentService:
         held = await self.db.run(lambda s: (lambda r: r is not None and bool(r.reason))(s.get(AgentRevision, (agent_id, revision))))
         if held:
             return  # refused or waiting for quota: nothing will report on it
-        deadline = self.clock.monotonic() + READY_TIMEOUT_SECONDS
-        loop_deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS
+        loop_deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS  # real time: instances start in it
         while True:
             current = await self._record_by_id(agent_id)
             if current is None or current.latest_revision != revision or current.state != "deploying":
@@ -747,7 +746,7 @@ class AgentService:
             if found is not None and found.state == "not_ready" and found.reason not in ("", "Deploying", "ContainerCreating"):
                 await self._set_state(agent_id, revision, "failed", found.message or found.reason)
                 return
-            if asyncio.get_running_loop().time() > loop_deadline or self.clock.monotonic() > deadline + 3600:
+            if asyncio.get_running_loop().time() > loop_deadline:
                 await self._set_state(agent_id, revision, "failed", f"revision {revision} did not become ready in {int(READY_TIMEOUT_SECONDS)} s")
                 return
             await asyncio.sleep(READY_POLL_SECONDS)
@@ -803,11 +802,11 @@ class AgentService:
     async def list(self, principal: Principal, project: str | None, page_size: Any, page_token: str | None) -> dict[str, Any]:
         self.access.require_management(principal)
 
-        def run(session: Session) -> tuple[list[AgentRecord], str]:
+        def run(session: Session) -> list[AgentRecord]:
             grants = self._projects_sync(session, principal, project)
             by_id = {g.project.id: g for g in grants}
             if not by_id:
-                return [], ""
+                return []
             rows = session.execute(
                 select(Agent, Project).join(Project, Project.id == Agent.project_id)
                 .where(Agent.project_id.in_(list(by_id))).order_by(Project.slug, Agent.name)
@@ -817,9 +816,9 @@ class AgentService:
                 AgentRecord.of(a, p) for a, p in rows
                 if self._manages_all(principal, by_id[p.id]) or (me is not None and a.owner_ref == me and by_id[p.id].resource_role)
             ]
-            return visible, ",".join(sorted(by_id))
+            return visible
 
-        records, scope = await self.db.run(run)
+        records = await self.db.run(run)
         request = self.pager.request(f"agents:{project or '*'}:{principal.rate_key}", page_size, page_token)
         page = self.pager.page(records, request)
         page.items = [await self.view(r) for r in page.items]
