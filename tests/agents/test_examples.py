@@ -72,3 +72,12 @@ async def test_function_example_keeps_answering_across_revisions(client, world):
     assert second.status_code == 200 and second.json()["echo"] == "again", second.text
     revisions = (await client.get("/v1/agents/fn/revisions", headers=world.member)).json()["revisions"]
     assert [(r["name"], r["traffic_percent"]) for r in revisions] == [("fn-00002", 100), ("fn-00001", 0)]
+
+
+async def test_adk_example_answers_through_the_platform(client, world, model_server):
+    model, _ = model_server
+    model.set_script(WEATHER_SCRIPT)
+    await _deploy(client, world.member, "adk-weather", "adk-weather", "adk")
+    response = await client.post("/v1/agents/adk-weather/invoke", json={"message": "weather in Paris?"})
+    assert response.status_code == 200, response.text
+    assert response.json()["output"] == "It is sunny in Paris today."

@@ -265,3 +265,13 @@ async def test_malformed_multipart(client, world):
     response = await client.post("/v1/agents", headers={**world.member, "Content-Type": "multipart/form-data; boundary=xyz"},
                                  content=b"--xyz\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nabc\r\n--xyz--\r\n")
     assert response.status_code == 400 and response.json()["error"].startswith("missing 'code' file field: ")
+
+
+async def test_concurrent_first_deploys_of_one_name(client, world):
+    import asyncio
+
+    responses = await asyncio.gather(*(deploy(client, world.member, "race") for _ in range(3)))
+    codes = sorted(r.status_code for r in responses)
+    assert codes[0] == 202 and set(codes[1:]) <= {202, 409}
+    assert all(r.json()["error"] == "a build is already in progress for agent race" for r in responses if r.status_code == 409)
+    assert (await wait_settled(client, world.member, "race"))["ready"]

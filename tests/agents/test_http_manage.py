@@ -236,7 +236,16 @@ async def test_service_quota_keeps_a_new_agent_deploying(platform, client, world
     await platform.db.run(quota)
     await deploy(client, world.member, "first")
     assert (await wait_settled(client, world.member, "first"))["ready"]
-    await deploy(client, world.member, "second")
+    # Full before the build: refused at once.
+    refused = await deploy(client, world.member, "second")
+    assert refused.status_code == 409 and refused.json()["error"].startswith("this project is at its service limit (2 / 2): ")
+    # Filled while the build ran: the new agent stays deploying with the same explanation.
+    await platform.db.run(lambda s: setattr(s.get(Project, world.project_id), "settings", {"quota": {"services": "4"}}))
+    assert (await deploy(client, world.member, "second")).status_code == 202
+    assert (await deploy(client, world.member, "third")).status_code == 202
     await platform.agents.wait_idle()
-    view = (await client.get("/v1/agents/second", headers=world.member)).json()
-    assert view["state"] == "deploying" and view["message"].startswith("this project is at its service limit (2 / 2): ")
+    views = [(await client.get(f"/v1/agents/{n}", headers=world.member)).json() for n in ("second", "third")]
+    stuck = [v for v in views if v["state"] == "deploying"]
+    assert len(stuck) == 1 and stuck[0]["message"].startswith("this project is at its service limit (4 / 4): ")
+    revision = (await client.get(f"/v1/agents/{stuck[0]['name']}/revisions", headers=world.member)).json()["revisions"][0]
+    assert revision["ready"] is False and revision["reason"] == "QuotaExceeded"

@@ -85,3 +85,28 @@ async def test_purge_project_deletes_every_agent(platform, world, automation):
     await platform.agents.wait_idle()
     assert await platform.agents.purge_project(world.other_project_id) == 2
     assert (await platform.agents.list(automation, "other", None, None))["agents"] == []
+
+
+async def test_hooks_for_the_identity_area(platform, world, automation):
+    from caiplatform.db.models import PlatformSetting
+
+    member = platform.auth.authenticate(world.member["Authorization"].split()[1])
+    await platform.agents.deploy(member, "default", _upload("owned"))
+    await platform.agents.deploy(automation, "default", _upload("orphan"))
+    await platform.agents.wait_idle()
+    assert await platform.agents.project_agent_names(world.project_id) == ["orphan", "owned"]
+    assert await platform.agents.user_agents(member.user_id) == [(world.project_id, "owned")]
+    assert [v["name"] for v in await platform.agents.unowned_agents()] == ["orphan"]
+    # A new platform model key rolls every agent without a key of its own.
+    await platform.agents.put_secrets(automation, "owned", "default", {"MODEL_API_KEY": "own"})
+    await platform.agents.wait_idle()
+    await platform.db.run(lambda s: s.add(PlatformSetting(key="model_api_key", value="platform-key")))
+    assert await platform.agents.model_key_changed("platform-key") == []
+    await platform.agents.wait_idle()
+    assert (await platform.agents.get(automation, "orphan", None))["latest_revision"] == "orphan-00002"
+    assert (await platform.agents.get(automation, "owned", None))["latest_revision"] == "owned-00002"
+    target = await platform.agents.manage_target(automation, "orphan", None)
+    endpoint = await platform.runtime.acquire(target.workload, timeout=5)
+    async with endpoint.client() as http:
+        assert (await http.get("/env/MODEL_API_KEY")).json()["value"] == "platform-key"
+    await endpoint.release()

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from caiplatform import security
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database, new_id
-from caiplatform.db.models import ApiKey, Project
+from caiplatform.db.models import ApiKey, PlatformSetting, Project
 from caiplatform.db.models.agents import Agent, AgentBuild, AgentFile, AgentRevision, AgentSecret
 from caiplatform.domain import agent_source
 from caiplatform.domain import agents as rules
@@ -56,12 +57,16 @@ from caiplatform.validation import AGENT_NAME, ENV_NAME
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
+#: Where the identity area keeps the platform-wide default model key (`platform_settings`).
+PLATFORM_MODEL_KEY_SETTING = "model_api_key"
 #: A build claim older than this may be taken over (a crashed server never released it).
 BUILD_CLAIM_TTL = timedelta(minutes=30)
 #: How long a rolled revision may take to become ready before the agent is marked failed.
 READY_TIMEOUT_SECONDS = 300.0
 READY_POLL_SECONDS = 0.25
 SECRETS_BODY_LIMIT = 1 * MiB
+#: The read-token TTL a workload asks for when it reads project secrets (caiplatform.workload's default).
+WORKLOAD_TOKEN_TTL_SECONDS = 300
 FILE_BODY_LIMIT = 4 * MiB  # JSON escaping may grow 1 MiB of text
 LOG_HISTORY_DEFAULT = 500
 
@@ -192,6 +197,7 @@ class AgentService:
         self.public_upstream = public_upstream
         self._tasks: dict[str, set[asyncio.Task[Any]]] = {}
         self._roll_locks: dict[str, asyncio.Lock] = {}
+        self._quota_locks: dict[str, asyncio.Lock] = {}
         self.secret_port = AgentSecretsOnTables(self)
 
     # == lifecycle ===================================================================================
@@ -435,6 +441,22 @@ class AgentService:
         now = self.clock.now()
         build_id = new_id()
 
+        def quota(session: Session) -> tuple[str, int, bool]:
+            grant = self._deploy_project_sync(session, principal, name, project)
+            proj = session.get(Project, grant.project.id)
+            agent_id = session.scalar(select(Agent.id).where(Agent.project_id == proj.id, Agent.name == name))
+            routed = agent_id is not None and session.scalar(
+                select(AgentRevision.name).where(AgentRevision.agent_id == agent_id, AgentRevision.reason == "").limit(1)
+            ) is not None
+            return proj.namespace, self._service_quota_sync(session, proj), routed
+
+        namespace, hard, routed = await self.db.run(quota)
+        if hard > 0 and not routed:
+            # A new agent needs a route: refuse before building when the project is already full.
+            used = int((await self.runtime.usage(namespace)).get("services", 0))
+            if used >= hard:
+                raise Conflict(quota_message(used, hard))
+
         def claim(session: Session) -> tuple[str, bool]:
             grant = self._deploy_project_sync(session, principal, name, project)
             proj = session.get(Project, grant.project.id)
@@ -477,7 +499,10 @@ class AgentService:
             self.audit.record(session, proj.id, principal, action, name, {"build_id": build_id, "framework": framework})
             return agent.id, redeploy
 
-        agent_id, _ = await self.db.run(claim)
+        try:
+            agent_id, _ = await self.db.run(claim)
+        except IntegrityError:  # a concurrent first deploy of the same name won the insert
+            raise Conflict(build_in_progress(name)) from None
         self._spawn(agent_id, self._build_and_roll(agent_id, build_id, principal))
         return {"agent": name, "build_id": build_id}
 
@@ -561,7 +586,7 @@ class AgentService:
             "CAI_SESSION_STORE": self._session_store(record),
             "CAI_API_URL": self.settings.base_url or "",
             "CAI_PROJECT_ID": record.project.id,
-            "PLATFORM_REQUEST_TIMEOUT_SECONDS": str(int(self.settings.request_timeout_seconds)),
+            "PLATFORM_REQUEST_TIMEOUT_SECONDS": str(WORKLOAD_TOKEN_TTL_SECONDS),
         })
         for key, value in (("MODEL_BASE_URL", self.settings.model_base_url), ("MODEL_NAME", self.settings.model_name),
                            ("EMBED_BASE_URL", self.settings.embed_base_url)):
@@ -583,7 +608,7 @@ class AgentService:
         On one machine nothing enforces the cluster's default of 30, so only an explicit quota applies."""
         quota = (project.settings or {}).get("quota") or {}
         try:
-            return int(quota.get("services", 0)) if isinstance(quota, dict) else 0
+            return int(str(quota.get("services", 0))) if isinstance(quota, dict) else 0
         except (TypeError, ValueError):
             return 0
 
@@ -617,6 +642,9 @@ class AgentService:
                 else:
                     agent.state, agent.message = "deploying", ""
                 values = {s.key: s.value for s in session.scalars(select(AgentSecret).where(AgentSecret.agent_id == agent_id))}
+                platform_key = session.get(PlatformSetting, PLATFORM_MODEL_KEY_SETTING)
+                if "MODEL_API_KEY" not in values and platform_key is not None and platform_key.value:
+                    values = {"MODEL_API_KEY": platform_key.value, **values}  # the platform default, set by an admin
                 return (AgentRecord.of(agent, project), revision, agent.generation, values, agent.workload_key, refusal,
                         self._service_quota_sync(session, project), applied_before)
 
@@ -627,12 +655,6 @@ class AgentService:
             if refusal:
                 self._unpublish(record)
                 return True
-            if not applied_before and hard > 0:
-                used = int((await self.runtime.usage(record.project.namespace)).get("services", 0))
-                if used >= hard:
-                    await self._set_state(agent_id, revision, "deploying", quota_message(used, hard))
-                    await self.db.run(lambda s: self._mark_revision_sync(s, agent_id, revision, "QuotaExceeded", quota_message(used, hard)))
-                    return True
             env, secret_env = self._revision_env(record, values, workload_key)
             spec = RevisionSpec(
                 workload=record.workload, revision=revision, generation=generation, image=record.image,
@@ -641,15 +663,26 @@ class AgentService:
                 timeout_seconds=int(record.config.get("timeout_seconds") or 300),
                 labels={"cai.dev/agent": record.name, "cai.dev/reason": reason[:60]},
             )
-            try:
-                await self.runtime.apply(spec)
-            except WorkloadError as exc:
-                await self._set_state(agent_id, revision, "failed", exc.message)
-                return True
-            except Exception as exc:  # noqa: BLE001 - the rollout failed; the agent says why
-                log.exception("applying %s failed", revision)
-                await self._set_state(agent_id, revision, "failed", f"rolling out {revision} failed: {exc}")
-                return True
+            # A first route counts against the project's services quota: check and apply in one turn
+            # per project, so two new agents cannot both take the last place.
+            quota_lock = self._quota_locks.setdefault(record.project.id, asyncio.Lock())
+            async with quota_lock if (hard > 0 and not applied_before) else contextlib.nullcontext():
+                if hard > 0 and not applied_before:
+                    used = int((await self.runtime.usage(record.project.namespace)).get("services", 0))
+                    if used >= hard:
+                        message = quota_message(used, hard)
+                        await self._set_state(agent_id, revision, "deploying", message)
+                        await self.db.run(lambda s: self._mark_revision_sync(s, agent_id, revision, "QuotaExceeded", message))
+                        return True
+                try:
+                    await self.runtime.apply(spec)
+                except WorkloadError as exc:
+                    await self._set_state(agent_id, revision, "failed", exc.message)
+                    return True
+                except Exception as exc:  # noqa: BLE001 - the rollout failed; the agent says why
+                    log.exception("applying %s failed", revision)
+                    await self._set_state(agent_id, revision, "failed", f"rolling out {revision} failed: {exc}")
+                    return True
         if watch:
             self._spawn(agent_id, self._watch_latest(agent_id))
         return True
@@ -699,8 +732,7 @@ class AgentService:
         held = await self.db.run(lambda s: (lambda r: r is not None and bool(r.reason))(s.get(AgentRevision, (agent_id, revision))))
         if held:
             return  # refused or waiting for quota: nothing will report on it
-        deadline = self.clock.monotonic() + READY_TIMEOUT_SECONDS
-        loop_deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS
+        loop_deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS  # real time: instances start in it
         while True:
             current = await self._record_by_id(agent_id)
             if current is None or current.latest_revision != revision or current.state != "deploying":
@@ -714,7 +746,7 @@ class AgentService:
             if found is not None and found.state == "not_ready" and found.reason not in ("", "Deploying", "ContainerCreating"):
                 await self._set_state(agent_id, revision, "failed", found.message or found.reason)
                 return
-            if asyncio.get_running_loop().time() > loop_deadline or self.clock.monotonic() > deadline + 3600:
+            if asyncio.get_running_loop().time() > loop_deadline:
                 await self._set_state(agent_id, revision, "failed", f"revision {revision} did not become ready in {int(READY_TIMEOUT_SECONDS)} s")
                 return
             await asyncio.sleep(READY_POLL_SECONDS)
@@ -770,11 +802,11 @@ class AgentService:
     async def list(self, principal: Principal, project: str | None, page_size: Any, page_token: str | None) -> dict[str, Any]:
         self.access.require_management(principal)
 
-        def run(session: Session) -> tuple[list[AgentRecord], str]:
+        def run(session: Session) -> list[AgentRecord]:
             grants = self._projects_sync(session, principal, project)
             by_id = {g.project.id: g for g in grants}
             if not by_id:
-                return [], ""
+                return []
             rows = session.execute(
                 select(Agent, Project).join(Project, Project.id == Agent.project_id)
                 .where(Agent.project_id.in_(list(by_id))).order_by(Project.slug, Agent.name)
@@ -784,9 +816,9 @@ class AgentService:
                 AgentRecord.of(a, p) for a, p in rows
                 if self._manages_all(principal, by_id[p.id]) or (me is not None and a.owner_ref == me and by_id[p.id].resource_role)
             ]
-            return visible, ",".join(sorted(by_id))
+            return visible
 
-        records, scope = await self.db.run(run)
+        records = await self.db.run(run)
         request = self.pager.request(f"agents:{project or '*'}:{principal.rate_key}", page_size, page_token)
         page = self.pager.page(records, request)
         page.items = [await self.view(r) for r in page.items]
@@ -849,6 +881,45 @@ class AgentService:
             with contextlib.suppress(NotFound):
                 await self.delete(automation, record.name, record.project.id)
         return len(records)
+
+    # == hooks for the identity area ================================================================
+
+    async def project_agent_names(self, project_id: str) -> list[str]:
+        """Names of a project's agents (a project delete refuses while any exist)."""
+        return await self.db.run(lambda s: list(s.scalars(select(Agent.name).where(Agent.project_id == project_id).order_by(Agent.name))))
+
+    async def user_agents(self, user_id: str) -> list[tuple[str, str]]:
+        """`(project_id, name)` of the agents a user deployed."""
+        return await self.db.run(lambda s: [
+            (a.project_id, a.name) for a in s.scalars(select(Agent).where(Agent.owner_ref == f"user:{user_id}"))
+        ])
+
+    async def unowned_agents(self) -> list[dict[str, Any]]:
+        """Agents with no recorded owner, as agent views (`GET /v1/users`)."""
+        records = await self.db.run(lambda s: [
+            AgentRecord.of(a, p) for a, p in s.execute(
+                select(Agent, Project).join(Project, Project.id == Agent.project_id).where(Agent.owner_ref.is_(None))
+                .order_by(Project.slug, Agent.name)
+            ).all()
+        ])
+        return [await self.view(r) for r in records]
+
+    async def model_key_changed(self, key: str | None) -> list[str]:
+        """The platform model key changed: roll every deployed agent that has no MODEL_API_KEY of its own.
+        Returns the namespaces where a roll failed."""
+        ids = await self.db.run(lambda s: [
+            (a.id, a.project_id) for a in s.scalars(select(Agent).where(Agent.image != ""))
+            if s.get(AgentSecret, (a.id, "MODEL_API_KEY")) is None
+        ])
+        failed: set[str] = set()
+        for agent_id, project_id in ids:
+            try:
+                await self._roll(agent_id, "platform model key")
+            except Exception:  # noqa: BLE001 - reported to the caller by namespace
+                log.exception("rolling %s after a model key change failed", agent_id)
+                record = await self._record_by_id(agent_id)
+                failed.add(record.project.namespace if record else project_id)
+        return sorted(failed)
 
     # == env and secrets =============================================================================
 
@@ -998,7 +1069,7 @@ class AgentService:
                     "traffic_percent": running.traffic_percent, "created_at": rfc3339(created_at),
                     "ready": running.ready, "state": running.state, "reason": running.reason,
                     "message": running.message, "replicas": running.replicas, "image": running.image or image,
-                    "url": running.url,
+                    "url": running.url or f"http://{rev_name}.{record.project.namespace}.svc.cluster.local",
                 })
                 if running.tag:
                     body["tag"] = running.tag
