@@ -288,7 +288,8 @@ class Platform:
 
         runtime = self.runtime
         service = ServerlessService(
-            self.db, self.access, self.audit, self.clock, self.pager, runtime, self.hosts, read_secret=read_secret
+            self.db, self.access, self.audit, self.clock, self.pager, runtime, self.hosts, read_secret=read_secret,
+            resolve_image=self.builder.resolve,
         )
         # Buckets that objectstore triggers poll: `<data-dir>/buckets`, a temporary directory in memory.
         if self.mode == "memory":
