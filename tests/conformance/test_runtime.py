@@ -55,3 +55,4 @@ async def kit(request, backend, tmp_path):
         yield kit
     finally:
         await kit.runtime.close()
+        await kit.http.aclose()

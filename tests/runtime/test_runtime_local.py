@@ -251,5 +251,6 @@ async def test_a_stopped_instance_leaves_its_lines_in_history_and_no_log_file(tm
         await until(no_log_file, timeout=10)
         messages = [line.message for line in await runtime.log_history(ref)]
         assert "last-words" in messages and "tiny_app starting" in " ".join(messages)
+        assert any(" is ready (started in " in m for m in messages)  # each cold start is measured
     finally:
         await runtime.close()

@@ -92,3 +92,28 @@ async def test_app_that_raises_while_built_is_not_ready_with_its_error():
         assert any("entry module failed to import" in line.message for line in history)
     finally:
         await runtime.close()
+
+
+async def test_spec_document_carries_command_resources_and_traffic_tags():
+    from caiplatform.ports.runtime import Resources, TrafficTarget
+
+    runtime = InMemoryRuntime(app_factory=lambda image, env: tiny_app.create_app(env), idle_seconds=1)
+    ref = workload()
+    try:
+        await runtime.apply(RevisionSpec(
+            ref, "echo-00001", 1, "docker.io/example/app:1", command=["serve"], args=["--fast"],
+            resources=Resources(requests={"cpu": "100m"}, limits={"memory": "256Mi"}),
+            runtime_class_name="gvisor", service_account_name="runner", labels={"who": "me"},
+        ), [TrafficTarget(100, "echo-00001", tag="blue")])
+        doc = await runtime.spec_document(ref)
+        assert doc is not None
+        template = doc["spec"]["template"]
+        (container,) = template["spec"]["containers"]
+        assert container["command"] == ["serve"] and container["args"] == ["--fast"]
+        assert container["resources"] == {"requests": {"cpu": "100m"}, "limits": {"memory": "256Mi"}}
+        assert template["spec"]["runtimeClassName"] == "gvisor" and template["spec"]["serviceAccountName"] == "runner"
+        assert template["metadata"]["labels"] == {"who": "me"}
+        assert doc["spec"]["traffic"] == [{"percent": 100, "latestRevision": False, "revisionName": "echo-00001", "tag": "blue"}]
+        assert doc["status"]["traffic"][0]["url"].startswith("http://blue-echo.")
+    finally:
+        await runtime.close()

@@ -322,10 +322,12 @@ class InstanceRuntime(WorkloadRuntime):
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        for workload in list(self._workloads.values()):
-            for revision in workload.revisions.values():
-                for instance in list(revision.instances):
-                    await self._stop(workload, revision, instance)
+        await asyncio.gather(*(
+            self._stop(workload, revision, instance)
+            for workload in list(self._workloads.values())
+            for revision in workload.revisions.values()
+            for instance in list(revision.instances)
+        ))  # in parallel: each may take its stop grace
         await self._housekeep_logs()
 
     # -- the port: writes ---------------------------------------------------------------------------
@@ -372,9 +374,11 @@ class InstanceRuntime(WorkloadRuntime):
     async def delete(self, ref: WorkloadRef) -> None:
         workload = self._workloads.pop(ref.key, None)
         if workload is not None:
-            for revision in workload.revisions.values():
-                for instance in list(revision.instances):
-                    await self._stop(workload, revision, instance)
+            await asyncio.gather(*(
+                self._stop(workload, revision, instance)
+                for revision in workload.revisions.values()
+                for instance in list(revision.instances)
+            ))
         self._forget(ref)
         await self._notify()
 

@@ -189,6 +189,7 @@ class LocalProcessRuntime(InstanceRuntime):
         built_here = image is not None and bool(image.env) and not spec.command
         cwd = Path(image.env["CAI_CODE_DIR"]) if image is not None and "CAI_CODE_DIR" in image.env else home
         health = _HttpHealth(port) if built_here else None
+        begun = time.perf_counter()
         process = _Process(name=f"{PROCESS_PREFIX}{key}-{pod.rsplit('-', 1)[-1]}-{revision.spec.generation}", log_path=log_path)
         self._ingest_later(workload.ref, revision.name, pod, process)
         try:
@@ -212,6 +213,9 @@ class LocalProcessRuntime(InstanceRuntime):
         except (OSError, ValueError) as exc:
             self._pending.pop(process.name, None)
             raise InstanceStartError("ContainerFailed", f"{pod} could not start: {exc}") from None
+        self._append_history(workload.ref, [LogLine(
+            datetime.now(UTC), revision.name, pod, "stdout",
+            f"{pod} is ready (started in {(time.perf_counter() - begun) * 1000:.0f} ms)")])
         return Instance(
             name=pod,
             revision=revision.name,
@@ -255,18 +259,20 @@ class LocalProcessRuntime(InstanceRuntime):
         if end < 0:
             return
         process.offset += end + 1
-        now = datetime.now(UTC).isoformat()
-        records = []
-        for raw in data[: end + 1].splitlines():
-            line = raw.decode("utf-8", "replace")
-            if line.startswith(SUPERVISOR_BANNER):
-                continue
-            records.append(json.dumps({"ts": now, "revision": revision, "pod": pod, "stream": "stdout", "message": line}))
-        if records:
-            path = self._history_path(ref.key)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a", encoding="utf-8") as fh:
-                fh.write("\n".join(records) + "\n")
+        now = datetime.now(UTC)
+        self._append_history(ref, [
+            LogLine(now, revision, pod, "stdout", line)
+            for line in data[: end + 1].decode("utf-8", "replace").splitlines()
+            if not line.startswith(SUPERVISOR_BANNER)
+        ])
+
+    def _append_history(self, ref: WorkloadRef, lines: list[LogLine]) -> None:
+        if not lines or ref.key not in self._workloads:
+            return
+        path = self._history_path(ref.key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write("".join(json.dumps(_line_to_json(line)) + "\n" for line in lines))
 
     async def _housekeep_logs(self) -> None:
         for ref, revision, pod, process in list(self._pending.values()):

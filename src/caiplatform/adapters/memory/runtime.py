@@ -208,6 +208,7 @@ class InMemoryRuntime(InstanceRuntime):
         pod = self._pod_name(revision)
         sink = _InstanceLog(self, workload.ref, revision.name, pod)
         env = instance_env(image, spec, spec.port)
+        begun = time.perf_counter()
         sink.write("stdout", f"starting {pod} (image {image.reference})")
         token = _current_sink.set(sink)  # what the app logs while it is built counts as its output
         try:
@@ -246,7 +247,7 @@ class InMemoryRuntime(InstanceRuntime):
                     sink.close()
                     raise InstanceStartError("HealthCheckFailed", f"{pod} did not become healthy within {timeout:g} s: {last}")
                 await asyncio.sleep(0.02)
-        sink.write("stdout", f"{pod} is ready")
+        sink.write("stdout", f"{pod} is ready (started in {(time.perf_counter() - begun) * 1000:.0f} ms)")
         return Instance(
             name=pod,
             revision=revision.name,

@@ -20,7 +20,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 
+import httpx
 import pytest
 
 from caiplatform.ports.builder import Image
@@ -62,7 +64,7 @@ __all__ = [
     "apply_notimpl",
 ]
 
-IDLE_SECONDS = 1.0
+IDLE_SECONDS = 0.6
 
 
 @dataclass
@@ -73,6 +75,10 @@ class RuntimeKit:
     image_for: Callable[[str, dict[str, str]], Image]  # (reference, image env) -> Image the adapter runs
     images: dict[str, Image] = field(default_factory=dict)
     idle_seconds: float = IDLE_SECONDS
+
+    @cached_property
+    def http(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=30.0)
 
     async def resolve(self, reference: str) -> Image | None:
         return self.images.get(reference)
@@ -123,10 +129,13 @@ async def ready(kit: RuntimeKit, s: RevisionSpec, traffic: list[TrafficTarget] |
 async def get(kit: RuntimeKit, workload: WorkloadRef, path: str, *, tag: str | None = None, timeout: float = 30.0) -> dict:
     endpoint = await kit.runtime.acquire(workload, timeout=timeout, tag=tag)
     try:
-        async with endpoint.client(timeout=30.0) as client:
-            response = await client.get(path)
-            response.raise_for_status()
-            return response.json() | {"_revision": endpoint.revision}
+        if endpoint.transport is None:  # a network address: one pooled client, as a proxy keeps
+            response = await kit.http.get(endpoint.base_url + path)
+        else:
+            async with endpoint.client(timeout=30.0) as client:
+                response = await client.get(path)
+        response.raise_for_status()
+        return response.json() | {"_revision": endpoint.revision}
     finally:
         await endpoint.release()
 
