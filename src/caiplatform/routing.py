@@ -22,7 +22,7 @@ class Upstream:
     base_url: str
     release: Callable[[], Awaitable[None]] = field(default=_nothing)
     timeout_seconds: float = 300.0
-    # An in-process upstream (the in-memory runtime's `httpx.ASGITransport`); None means the network.
+    # An in-process upstream (the in-memory runtime's `Endpoint.transport`, an httpx transport).
     transport: Any = None
 
 

@@ -51,18 +51,16 @@ async def proxy(router: HostRouter, client: httpx.AsyncClient, scope: Scope, rec
     url = upstream.base_url.rstrip("/") + path.decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
     headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP]
     headers.append((b"x-forwarded-host", host.encode("latin-1")))
-    own_client = None
-    if upstream.transport is not None:
-        # An in-process upstream (the in-memory runtime): its own transport, no socket.
-        client = own_client = httpx.AsyncClient(transport=upstream.transport)
+    if upstream.transport is not None:  # in-process upstream: a client of its own over its transport
+        client = httpx.AsyncClient(transport=upstream.transport, timeout=None)
     try:
         request = client.build_request(scope["method"], url, headers=headers, content=body_stream(),
                                        timeout=upstream.timeout_seconds)
         response = await client.send(request, stream=True, follow_redirects=False)
     except httpx.HTTPError as exc:
         await upstream.release()
-        if own_client is not None:
-            await own_client.aclose()
+        if upstream.transport is not None:
+            await client.aclose()
         body = json.dumps({"error": f"upstream failed: {exc}", "request_id": request_id}).encode()
         await _json(send, 502, body, request_id)
         return
@@ -75,6 +73,6 @@ async def proxy(router: HostRouter, client: httpx.AsyncClient, scope: Scope, rec
         await send({"type": "http.response.body", "body": b""})
     finally:
         await response.aclose()
+        if upstream.transport is not None:
+            await client.aclose()
         await upstream.release()
-        if own_client is not None:
-            await own_client.aclose()

@@ -28,19 +28,20 @@ class Database:
     def __init__(self, url: str, *, echo: bool = False):
         self.url = normalize_url(url)
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
+        # An in-memory SQLite database is one connection shared by every thread: transactions from
+        # concurrent worker threads would interleave on it, so they take turns.
+        self._one_connection: threading.RLock | None = None
         if self.url.startswith("sqlite"):
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
             if self.url in ("sqlite://", "sqlite:///:memory:"):
                 kwargs["poolclass"] = StaticPool
+                self._one_connection = threading.RLock()
         else:
             kwargs["pool_pre_ping"] = True
         self.engine: Engine = create_engine(self.url, **kwargs)
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        # An in-memory SQLite database is one connection shared by every thread: transactions from two
-        # worker threads would interleave on it, so units of work take turns.
-        self._serial = threading.RLock() if kwargs.get("poolclass") is StaticPool else None
 
     @classmethod
     def in_memory(cls) -> Database:
@@ -62,8 +63,8 @@ class Database:
             yield session
 
     def run_sync(self, fn: Callable[[Session], T]) -> T:
-        if self._serial is not None:
-            with self._serial, self.session() as session:
+        if self._one_connection is not None:
+            with self._one_connection, self.session() as session:
                 return fn(session)
         with self.session() as session:
             return fn(session)
@@ -80,7 +81,7 @@ class Database:
         config.set_main_option("script_location", str(files("caiplatform.db") / "migrations"))
         with self.engine.begin() as connection:
             config.attributes["connection"] = connection
-            command.upgrade(config, "head")
+            command.upgrade(config, "heads")  # every branch, so unrelinked area revisions all apply
 
     def create_all(self) -> None:
         """Create the schema straight from the models, without migrations: for throwaway in-memory
