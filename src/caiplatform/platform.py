@@ -300,8 +300,8 @@ class Platform:
             buckets = Path(holder.name)
         else:
             buckets = self.data_dir / "buckets"
-        # Agent and function targets (`find_workload`) and pub/sub sources (`pubsub`) are hooks that the
-        # agents and messaging areas fill in.
+        # Agent and function targets (`find_workload`) and pub/sub sources (`pubsub`) are hooks filled in
+        # by `_start_serverless` when the agents and messaging areas are present.
         service.triggers = TriggerService(self.db, self.audit, self.clock, self.pager, runtime, service.project,
                                           buckets_root=buckets)
         return service
