@@ -428,7 +428,8 @@ class Platform:
 
         runtime = self.runtime
         service = ServerlessService(
-            self.db, self.access, self.audit, self.clock, self.pager, runtime, self.hosts, read_secret=read_secret
+            self.db, self.access, self.audit, self.clock, self.pager, runtime, self.hosts, read_secret=read_secret,
+            resolve_image=self.builder.resolve,
         )
         # Buckets that objectstore triggers poll: `<data-dir>/buckets`, a temporary directory in memory.
         if self.mode == "memory":
@@ -439,8 +440,8 @@ class Platform:
             buckets = Path(holder.name)
         else:
             buckets = self.data_dir / "buckets"
-        # Agent and function targets (`find_workload`) and pub/sub sources (`pubsub`) are hooks that the
-        # agents and messaging areas fill in.
+        # Agent and function targets (`find_workload`) and pub/sub sources (`pubsub`) are hooks filled in
+        # by `_start_serverless` when the agents and messaging areas are present.
         service.triggers = TriggerService(self.db, self.audit, self.clock, self.pager, runtime, service.project,
                                           buckets_root=buckets)
         return service

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from caiplatform.testing.serverless import Received, Users, echo_app_factory, project_users
+from caiplatform.testing.serverless import Received, Users, echo_app_factory, project_users, test_images
 
 
 @pytest.fixture
@@ -20,6 +20,7 @@ async def platform(settings, clock, received):
 
     p = Platform.in_memory(settings, clock=clock)
     p.runtime.app_factory = echo_app_factory(received)
+    p.serverless.resolve_image = test_images(p.builder)
     await p.start()
     await p.serverless.triggers.close()  # tests drive the scheduler through `run_due`, not a timer
     yield p

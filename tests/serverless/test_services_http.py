@@ -342,7 +342,9 @@ async def test_an_image_the_local_runtime_cannot_run_is_accepted_but_not_ready(p
     platform.runtime.app_factory = default_app_factory
     async with asgi_client(platform, ["serverless"]) as c:
         member = bearer(platform, users.member)
-        r = await c.post(base(users.project_id), headers=member, json={"name": "nginx", "image": "nginx:1.27"})
+        # A command override does not turn a foreign image into a host process.
+        r = await c.post(base(users.project_id), headers=member, json={
+            "name": "nginx", "image": "nginx:1.27", "command": ["python3", "-m", "http.server"]})
         assert r.status_code == 202, r.text
         svc = (await c.get(f"{base(users.project_id)}/nginx", headers=member)).json()
         assert svc["status"]["phase"] == "NotReady"

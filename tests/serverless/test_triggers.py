@@ -220,7 +220,8 @@ async def test_pubsub_trigger_creates_a_push_subscription_whose_url_reaches_the_
     await make_target(c, pid, member)
     body = {"name": "on-order", "target": {"service": "target", "path": "/events"},
             "source": {"type": "pubsub", "pubsub": {"topic": "orders"}}}
-    # Without messaging wired the trigger stays pending and says why.
+    # Without messaging the trigger stays pending and says why.
+    platform.serverless.triggers.pubsub = None
     assert (await c.post(triggers(pid), headers=member, json=body)).status_code == 202
     await platform.serverless.triggers.wait_idle()
     pending = (await c.get(f"{triggers(pid)}/on-order", headers=member)).json()

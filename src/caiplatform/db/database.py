@@ -42,9 +42,6 @@ class Database:
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        # An in-memory SQLite database is one connection shared by every thread (StaticPool): two
-        # transactions from two worker threads would interleave on it, so they take turns.
-        self._shared_connection_lock = threading.RLock() if kwargs.get("poolclass") is StaticPool else None
 
     @classmethod
     def in_memory(cls) -> Database:
@@ -62,17 +59,14 @@ class Database:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """One transaction: commit on success, roll back on any exception."""
-        if self._shared_connection_lock is None:
+        if self._one_connection is None:
             with self._sessions() as session, session.begin():
                 yield session
             return
-        with self._shared_connection_lock, self._sessions() as session, session.begin():
+        with self._one_connection, self._sessions() as session, session.begin():
             yield session
 
     def run_sync(self, fn: Callable[[Session], T]) -> T:
-        if self._one_connection is not None:
-            with self._one_connection, self.session() as session:
-                return fn(session)
         with self.session() as session:
             return fn(session)
 

@@ -63,6 +63,7 @@ from caiplatform.services.audit import AuditLog
 log = logging.getLogger(__name__)
 
 SecretReader = Callable[[str, str], Awaitable[str | None]]  # (project_id, secret name) → value or None
+ImageResolver = Callable[[str], Awaitable[Any]]  # reference → the builder's Image, or None
 
 LOCAL_RUNTIMES = ("memory", "local")
 NO_PODS = (
@@ -108,6 +109,7 @@ class ServerlessService:
         hosts: HostRouter,
         *,
         read_secret: SecretReader | None = None,
+        resolve_image: ImageResolver | None = None,
         acquire_timeout: float = 60.0,
     ):
         self.db = db
@@ -118,6 +120,7 @@ class ServerlessService:
         self.runtime = runtime
         self.hosts = hosts
         self.read_secret = read_secret
+        self.resolve_image = resolve_image
         self.acquire_timeout = acquire_timeout
         # The triggers of this API (`TriggerService`), attached by the platform.
         self.triggers: Any = None
@@ -180,7 +183,16 @@ class ServerlessService:
 
     async def _problem(self, project: ProjectRef, template: dict[str, Any]) -> tuple[str, str] | None:
         """Why this revision cannot start at all, as a (reason, message) pair. Images are the runtime's
-        business: it reports one it cannot pull as a revision that is not ready."""
+        business, except on one machine: there only images this platform's builder made run (a command
+        override must not turn any other reference into a host process)."""
+        image = template["image"]
+        if self.runtime.name in LOCAL_RUNTIMES and self.resolve_image is not None:
+            if await self.resolve_image(image) is None:
+                return "ImagePullBackOff", (
+                    f"the {self.runtime.name} runtime cannot pull {image}: on one machine only images this "
+                    "platform built (registry.local/cai-<project>-<workload>@sha256:<digest>) run; "
+                    "the Kubernetes runtime pulls any other image from its registry"
+                )
         for entry in template.get("env_from", []):
             if entry.get("config_map_name") and not entry.get("optional"):
                 return "CreateContainerConfigError", (

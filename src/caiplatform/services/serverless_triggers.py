@@ -182,8 +182,9 @@ class TriggerService:
         if not isinstance(path, str) or not path.startswith("/"):
             raise BadRequest("target.path must be a path starting with /")
         kind = await self._target_kind(project, service)
-        if kind == "agent" and path not in AGENT_PATHS:
-            raise BadRequest("an agent serves only /invoke and /invoke/stream; set target.path to /invoke")
+        if kind in ("agent", "function") and path not in AGENT_PATHS:
+            article = "an" if kind == "agent" else "a"
+            raise BadRequest(f"{article} {kind} serves only /invoke and /invoke/stream; set target.path to /invoke")
 
         source = body.get("source")
         if not isinstance(source, Mapping):

@@ -66,6 +66,23 @@ def echo_app_factory(received: Received):
     return factory
 
 
+TEST_IMAGE_PREFIX = "registry.local/cai-test-"
+
+
+def test_images(builder: Any):
+    """An image resolver that knows the builder's images and, as stand-ins for built ones, every
+    `registry.local/cai-test-...` reference (the echo app runs for them)."""
+    from caiplatform.ports.builder import Image
+
+    async def resolve(reference: str) -> Any:
+        found = await builder.resolve(reference)
+        if found is None and reference.startswith(TEST_IMAGE_PREFIX):
+            found = Image(reference=reference, digest=reference.rpartition("@")[2], framework="container")
+        return found
+
+    return resolve
+
+
 @dataclass
 class Users:
     project_id: str
