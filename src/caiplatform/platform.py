@@ -35,9 +35,9 @@ if TYPE_CHECKING:
     from caiplatform.services.agents import AgentService
     from caiplatform.services.invoke import InvokeService
     from caiplatform.services.memorystore import MemoryStoreService
-    from caiplatform.services.vector import IndexService
-    from caiplatform.services.serverless import ServerlessService
     from caiplatform.services.messaging import TopicService
+    from caiplatform.services.serverless import ServerlessService
+    from caiplatform.services.vector import IndexService
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from .agents_support import wait_settled
 
 from caiplatform.testing.example_agents import WEATHER_SCRIPT
 from caiplatform.testing.model_server import ScriptedModel
+
+from .agents_support import wait_settled
 
 REAL_HARNESS = True  # tests/agents/conftest.py: instances are the harness, not the tiny test app
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

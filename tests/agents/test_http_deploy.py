@@ -8,12 +8,13 @@ import tarfile
 from datetime import timedelta
 
 import pytest
-from .agents_support import FUNCTION, GRAPH, deploy, tarball, wait_settled
 from sqlalchemy import select, update
 
 from caiplatform.db.models import AuditEntry, Project
 from caiplatform.db.models.agents import Agent, AgentFile
 from caiplatform.ports.runtime import WorkloadRef
+
+from .agents_support import FUNCTION, GRAPH, deploy, tarball, wait_settled
 
 
 def _link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tarfile.TarInfo:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from .agents_support import deploy, wait_settled
 from sqlalchemy import select
 
 from caiplatform.db.models import AuditEntry
+
+from .agents_support import deploy, wait_settled
 
 
 @pytest.fixture

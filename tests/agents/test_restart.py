@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-from agents_support import FUNCTION, tarball
 from sqlalchemy import select
 
 from caiplatform.db.models.agents import AgentBuild
@@ -12,6 +11,8 @@ from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.services.agents import DeployUpload
 from caiplatform.settings import Settings
+
+from .agents_support import FUNCTION, tarball
 
 
 async def test_a_build_cut_short_by_a_stop_resumes_on_start(tmp_path):

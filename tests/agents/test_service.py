@@ -4,11 +4,12 @@ the secrets area reaching a real agent, and the same rules as the routes."""
 from __future__ import annotations
 
 import pytest
-from .agents_support import FUNCTION, tarball
 
 from caiplatform.errors import Conflict, Forbidden, NotFound, Unauthenticated
 from caiplatform.principal import Principal
 from caiplatform.services.agents import DeployUpload
+
+from .agents_support import FUNCTION, tarball
 
 
 def _upload(name: str, framework: str = "function") -> DeployUpload:
