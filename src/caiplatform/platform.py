@@ -406,6 +406,7 @@ class Platform:
             self.db, self.access, self.audit, self.clock, self.pager, engine,
             max_points=self.settings.vector_max_points_per_request, max_top_k=self.settings.vector_max_top_k,
             checks={"database": database, "kubernetes": kubernetes},
+            token_key=self.settings.qdrant_api_key if self.settings.vector_access_control else None,
         )
 
     @cached_property

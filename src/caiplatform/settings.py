@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     qdrant_api_key: str | None = Field(None, validation_alias=_env("CAI_QDRANT_API_KEY"))
     # Without a Qdrant URL: `local` (numpy, written ahead to SQLite) or `qdrant-local` (Qdrant's local mode).
     vector_engine: str = Field("local", validation_alias=_env("CAI_VECTOR_ENGINE"))
+    # The Qdrant server enforces per-project access (JWT RBAC keyed by CAI_QDRANT_API_KEY): mint tokens.
+    vector_access_control: bool = Field(False, validation_alias=_env("CAI_VECTOR_ACCESS_CONTROL"))
     bao_addr: str | None = Field(None, validation_alias=_env("CAI_BAO_ADDR", "BAO_ADDR", "VAULT_ADDR"))
     bao_token: str | None = Field(None, validation_alias=_env("CAI_BAO_TOKEN", "BAO_TOKEN", "VAULT_TOKEN"))
     kubeconfig: str | None = Field(None, validation_alias=_env("CAI_KUBECONFIG"))

@@ -460,3 +460,27 @@ async def test_collection_dropped_behind_the_platforms_back(http, platform, proj
     r = await verb(http, project, "docs", "scroll", {})  # the cached record was dropped: still refused
     assert r.status_code == 400
     assert (await http.delete(f"{base(project.id)}/docs", headers=project.admin)).status_code == 204
+
+
+async def test_direct_credential_with_access_control(settings, clock, project_of):
+    """With per-project access control on the engine, the token is a JWT scoped read-write to the list."""
+    import jwt
+
+    from caiplatform.platform import Platform
+    from caiplatform.testing.http import asgi_client
+
+    enforced = settings.model_copy(update={"vector_access_control": True, "qdrant_api_key": "engine-master-key-of-at-least-32-bytes"})
+    platform = Platform.in_memory(enforced, clock=clock)
+    await platform.start()
+    try:
+        project = await project_of(platform)
+        async with asgi_client(platform, ["vectordb"]) as http:
+            await make_index(http, project, "one", dimensions=2)
+            body = (await http.get(f"/v1/projects/{project.id}/vectordb/credentials", headers=project.admin)).json()
+        claims = jwt.decode(body["token"], "engine-master-key-of-at-least-32-bytes", algorithms=["HS256"],
+                            options={"verify_exp": False})
+        assert claims["access"] == [{"collection": f"p_{project.short}_one", "access": "rw"}]
+        assert claims["exp"] == int(clock.time()) + 3600
+        assert "engine-master-key-of-at-least-32-bytes" not in str(body)
+    finally:
+        await platform.aclose()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import anyio
+import jwt
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -67,6 +68,12 @@ CREDENTIAL_NOTE = (
     "minted: use the service URL with the collection names listed, and only those. The list is a snapshot; "
     "fetch this again after creating an index. The engine's master key is never returned."
 )
+TOKEN_NOTE = (
+    "present the token as the api-key header (or a Bearer token) to the service URL: it reads and writes "
+    "the listed collections only, cannot create collections, and expires in one hour. The list is a "
+    "snapshot; fetch this again after creating an index. The engine's master key is never returned."
+)
+TOKEN_TTL_SECONDS = 3600
 UNKNOWN_VERB = "unknown verb ':{verb}'; the supported verbs are :upsert, :query, :scroll and :delete-points"
 MISSING_VERB = (
     "missing verb: data operations are POSTs to the index path with a verb suffix: "
@@ -130,6 +137,7 @@ class IndexService:
         max_points: int = MAX_POINTS_PER_REQUEST,
         max_top_k: int = MAX_TOP_K,
         checks: Mapping[str, HealthCheck] | None = None,
+        token_key: str | None = None,
     ):
         self.db = db
         self.access = access
@@ -140,6 +148,9 @@ class IndexService:
         self.max_points = max_points
         self.max_top_k = max_top_k
         self._checks = dict(checks or {})
+        # Set when the engine enforces per-project access control (Qdrant's JWT RBAC, whose tokens are
+        # signed with the engine's API key); None: no token is minted.
+        self._token_key = token_key
         self._locks: dict[str, asyncio.Lock] = {}
         # Ready records by (project id, name), so the data path skips a database read per call. Only
         # this service changes records (create, PATCH, DELETE drop the entry); a collection gone behind
@@ -473,7 +484,7 @@ class IndexService:
     # ------------------------------------------------------------------------------------ credential
 
     async def credentials(self, principal: Principal, project_id: str) -> dict[str, Any]:
-        """The direct engine credential (admin). No token: per-project access control is not enforced."""
+        """The direct engine credential (admin); a token only when the engine enforces per-project access."""
         project = await self._project(principal, project_id, admin=True)
         names = await self.db.run(
             lambda s: list(
@@ -485,14 +496,21 @@ class IndexService:
                 )
             )
         )
+        collections = names[:MAX_CREDENTIAL_COLLECTIONS]
+        token = ""  # always present (the document marks only the external URL optional); empty: not minted
+        if self._token_key:
+            claims = {
+                "access": [{"collection": name, "access": "rw"} for name in collections],
+                "exp": int(self.clock.time()) + TOKEN_TTL_SECONDS,
+            }
+            token = jwt.encode(claims, self._token_key, algorithm="HS256")
         return {
             "service_url": self.engine.service_url(),
-            # Always present (the document marks only the external URL optional); empty: nothing minted.
-            "token": "",
+            "token": token,
             "collection_prefix": collection_prefix(project.short),
-            "collections": names[:MAX_CREDENTIAL_COLLECTIONS],
+            "collections": collections,
             "truncated": len(names) > MAX_CREDENTIAL_COLLECTIONS,
-            "note": CREDENTIAL_NOTE,
+            "note": TOKEN_NOTE if token else CREDENTIAL_NOTE,
         }
 
     # ------------------------------------------------------------------------------------ health
