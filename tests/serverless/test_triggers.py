@@ -241,8 +241,11 @@ async def test_pubsub_trigger_creates_a_push_subscription_whose_url_reaches_the_
     async with httpx.AsyncClient(transport=platform.serverless.internal_transport()) as client:
         response = await client.post(push_url, content=b'{"order": 7}', headers={
             "content-type": "application/json", "ce-specversion": "1.0", "ce-type": "ai.platform.pubsub.message.v1",
-            "ce-id": "m-1", "ce-source": "topics/orders"})
+            "ce-id": "m-1", "ce-source": "topics/orders", "ce-subscription": "trigger-on-order",
+            "ce-deliveryattempt": "1"})
     assert response.status_code == 200
+    (run,) = (await c.get(f"{triggers(pid)}/on-order", headers=member)).json()["runs"]
+    assert run["occurrence"] == "m-1#1" and run["status"] == "succeeded" and run["http_status"] == 200
     (delivered,) = received.requests
     assert delivered["path"] == "/events" and delivered["body"] == '{"order": 7}'
     assert delivered["headers"]["ce-type"] == "ai.platform.pubsub.message.v1" and delivered["headers"]["ce-id"] == "m-1"

@@ -817,7 +817,8 @@ class ServerlessService:
         (and anything else to `fallback`, the network by default): what push delivery uses on one machine."""
         from caiplatform.services.serverless_triggers import InternalTransport
 
-        return InternalTransport(self.resolve_internal, self.runtime, fallback)
+        on_delivery = self.triggers.record_push if self.triggers is not None else None
+        return InternalTransport(self.resolve_internal, self.runtime, fallback, on_delivery=on_delivery)
 
     def _route_internal(self, project: ProjectRef, name: str, present: bool) -> None:
         """Tell push delivery where this service's private hostname goes (or that it is gone)."""

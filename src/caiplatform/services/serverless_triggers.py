@@ -437,6 +437,29 @@ class TriggerService:
         await asyncio.gather(*fired)
         return len(fired)
 
+    async def record_push(self, ref: WorkloadRef, headers: httpx.Headers, status: int | None, error: str) -> None:
+        """A push delivery of a pubsub trigger's subscription (`ce-subscription: trigger-<name>`) becomes a
+        run of that trigger (occurrence `<ce-id>#<attempt>`)."""
+        subscription = headers.get("ce-subscription", "")
+        if not subscription.startswith("trigger-"):
+            return
+        name = subscription.removeprefix("trigger-")
+        occurrence = f"{headers.get('ce-id', '')}#{headers.get('ce-deliveryattempt', '1')}"[:200]
+        now = self.clock.now()
+
+        def run(session: Session) -> None:
+            row = session.scalar(select(TriggerRow).where(TriggerRow.project_id == ref.project_id,
+                                                          TriggerRow.name == name))
+            if row is None or row.source.get("type") != "pubsub" or row.target.get("service") != ref.name:
+                return
+            session.add(RunRow(trigger_id=row.id, occurrence=occurrence, status="failed" if error else "succeeded",
+                               http_status=status, error=error, started_at=now, finished_at=now))
+
+        try:
+            await self.db.run(run)
+        except IntegrityError:
+            pass  # the same attempt recorded twice
+
     async def _retry_pending(self) -> None:
         """A pubsub trigger stays pending until its topic and subscription are ready: try again."""
         if self.pubsub is None:
@@ -667,27 +690,44 @@ class InternalTransport(httpx.AsyncBaseTransport):
     on one machine."""
 
     def __init__(self, resolve: Callable[[str], Awaitable[tuple[WorkloadRef, float, str | None] | None]],
-                 runtime: WorkloadRuntime, fallback: httpx.AsyncBaseTransport | None = None):
+                 runtime: WorkloadRuntime, fallback: httpx.AsyncBaseTransport | None = None,
+                 on_delivery: Callable[[WorkloadRef, httpx.Headers, int | None, str], Awaitable[None]] | None = None):
         self._resolve = resolve
         self._runtime = runtime
         self._fallback = fallback or httpx.AsyncHTTPTransport()
+        self._on_delivery = on_delivery
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         found = await self._resolve(request.url.host)
         if found is None:
             return await self._fallback.handle_async_request(request)
         ref, timeout, tag = found
-        endpoint = await self._runtime.acquire(ref, timeout=timeout, tag=tag)
         try:
-            async with endpoint.client(timeout=timeout) as client:
-                target = endpoint.base_url.rstrip("/") + request.url.raw_path.decode("ascii")
-                headers = [(k, v) for k, v in request.headers.raw if k.lower() not in (b"host", b"content-length")]
-                body = await request.aread()
-                response = await client.request(request.method, target, headers=headers, content=body)
-                content = await response.aread()
-        finally:
-            await endpoint.release()
+            endpoint = await self._runtime.acquire(ref, timeout=timeout, tag=tag)
+            try:
+                async with endpoint.client(timeout=timeout) as client:
+                    target = endpoint.base_url.rstrip("/") + request.url.raw_path.decode("ascii")
+                    headers = [(k, v) for k, v in request.headers.raw
+                               if k.lower() not in (b"host", b"content-length")]
+                    body = await request.aread()
+                    response = await client.request(request.method, target, headers=headers, content=body)
+                    content = await response.aread()
+            finally:
+                await endpoint.release()
+        except Exception as exc:
+            await self._record(ref, request.headers, None, str(exc) or type(exc).__name__)
+            raise
+        error = "" if 200 <= response.status_code < 300 else f"the target answered {response.status_code}"
+        await self._record(ref, request.headers, response.status_code, error)
         return httpx.Response(response.status_code, headers=response.headers.raw, content=content)
+
+    async def _record(self, ref: WorkloadRef, headers: httpx.Headers, status: int | None, error: str) -> None:
+        if self._on_delivery is None:
+            return
+        try:
+            await self._on_delivery(ref, headers, status, error)
+        except Exception:  # noqa: BLE001 - the runs record never fails a delivery
+            log.warning("serverless: could not record a push delivery", exc_info=True)
 
     async def aclose(self) -> None:
         await self._fallback.aclose()
