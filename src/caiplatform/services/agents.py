@@ -304,10 +304,22 @@ class AgentService:
         if not found:
             raise NotFound(unknown_agent(name))
         if len(found) > 1:
-            raise Conflict(
-                f"agent {name} exists in several projects ({', '.join(sorted(p.slug for _, p, _ in found))}); "
-                "add ?project=<slug> to choose one"
-            )
+            # Someone else's agent looks like a missing one: only the ones this caller may manage count.
+            allowed, refusals = [], []
+            for candidate in found:
+                try:
+                    self._owner_gate_sync(session, principal, candidate[2], candidate[0])
+                    allowed.append(candidate)
+                except (NotFound, Forbidden) as exc:
+                    refusals.append(exc)
+            if len(allowed) > 1:
+                raise Conflict(
+                    f"agent {name} exists in several projects ({', '.join(sorted(p.slug for _, p, _ in allowed))}); "
+                    "add ?project=<slug> to choose one"
+                )
+            if not allowed:
+                raise next((e for e in refusals if isinstance(e, Forbidden)), refusals[0])
+            return allowed[0]
         agent, proj, grant = found[0]
         self._owner_gate_sync(session, principal, grant, agent)
         return agent, proj, grant
