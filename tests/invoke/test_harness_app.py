@@ -201,3 +201,22 @@ async def test_recalled_memories_reach_the_model_but_not_the_transcript(model, h
                           json={"message": "hi", "memories": ["injected"]})
     seen = [m for m in model.requests[-1].messages if m["role"] == "user"][-1]["content"]
     assert "injected" not in json.dumps(seen)
+
+
+async def test_redis_session_store_from_the_environment(redis_url, harness_env, harness_client):
+    import redis.asyncio as aioredis
+
+    env = harness_env("function", PYTHON_FUNCTION, CAI_INTERNAL_TOKEN=TOKEN, CAI_SESSION_STORE=redis_url)
+    client = harness_client(env)
+    r = await client.post("/invoke", json={"message": "kept in redis", "user_id": "u1"})
+    session_id = r.headers["X-CAI-Session-Id"]
+    other = harness_client(env)  # another instance of the same agent sees the session
+    transcript = (await other.get(f"/internal/sessions/{session_id}", headers=INTERNAL)).json()
+    assert transcript["events"][0]["content"]["parts"] == [{"text": "kept in redis"}]
+    redis = aioredis.from_url(redis_url)
+    try:
+        keys = [k async for k in redis.scan_iter(match=f"cai:sessions:{env['CAI_PROJECT_ID']}:*")]
+        assert keys
+        await redis.delete(*keys)
+    finally:
+        await redis.aclose()

@@ -14,8 +14,9 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_harness_app(dict(os.environ))
     port = int(os.environ.get("PORT") or 8080)
-    uvicorn.run(app, host=os.environ.get("CAI_HARNESS_HOST", "127.0.0.1"), port=port, log_level="warning",
-                access_log=False, lifespan="on")
+    # Access lines and start-up go to the instance's output, which the runtime keeps as the agent's logs.
+    uvicorn.run(app, host=os.environ.get("CAI_HARNESS_HOST", "127.0.0.1"), port=port, log_level="info",
+                access_log=True, lifespan="on")
 
 
 if __name__ == "__main__":

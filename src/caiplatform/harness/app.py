@@ -171,6 +171,8 @@ class Harness:
     async def aclose(self) -> None:
         if self.runner is not None:
             await self.runner.aclose()
+        if self.store not in _memory_stores.values():  # a shared in-process store outlives the instance
+            await self.store.aclose()
 
     # -- callers ---------------------------------------------------------------------------------
     def internal_presented(self, request: Request) -> bool:
