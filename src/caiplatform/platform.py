@@ -342,6 +342,7 @@ class Platform:
             forget_bindings=lambda agent_id: self.secrets.forget_agent(agent_id),
             forget_memory=lambda target: self.invoke.forget_agent(target),
             public_upstream=lambda target: self.invoke.public_upstream(target),
+            authenticate=self.auth.authenticate,
         )
 
     @cached_property

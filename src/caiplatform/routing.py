@@ -27,12 +27,17 @@ class Upstream:
 
 
 UpstreamFactory = Callable[[], Awaitable[Upstream]]
+#: A published host's gate (auth mode, rate budget): given the method, the path and the request headers
+#: (lowercase names), None lets the request through; (status, message, extra headers) refuses it.
+Refusal = tuple[int, str, dict[str, str]]
+HostGuard = Callable[[str, str, dict[str, str]], Awaitable[Refusal | None]]
 
 
 class HostRouter:
     def __init__(self, apps_domain: str):
         self.apps_domain = apps_domain.lower().strip(".")
         self._routes: dict[str, UpstreamFactory] = {}
+        self._guards: dict[str, HostGuard] = {}
 
     def host_for(self, name: str, project_short: str) -> str:
         return f"{name}-{project_short}.{self.apps_domain}"
@@ -40,11 +45,19 @@ class HostRouter:
     def public_url(self, name: str, project_short: str, scheme: str = "https") -> str:
         return f"{scheme}://{self.host_for(name, project_short)}"
 
-    def register(self, host: str, upstream: UpstreamFactory) -> None:
+    def register(self, host: str, upstream: UpstreamFactory, guard: HostGuard | None = None) -> None:
         self._routes[host.lower()] = upstream
+        if guard is None:
+            self._guards.pop(host.lower(), None)
+        else:
+            self._guards[host.lower()] = guard
 
     def unregister(self, host: str) -> None:
         self._routes.pop(host.lower(), None)
+        self._guards.pop(host.lower(), None)
+
+    def guard_for(self, host: str) -> HostGuard | None:
+        return self._guards.get(host.lower().split(":", 1)[0])
 
     def is_apps_host(self, host: str) -> bool:
         bare = host.lower().split(":", 1)[0]

@@ -13,9 +13,10 @@ HOP_BY_HOP = {
 }
 
 
-async def _json(send: Send, status: int, body: bytes, request_id: str) -> None:
+async def _json(send: Send, status: int, body: bytes, request_id: str, extra: dict[str, str] | None = None) -> None:
     await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"x-request-id", request_id.encode())]})
+        (b"content-type", b"application/json"), (b"x-request-id", request_id.encode()),
+        *[(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (extra or {}).items()]]})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -27,6 +28,14 @@ async def proxy(router: HostRouter, client: httpx.AsyncClient, scope: Scope, rec
     if factory is None:
         await _json(send, 404, json.dumps({"error": "not found", "request_id": request_id}).encode(), request_id)
         return
+    guard = router.guard_for(host)
+    if guard is not None:  # the published address's auth mode and rate budget
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        refusal = await guard(scope["method"], scope["path"], headers)
+        if refusal is not None:
+            status, message, extra = refusal
+            await _json(send, status, json.dumps({"error": message, "request_id": request_id}).encode(), request_id, extra)
+            return
     try:
         upstream = await factory()
     except Exception as exc:  # noqa: BLE001 - an unavailable upstream is the client's 503, not a crash

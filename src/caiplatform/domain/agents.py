@@ -159,6 +159,17 @@ EXPOSE_MODES = ("apikey", "jwt", "none")
 RATE_LIMIT = re.compile(r"^([1-9][0-9]*)/(second|minute|hour|day)$")
 
 
+RATE_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+def rate_budget(text: str) -> tuple[int, int]:
+    """(requests, per seconds) of a valid `CAI_EXPOSE_RATE_LIMIT`."""
+    match = RATE_LIMIT.match(text.strip())
+    if match is None:
+        raise ValueError(f"not a rate budget: {text!r}")
+    return int(match.group(1)), RATE_UNITS[match.group(2)]
+
+
 def exposure(env: dict[str, str]) -> tuple[str | None, str]:
     """(auth mode or None when unpublished, refusal text or "") for an agent's env."""
     mode = (env.get(EXPOSE_EXTERNAL) or "").strip()

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import secrets as pysecrets
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -20,6 +21,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -47,7 +49,8 @@ from caiplatform.ports.runtime import (
     WorkloadStatus,
 )
 from caiplatform.principal import Principal, PrincipalKind
-from caiplatform.routing import HostRouter, Upstream
+from caiplatform.ratelimit import TokenBucketLimiter
+from caiplatform.routing import HostGuard, HostRouter, Refusal, Upstream
 from caiplatform.services.access import Access, ProjectGrant, ProjectRef
 from caiplatform.services.agent_directory import EmbedTarget, InvokeTarget
 from caiplatform.services.audit import AuditLog
@@ -178,6 +181,7 @@ class AgentService:
         forget_bindings: Callable[[str], Any] | None = None,
         forget_memory: Callable[[InvokeTarget], Any] | None = None,
         public_upstream: Callable[[InvokeTarget], Any] | None = None,
+        authenticate: Callable[[str], Principal] | None = None,
     ):
         self.db = db
         self.access = access
@@ -195,6 +199,8 @@ class AgentService:
         # Hooks into the invoke area: drop the long-term memory at delete; serve the published host.
         self.forget_memory = forget_memory
         self.public_upstream = public_upstream
+        # How a published `apikey` address checks the key it is shown (the platform's own keys).
+        self.authenticate = authenticate
         self._tasks: dict[str, set[asyncio.Task[Any]]] = {}
         self._roll_locks: dict[str, asyncio.Lock] = {}
         self._quota_locks: dict[str, asyncio.Lock] = {}
@@ -298,10 +304,22 @@ class AgentService:
         if not found:
             raise NotFound(unknown_agent(name))
         if len(found) > 1:
-            raise Conflict(
-                f"agent {name} exists in several projects ({', '.join(sorted(p.slug for _, p, _ in found))}); "
-                "add ?project=<slug> to choose one"
-            )
+            # Someone else's agent looks like a missing one: only the ones this caller may manage count.
+            allowed, refusals = [], []
+            for candidate in found:
+                try:
+                    self._owner_gate_sync(session, principal, candidate[2], candidate[0])
+                    allowed.append(candidate)
+                except (NotFound, Forbidden) as exc:
+                    refusals.append(exc)
+            if len(allowed) > 1:
+                raise Conflict(
+                    f"agent {name} exists in several projects ({', '.join(sorted(p.slug for _, p, _ in allowed))}); "
+                    "add ?project=<slug> to choose one"
+                )
+            if not allowed:
+                raise next((e for e in refusals if isinstance(e, Forbidden)), refusals[0])
+            return allowed[0]
         agent, proj, grant = found[0]
         self._owner_gate_sync(session, principal, grant, agent)
         return agent, proj, grant
@@ -779,10 +797,79 @@ class AgentService:
             endpoint = await self.runtime.acquire(ref, timeout=timeout)
             return Upstream(endpoint.base_url, endpoint.release, timeout)
 
-        self.hosts.register(host, upstream)
+        self.hosts.register(host, upstream, self._host_guard(record, mode))
         url = self._external_url(record)
         if record.external_url != url:
             await self._store_external_url(record.id, url)
+
+    def _host_guard(self, record: AgentRecord, mode: str) -> HostGuard:
+        """The published address's gate: the auth mode (`apikey`: a platform key with access to the
+        project; `jwt`: a token signed by the configured issuer's JWKS; `none`), then the rate budget.
+        `GET /healthz` answers without a credential."""
+        count, seconds = rules.rate_budget(record.env[rules.EXPOSE_RATE_LIMIT])
+        limiter = TokenBucketLimiter(count / seconds, count, self.clock)
+        budget = record.env[rules.EXPOSE_RATE_LIMIT].strip()
+        jwks: list[Any] = []
+        project_id = record.project.id
+
+        def bearer(headers: dict[str, str]) -> str:
+            scheme, _, token = headers.get("authorization", "").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else ""
+
+        async def check_apikey(headers: dict[str, str]) -> Refusal | None:
+            key = bearer(headers) or headers.get("x-api-key", "").strip()
+            if not key:
+                return 401, "this agent's public address requires an API key: send Authorization: Bearer <key>", {"WWW-Authenticate": "Bearer"}
+            principal = await anyio.to_thread.run_sync(self.authenticate, key) if self.authenticate else None
+            if principal is None or not principal.authenticated:
+                return 401, "invalid or expired API key", {"WWW-Authenticate": "Bearer"}
+
+            def visible(session: Session) -> bool:
+                project = session.get(Project, project_id)
+                return project is not None and self.access.grant_sync(session, principal, project).visible
+
+            if not await self.db.run(visible):
+                return 403, "this API key has no access to the agent's project", {}
+            return None
+
+        def verify_jwt(token: str) -> None:
+            import jwt
+
+            if not jwks:
+                jwks.append(jwt.PyJWKClient(record.env[rules.EXPOSE_JWT_JWKS_URI].strip()))
+            key = jwks[0].get_signing_key_from_jwt(token).key
+            audiences = [a.strip() for a in record.env.get("CAI_EXPOSE_JWT_AUDIENCES", "").split(",") if a.strip()]
+            jwt.decode(token, key, algorithms=["RS256", "RS384", "RS512", "ES256", "ES384", "PS256", "EdDSA"],
+                       issuer=record.env[rules.EXPOSE_JWT_ISSUER].strip(), audience=audiences or None,
+                       options={"verify_aud": bool(audiences)})
+
+        async def check_jwt(headers: dict[str, str]) -> Refusal | None:
+            token = bearer(headers)
+            if not token:
+                return 401, "this agent's public address requires a bearer JWT", {"WWW-Authenticate": "Bearer"}
+            try:
+                await anyio.to_thread.run_sync(verify_jwt, token)
+            except Exception as exc:  # noqa: BLE001 - any verification failure is the caller's 401
+                return 401, f"invalid token: {exc}", {"WWW-Authenticate": "Bearer"}
+            return None
+
+        async def guard(method: str, path: str, headers: dict[str, str]) -> Refusal | None:
+            if not (method == "GET" and path == "/healthz"):
+                if mode == "apikey":
+                    refusal = await check_apikey(headers)
+                elif mode == "jwt":
+                    refusal = await check_jwt(headers)
+                else:
+                    refusal = None
+                if refusal is not None:
+                    return refusal
+            wait = limiter.try_acquire("host")
+            if wait is not None:
+                return 429, f"this agent's public rate budget ({budget}) is used up; retry later", {
+                    "Retry-After": str(max(1, math.ceil(wait)))}
+            return None
+
+        return guard
 
     async def _store_external_url(self, agent_id: str, url: str) -> None:
         def run(session: Session) -> None:

@@ -276,3 +276,23 @@ async def test_concurrent_first_deploys_of_one_name(client, world):
     assert codes[0] == 202 and set(codes[1:]) <= {202, 409}
     assert all(r.json()["error"] == "a build is already in progress for agent race" for r in responses if r.status_code == 409)
     assert (await wait_settled(client, world.member, "race"))["ready"]
+
+
+async def test_someone_elses_agent_of_the_same_name_does_not_make_a_name_ambiguous(platform, client, world):
+    from caiplatform.db.models import ProjectMember
+
+    def join_other(session):
+        from sqlalchemy import select as sa_select
+
+        from caiplatform.db.models import User
+
+        member = session.scalar(sa_select(User).where(User.email == "member@example.com"))
+        session.add(ProjectMember(project_id=world.other_project_id, user_id=member.id, role="member",
+                                  created_at=platform.clock.now()))
+
+    await platform.db.run(join_other)
+    assert (await deploy(client, world.member, "same", project="default")).status_code == 202
+    assert (await deploy(client, world.admin, "same", project="other")).status_code == 202
+    await wait_settled(client, world.member, "same", project="default")
+    view = await client.get("/v1/agents/same", headers=world.member)
+    assert view.status_code == 200 and view.json()["project_id"] == world.project_id

@@ -123,6 +123,9 @@ def test_deploy_manage_and_delete_on_a_real_server(tmp_path):
 
             live = http.get("/v1/agents/weather/logs")
             assert live.status_code == 200 and live.headers["content-type"].startswith("text/plain")
+            with http.stream("GET", "/v1/agents/weather/logs", params={"follow": "true"}) as following:
+                assert following.status_code == 200
+                assert next(following.iter_lines())  # the tail arrives while the stream stays open
             deadline = time.monotonic() + 20
             while not (history := http.get("/v1/agents/weather/logs/history").json())["lines"]:
                 assert time.monotonic() < deadline, history

@@ -62,7 +62,7 @@ async def test_langgraph_example_answers_through_the_platform(client, world, mod
 
 async def test_function_example_keeps_answering_across_revisions(client, world):
     """(In memory every instance shares this process's os.environ, so the env change itself is checked
-    end to end on the local runtime, tests/agents/test_e2e_serve.py.)"""
+    end to end on the local runtime, tests/agents/test_agents_e2e_serve.py.)"""
     await _deploy(client, world.member, "fn", "python-function", "function")
     first = await client.post("/v1/agents/fn/invoke", json={"message": "hi"})
     assert first.status_code == 200, first.text

@@ -250,3 +250,80 @@ async def test_service_quota_keeps_a_new_agent_deploying(platform, client, world
     assert len(stuck) == 1 and stuck[0]["message"].startswith("this project is at its service limit (4 / 4): ")
     revision = (await client.get(f"/v1/agents/{stuck[0]['name']}/revisions", headers=world.member)).json()["revisions"][0]
     assert revision["ready"] is False and revision["reason"] == "QuotaExceeded"
+
+
+async def _publish(client, headers, mode: str, rate: str, **extra: str) -> dict:
+    env = {"CAI_EXPOSE_EXTERNAL": mode, "CAI_EXPOSE_RATE_LIMIT": rate, **extra}
+    assert (await client.patch("/v1/agents/bot/env", headers=headers, json={"set": env})).status_code == 200
+    view = await wait_settled(client, headers, "bot")
+    assert view["ready"], view
+    return view
+
+
+async def test_published_address_auth_modes_and_rate_budget(platform, client, bot, world):
+    host = {"Host": f"bot-{world.project_short}.apps.localhost"}
+    await _publish(client, bot, "none", "3/minute")
+    answers = [(await client.get("/whoami", headers=host)).status_code for _ in range(4)]
+    assert answers == [200, 200, 200, 429]
+    limited = await client.get("/whoami", headers=host)
+    assert limited.json()["error"].startswith("this agent's public rate budget (3/minute)") and limited.headers["retry-after"]
+
+    await _publish(client, bot, "apikey", "100/second")
+    anonymous = await client.get("/whoami", headers=host)
+    assert anonymous.status_code == 401 and anonymous.json()["request_id"]
+    assert (await client.get("/healthz", headers=host)).status_code == 200  # liveness needs no key
+    assert (await client.get("/whoami", headers={**host, "Authorization": "Bearer cai_nope_nope"})).status_code == 401
+    assert (await client.get("/whoami", headers={**host, **world.outsider})).status_code == 403
+    assert (await client.get("/whoami", headers={**host, **world.member})).status_code == 200
+
+    await _publish(client, bot, "jwt", "100/second", CAI_EXPOSE_JWT_ISSUER="https://issuer.example",
+                   CAI_EXPOSE_JWT_JWKS_URI="http://127.0.0.1:9/jwks.json")
+    assert (await client.get("/whoami", headers=host)).status_code == 401
+    assert (await client.get("/whoami", headers={**host, "Authorization": "Bearer not.a.jwt"})).status_code == 401
+
+
+@pytest.fixture
+def jwks_server():
+    """A JWKS document on a loopback port and a function that signs tokens with its key."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    body = json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def sign(claims: dict) -> str:
+        return jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
+
+    yield f"http://127.0.0.1:{server.server_address[1]}/jwks.json", sign
+    server.shutdown()
+
+
+async def test_published_address_verifies_jwts_against_the_jwks(client, bot, world, jwks_server):
+    uri, sign = jwks_server
+    host = {"Host": f"bot-{world.project_short}.apps.localhost"}
+    await _publish(client, bot, "jwt", "100/second", CAI_EXPOSE_JWT_ISSUER="https://issuer.example",
+                   CAI_EXPOSE_JWT_JWKS_URI=uri, CAI_EXPOSE_JWT_AUDIENCES="bot-api,other")
+    good = sign({"iss": "https://issuer.example", "aud": "bot-api", "sub": "u1"})
+    assert (await client.get("/whoami", headers={**host, "Authorization": f"Bearer {good}"})).status_code == 200
+    wrong_issuer = sign({"iss": "https://elsewhere.example", "aud": "bot-api"})
+    assert (await client.get("/whoami", headers={**host, "Authorization": f"Bearer {wrong_issuer}"})).status_code == 401
+    wrong_audience = sign({"iss": "https://issuer.example", "aud": "someone-else"})
+    assert (await client.get("/whoami", headers={**host, "Authorization": f"Bearer {wrong_audience}"})).status_code == 401

@@ -1,0 +1,58 @@
+"""The agents service's tables and rules on PostgreSQL (migrations, build claims, cascades), with the
+in-memory builder and runtime."""
+
+from __future__ import annotations
+
+import pytest
+from agents_support import FUNCTION, tarball
+from sqlalchemy import update
+
+from caiplatform.db import Database
+from caiplatform.db.models.agents import Agent
+from caiplatform.errors import Conflict
+from caiplatform.platform import Platform
+from caiplatform.principal import Principal
+from caiplatform.services.agents import DeployUpload
+from caiplatform.settings import Settings
+from caiplatform.testing import engines, tiny_app
+
+
+@pytest.fixture
+def pg_url(postgres_url):
+    """A database of this module's own (the session's may hold other tests' projects)."""
+    with engines.fresh_postgres_database() as url:
+        yield url
+
+
+@pytest.fixture
+async def pg_platform(pg_url):
+    db = Database(pg_url)
+    db.migrate()
+    platform = Platform(Settings(CAI_AUTOMATION_TOKEN="t"), db=db, mode="memory")
+    platform.auth.bootstrap("root@example.com", "correct horse battery staple")
+    await platform.start()
+    platform.runtime.app_factory = lambda image, env: tiny_app.create_app(env)
+    try:
+        yield platform
+    finally:
+        await platform.aclose()
+
+
+async def test_deploy_manage_and_delete_on_postgres(pg_platform):
+    agents, automation = pg_platform.agents, Principal.automation()
+    upload = DeployUpload(fields={"name": "pg", "framework": "function"}, code=tarball(FUNCTION))
+    await agents.deploy(automation, "default", upload)
+    await agents.wait_idle()
+    assert (await agents.get(automation, "pg", None))["ready"]
+    await pg_platform.db.run(lambda s: s.execute(update(Agent).where(Agent.name == "pg").values(build_claimed_at=pg_platform.clock.now())))
+    with pytest.raises(Conflict, match="a build is already in progress for agent pg"):
+        await agents.redeploy(automation, "pg", None)
+    await pg_platform.db.run(lambda s: s.execute(update(Agent).values(build_claimed_at=None)))
+    await agents.patch_secrets(automation, "pg", None, {"set": {"K": "v"}})
+    await agents.write_file(automation, "pg", None, "extra.py", {"content": "X = 1\n"})
+    await agents.put_embed(automation, "pg", None, {"enabled": True})
+    await agents.wait_idle()
+    assert (await agents.get(automation, "pg", None))["latest_revision"] == "pg-00002"
+    assert [f["path"] for f in (await agents.list_files(automation, "pg", None))["files"]] == ["extra.py", "main.py"]
+    assert await agents.delete(automation, "pg", None) == {"agent": "pg", "deleted": True}
+    assert (await agents.list(automation, None, None, None))["agents"] == []
