@@ -164,10 +164,9 @@ class Platform:
             mcp_host = self.registry.load("mcp_host", "local")(
                 self.data_dir, supervisor=self.supervisor, registry_host=self.settings.registry_host, hosts=self.hosts
             )
-        # CAI_PROJECT_KEY hook: the service mints workload keys itself (`mint_workload_key_row`) until the
-        # identity area's minting is merged; pass `workload_keys=` here then.
         self.mcp = McpServerService(
             self.db, self.access, self.audit, self.clock, self.pager, mcp_host, api_url=self.settings.base_url or "",
+            workload_keys=lambda project_id, label: self.service_accounts.mint_workload_key(project_id, label, replace=True),
         )
 
     def _build_identity(self) -> None:
@@ -205,9 +204,6 @@ class Platform:
         self.search.register("service_account", search_sources.service_account_source(self.db))
         self.search.register("secret", search_sources.secret_source(secret_names))
         self.search.register("mcp_server", search_sources.mcp_server_source(self.db))
-        # Hosted MCP servers read their project's secrets with a workload key.
-        if self.mcp.workload_keys is None:
-            self.mcp.workload_keys = lambda project_id: self.service_accounts.mint_workload_key(project_id, "mcp")
         self._closers.append(provisioner.close)
 
     # -- lifecycle ------------------------------------------------------------------------------

@@ -105,6 +105,16 @@ async def test_workload_key(client, platform, world):
     assert (await client.get("/v1/auth/me", headers=bearer(secret))).status_code == 401
 
 
+async def test_a_replacing_workload_key_revokes_the_earlier_one_of_its_label(client, platform, world):
+    project = world.ids["P"]
+    first = await platform.service_accounts.mint_workload_key(project, "mcp:one", replace=True)
+    other = await platform.service_accounts.mint_workload_key(project, "mcp:two", replace=True)
+    second = await platform.service_accounts.mint_workload_key(project, "mcp:one", replace=True)
+    assert (await client.get("/v1/auth/me", headers=bearer(first))).status_code == 401
+    for live in (other, second):
+        assert (await client.get("/v1/auth/me", headers=bearer(live))).status_code == 200
+
+
 async def test_profile_and_model_key(client, admin_headers, world, platform):
     profile = (await client.get("/v1/profile", headers=world.headers["member"])).json()
     assert set(profile) == {"model_key_configured", "secret", "namespace", "scope"}

@@ -417,22 +417,3 @@ async def test_resume_serves_again_and_finishes_unfinished_builds(client, admin_
     assert len(platform.mcp.host.builds) == builds + 1  # only the unfinished one builds again
     status = {s["name"]: (s["status"], s.get("message")) for s in (await client.get(base, headers=admin_headers)).json()["mcpservers"]}
     assert status == {"ok": ("ready", None), "broken": ("failed", "build failed: earlier"), "midway": ("ready", None)}
-
-
-async def test_the_workload_key_hook_takes_either_shape(platform):
-    calls = []
-
-    async def by_project(project_id):
-        calls.append(project_id)
-        return "cai_wl_one_arg"
-
-    platform.mcp.workload_keys = by_project
-    assert await platform.mcp.workload_keys("p", "mcp:s") == "cai_wl_one_arg" and calls == ["p"]
-
-    async def labelled(project_id, label):
-        return f"cai_wl_{label}"
-
-    platform.mcp.workload_keys = labelled
-    assert await platform.mcp.workload_keys("p", "x") == "cai_wl_x"
-    platform.mcp.workload_keys = None  # back to the built-in hook
-    assert platform.mcp.workload_keys is not None

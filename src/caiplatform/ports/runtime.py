@@ -65,8 +65,10 @@ class WorkloadRef:
 
     @property
     def key(self) -> str:
-        """Unique across projects; safe in file names and process names."""
-        return f"{self.project_short}-{self.name}"
+        """Unique across projects and kinds; safe in file names and process names. Agents and functions
+        share one name space (document 1); a service or an MCP server may bear an agent's name."""
+        space = "agent" if self.kind in ("agent", "function") else self.kind
+        return f"{self.project_short}-{space}-{self.name}"
 
 
 @dataclass(frozen=True)

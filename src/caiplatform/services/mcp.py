@@ -8,7 +8,6 @@ current once it serves. Rollback re-points the server at a version's recorded im
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 import re
@@ -21,10 +20,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from caiplatform import security
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
-from caiplatform.db.models import ApiKey, McpServer, McpTool, McpVersion, Project
+from caiplatform.db.models import McpServer, McpTool, McpVersion, Project
 from caiplatform.errors import BadRequest, Conflict, NotFound, Unavailable
 from caiplatform.mcp.source import decorator_credential_keys
 from caiplatform.pagination import Page, Pager
@@ -137,38 +135,6 @@ def parse_credential_keys(body: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(raw))
 
 
-def mint_workload_key_row(db: Database, clock: Clock) -> WorkloadKeyMinter:
-    """HOOK until the identity area's `mint_workload_key` is merged: stores a workload key for a project.
-
-    One live key per label (`mcp:<server id>`): minting revokes the label's earlier keys, so every
-    rollout or platform restart replaces the key the server process holds instead of piling up keys."""
-
-    async def mint(project_id: str, label: str) -> str:
-        minted = security.mint_workload_key()
-
-        def store(session: Session) -> None:
-            now = clock.now()
-            earlier = session.scalars(
-                select(ApiKey).where(
-                    ApiKey.kind == "workload", ApiKey.project_id == project_id, ApiKey.display_name == label,
-                    ApiKey.revoked_at.is_(None),
-                )
-            )
-            for key in earlier:
-                key.revoked_at = now
-            session.add(
-                ApiKey(
-                    key_id=minted.key_id, secret_hash=minted.secret_hash, kind="workload", display_name=label,
-                    project_id=project_id, created_at=now,
-                )
-            )
-
-        await db.run(store)
-        return minted.secret
-
-    return mint
-
-
 def parse_version(raw: str) -> int:
     if not re.fullmatch(r"[0-9]+", raw or "") or int(raw) < 1:
         raise BadRequest(VERSION_MESSAGE)
@@ -186,7 +152,7 @@ class McpServerService:
         host: McpHost,
         *,
         api_url: str = "",
-        workload_keys: WorkloadKeyMinter | None = None,
+        workload_keys: WorkloadKeyMinter,
     ):
         self.db = db
         self.access = access
@@ -195,26 +161,10 @@ class McpServerService:
         self.pager = pager
         self.host = host
         self.api_url = api_url
-        # Mints the `cai_wl_` key a running server presents to read its project's secrets.
+        # Mints the `cai_wl_` key a running server presents to read its project's secrets: `(project id,
+        # label)`, one live key per label (`mcp:<server id>`), so a rollout replaces the previous key.
         self.workload_keys = workload_keys
         self._tasks: set[asyncio.Task[None]] = set()
-
-    @property
-    def workload_keys(self) -> WorkloadKeyMinter:
-        return self._workload_keys
-
-    @workload_keys.setter
-    def workload_keys(self, minter: Callable[..., Awaitable[str]] | None) -> None:
-        """None: the built-in hook; a one-argument minter (project id) is accepted as well."""
-        if minter is None:
-            minter = mint_workload_key_row(self.db, self.clock)
-        elif len(inspect.signature(minter).parameters) == 1:
-            by_project = minter
-
-            async def minter(project_id: str, _label: str) -> str:  # type: ignore[no-redef]
-                return await by_project(project_id)
-
-        self._workload_keys = minter
 
     # -- helpers --------------------------------------------------------------------------------
 

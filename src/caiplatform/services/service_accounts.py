@@ -9,6 +9,7 @@ workloads and may only mint secret read tokens for that project.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -206,15 +207,19 @@ class ServiceAccountService:
 
     # -- workload keys (platform-internal: no caller principal) -------------------------------------
 
-    async def mint_workload_key(self, project_id: str, display_name: str = "workload") -> str:
+    async def mint_workload_key(self, project_id: str, display_name: str = "workload", *, replace: bool = False) -> str:
         """A `cai_wl_...` key for a project's workloads (agents, MCP servers) to put in `CAI_PROJECT_KEY`.
 
-        Called by the platform at deploy; the whole key is returned once and only its hash is kept."""
+        Called by the platform at deploy; the whole key is returned once and only its hash is kept. With
+        `replace`, the project's earlier live keys of the same `display_name` are revoked in the same
+        transaction (one live key per workload, however often it rolls out)."""
         now = self.clock.now()
 
         def mint(session: Session) -> str:
             if session.get(Project, project_id) is None:
                 raise NotFound("not found")
+            if replace:
+                self._revoke_workload_keys_sync(session, project_id, display_name, now)
             _, secret = new_key(session, now, kind="workload", display_name=display_name, expires_at=None, project_id=project_id)
             return secret
 
@@ -223,20 +228,20 @@ class ServiceAccountService:
     async def revoke_workload_keys(self, project_id: str, display_name: str) -> int:
         """Revoke a project's live workload keys minted under `display_name` (e.g. when an agent goes)."""
         now = self.clock.now()
+        return await self.db.run(lambda session: self._revoke_workload_keys_sync(session, project_id, display_name, now))
 
-        def revoke(session: Session) -> int:
-            rows = list(
-                session.scalars(
-                    select(ApiKey).where(
-                        ApiKey.project_id == project_id,
-                        ApiKey.kind == "workload",
-                        ApiKey.display_name == display_name,
-                        ApiKey.revoked_at.is_(None),
-                    )
+    @staticmethod
+    def _revoke_workload_keys_sync(session: Session, project_id: str, display_name: str, now: datetime) -> int:
+        rows = list(
+            session.scalars(
+                select(ApiKey).where(
+                    ApiKey.project_id == project_id,
+                    ApiKey.kind == "workload",
+                    ApiKey.display_name == display_name,
+                    ApiKey.revoked_at.is_(None),
                 )
             )
-            for key in rows:
-                key.revoked_at = now
-            return len(rows)
-
-        return await self.db.run(revoke)
+        )
+        for key in rows:
+            key.revoked_at = now
+        return len(rows)
