@@ -204,7 +204,24 @@ class Platform:
         self.search.register("service_account", search_sources.service_account_source(self.db))
         self.search.register("secret", search_sources.secret_source(secret_names))
         self.search.register("mcp_server", search_sources.mcp_server_source(self.db))
+        self._wire_workload_areas_into_identity(search_sources)
         self._closers.append(provisioner.close)
+
+    def _wire_workload_areas_into_identity(self, search_sources: Any) -> None:
+        """What the identity views need from agents, services and the runtime, resolved lazily (those
+        areas are built on first use)."""
+        from caiplatform.db.models import Agent, ServerlessService
+
+        self.projects.usage = lambda namespace: self.runtime.usage(namespace)
+        self.agent_hooks.project_agents = lambda project_id: self.agents.project_agent_names(project_id)
+        self.agent_hooks.user_agents = lambda user_id: self.agents.user_agents(user_id)
+        self.agent_hooks.unowned_agents = lambda: self.agents.unowned_agents()
+        self.profile.on_model_key_change = lambda key: self.agents.model_key_changed(key)
+        for kind, route in (("agent", "agents"), ("function", "functions")):
+            self.search.register(kind, search_sources.rows_source(
+                self.db, kind, Agent, route, where=(Agent.kind == kind,), subtitle=lambda a: a.framework))
+        self.search.register("service", search_sources.rows_source(
+            self.db, "service", ServerlessService, "services", subtitle=lambda s: str(s.spec.get("image", ""))))
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -115,24 +115,34 @@ def service_account_source(db: Database) -> SearchFn:
     return search
 
 
-def mcp_server_source(db: Database) -> SearchFn:
+def rows_source(
+    db: Database, kind: str, model: Any, route: str, *, where: tuple[Any, ...] = (),
+    subtitle: Callable[[Any], str] = lambda _row: "",
+) -> SearchFn:
+    """A content source over one table whose rows have `project_id` and `name` (MCP servers, agents,
+    functions, serverless services): a row matches when the query is part of its name."""
+
     async def search(_principal: Principal, query: str, grants: list[ProjectGrant]) -> list[dict[str, Any]]:
         by_id = {g.project.id: g for g in grants}
 
         def fetch(session: Session) -> list[dict[str, Any]]:
-            rows = session.scalars(select(McpServer).where(McpServer.project_id.in_(by_id)))
+            rows = session.scalars(select(model).where(model.project_id.in_(by_id), *where))
             return [
                 result(
-                    "mcp_server", s.name, by_id[s.project_id],
-                    f"/projects/{by_id[s.project_id].project.slug}/mcpservers/{s.name}", s.status or "pending",
+                    kind, row.name, by_id[row.project_id],
+                    f"/projects/{by_id[row.project_id].project.slug}/{route}/{row.name}", subtitle(row),
                 )
-                for s in rows
-                if query in s.name.lower()
+                for row in rows
+                if query in row.name.lower()
             ]
 
         return await db.run(fetch)
 
     return search
+
+
+def mcp_server_source(db: Database) -> SearchFn:
+    return rows_source(db, "mcp_server", McpServer, "mcpservers", subtitle=lambda s: s.status or "pending")
 
 
 def secret_source(list_names: Callable[[str], Awaitable[list[str]]]) -> SearchFn:
