@@ -6,8 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from caiplatform.build.checks import check_source, framework_for
 
+from caiplatform.build.checks import check_source, framework_for
 from caiplatform.ports.builder import BuildError, truncate_build_message
 from caiplatform.testing import sources
 
