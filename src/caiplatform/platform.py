@@ -90,7 +90,6 @@ class Platform:
         self._closers: list[Any] = []
         self.secrets = self._build_secrets()
         self._build_identity()
-        self.secrets.set_agents(self._agent_secrets())
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -130,7 +129,6 @@ class Platform:
     def _build_secrets(self) -> Any:
         """Project secrets: OpenBao/Vault at `CAI_BAO_ADDR`; in memory for `in_memory()`; otherwise the
         embedded OpenBao attached by `start()` (503 "not configured" until then)."""
-        from caiplatform.adapters.memory.agent_secrets import InMemoryAgentSecrets
         from caiplatform.services.secrets import SecretStore
 
         backend = None
@@ -138,9 +136,8 @@ class Platform:
             backend = self.registry.load("secrets", "openbao")(self.settings.bao_addr, self.settings.bao_token)
         elif self.mode == "memory":
             backend = self.registry.load("secrets", "memory")(clock=self.clock)
-        # Until the agents area provides its implementation of the agent-secret port.
-        agents = InMemoryAgentSecrets()
-        store = SecretStore(self.db, self.access, self.audit, self.clock, self.pager, backend, agents)
+        # Bindings reach agents through the agents area's agent-secret port.
+        store = SecretStore(self.db, self.access, self.audit, self.clock, self.pager, backend, self._agent_secrets())
         self._closers.append(lambda: store.backend.close())
         return store
 

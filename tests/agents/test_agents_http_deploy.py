@@ -296,3 +296,15 @@ async def test_someone_elses_agent_of_the_same_name_does_not_make_a_name_ambiguo
     await wait_settled(client, world.member, "same", project="default")
     view = await client.get("/v1/agents/same", headers=world.member)
     assert view.status_code == 200 and view.json()["project_id"] == world.project_id
+
+
+async def test_a_malformed_name_in_a_path_is_400(client, world):
+    for path in ("/v1/agents/Bad_Name", "/v1/agents/Bad_Name/env", "/v1/agents/-x/revisions"):
+        response = await client.get(path, headers=world.member)
+        assert response.status_code == 400 and response.json()["error"] == "invalid agent name (must be a lowercase DNS label)"
+
+
+async def test_a_caller_without_projects_resolves_to_no_project(client, world):
+    response = await _post(client, world.outsider, {"name": "lost", "framework": "langgraph"}, _code(), params={})
+    assert response.status_code == 409
+    assert response.json()["error"] == "request resolved to no project: add ?project=<slug> or use a project-scoped credential"

@@ -105,7 +105,8 @@ async def test_hooks_for_the_identity_area(platform, world, automation):
     assert await platform.agents.model_key_changed("platform-key") == []
     await platform.agents.wait_idle()
     assert (await platform.agents.get(automation, "orphan", None))["latest_revision"] == "orphan-00002"
-    assert (await platform.agents.get(automation, "owned", None))["latest_revision"] == "owned-00002"
+    owned = await platform.agents.get(automation, "owned", None)
+    assert owned["latest_revision"] == "owned-00002", owned.get("message")
     target = await platform.agents.manage_target(automation, "orphan", None)
     endpoint = await platform.runtime.acquire(target.workload, timeout=5)
     async with endpoint.client() as http:

@@ -26,7 +26,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from caiplatform import security
+from caiplatform import security, validation
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database, new_id
 from caiplatform.db.models import ApiKey, PlatformSetting, Project
@@ -297,9 +297,8 @@ class AgentService:
 
     def _locate_sync(self, session: Session, principal: Principal, name: str, project: str | None) -> tuple[Agent, Project, ProjectGrant]:
         """The owner gate of every management route."""
+        validation.agent_name(name)  # 400 `invalid agent name (must be a lowercase DNS label)`
         grants = self._projects_sync(session, principal, project)
-        if not isinstance(name, str) or not AGENT_NAME.match(name):
-            raise NotFound(unknown_agent(name))
         found = self._candidates_sync(session, grants, name)
         if not found:
             raise NotFound(unknown_agent(name))
@@ -1405,6 +1404,8 @@ class AgentService:
         )
 
     async def invoke_target(self, principal: Principal, name: str, project: str | None) -> InvokeTarget:
+        validation.agent_name(name)
+
         def run(session: Session) -> InvokeTarget:
             if principal.authenticated:
                 grants = self._projects_sync(session, principal, project)

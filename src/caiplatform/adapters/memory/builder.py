@@ -7,11 +7,13 @@ on `close()`; a later change to the uploaded tree never reaches a built image.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -40,10 +42,19 @@ class InMemoryBuilder(Builder):
         self._images: dict[str, Image] = {}  # digest -> image as first built (reference varies by workload)
         self._references: dict[str, Image] = {}
         self.builds = 0  # how many builds did real work (tests and benchmarks read it)
+        self._locks: dict[str, asyncio.Lock] = {}
 
     async def build(self, request: BuildRequest, log: BuildLog | None = None) -> Image:
         emit = log or (lambda _line: None)
         checked = await check_request(request, self.registry_host)
+        digest, reference = checked.digest, checked.reference
+        # Concurrent builds of one source take turns (they would share the staging directory).
+        async with self._locks.setdefault(digest, asyncio.Lock()):
+            image = await self._build_locked(checked, request, emit)
+        self._references[reference] = replace(image, reused=False)
+        return image
+
+    async def _build_locked(self, checked: Any, request: BuildRequest, emit: BuildLog) -> Image:
         source, framework, digest, reference = checked.source, checked.framework, checked.digest, checked.reference
         existing = self._images.get(digest)
         if existing is not None and Path(existing.location).is_dir():
@@ -68,7 +79,6 @@ class InMemoryBuilder(Builder):
                 location=str(location),
             )
             self._images[digest] = image
-        self._references[reference] = replace(image, reused=False)
         return image
 
     async def resolve(self, reference: str) -> Image | None:
