@@ -4,7 +4,6 @@ in-memory builder and runtime."""
 from __future__ import annotations
 
 import pytest
-from agents_support import FUNCTION, tarball
 from sqlalchemy import update
 
 from caiplatform.db import Database
@@ -15,6 +14,8 @@ from caiplatform.principal import Principal
 from caiplatform.services.agents import DeployUpload
 from caiplatform.settings import Settings
 from caiplatform.testing import engines, tiny_app
+
+from .agents_support import FUNCTION, tarball
 
 
 @pytest.fixture
