@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -59,11 +60,7 @@ class Database:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """One transaction: commit on success, roll back on any exception."""
-        if self._one_connection is None:
-            with self._sessions() as session, session.begin():
-                yield session
-            return
-        with self._one_connection, self._sessions() as session, session.begin():
+        with self._turn(), self._sessions() as session, session.begin():
             yield session
 
     def run_sync(self, fn: Callable[[Session], T]) -> T:
@@ -94,11 +91,17 @@ class Database:
         Base.metadata.create_all(self.engine)
 
     def ping(self) -> None:
-        with self.engine.connect() as conn:
+        with self._turn(), self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
 
     def dispose(self) -> None:
-        self.engine.dispose()
+        # Closing the one in-memory connection while a worker thread is inside a statement on it crashes
+        # SQLite (a background task of a platform being closed may still be finishing a unit of work).
+        with self._turn():
+            self.engine.dispose()
+
+    def _turn(self) -> contextlib.AbstractContextManager[Any]:
+        return self._one_connection if self._one_connection is not None else contextlib.nullcontext()
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
