@@ -1,29 +1,41 @@
-"""CrewAI runner end to end against the scripted model.
+"""A CrewAI crew end to end, the way the platform runs one: its `requirements.txt` names crewai, the local
+builder installs it into the image's own environment (pip may move pydantic and mcp back there, never in
+the platform's), and the real harness process (`python -m caiplatform.harness`) serves the crew against the
+scripted model.
 
-CrewAI pins pydantic<2.13 and mcp<2, which conflict with the platform's own environment, so these
-tests run only where crewai is importable (an agent build environment, or a venv made with
-`python -m venv --system-site-packages v && v/bin/pip install crewai`).
+The environment is built once and kept under the user's cache dir (see `crewai_image`): the first run
+installs crewai (about 25 s with a warm network), later runs reuse it and take seconds.
 """
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
+import json
+import os
 import uuid
+from pathlib import Path
 
+import httpx
 import pytest
+import pytest_asyncio
 
-from caiplatform.adapters.memory.sessions import InMemorySessionStore
-from caiplatform.testing.model_server import Step, tool_step
-from caiplatform.testing.turn_checks import (
-    check_buffered_equals_stream,
-    check_stream_shape,
-    check_transcript,
-    write_agent,
-)
-from caiplatform.turns import Conversation, load_runner
+from caiplatform.adapters.local.builder import LocalBuilder
+from caiplatform.ports.builder import BuildRequest, Image
+from caiplatform.supervisor import ProcessSpec, ProcessSupervisor, free_port
+from caiplatform.testing.http import healthz_probe
+from caiplatform.testing.model_server import Step, model_env, tool_step
+from caiplatform.testing.turn_checks import check_stream_shape, check_transcript, joined, write_agent
 
-pytest.importorskip("crewai", reason="crewai conflicts with the platform env (pydantic<2.13, mcp<2); see module doc")
+pytestmark = pytest.mark.asyncio(loop_scope="module")  # one harness process serves the module
+
+AGENT = "weather"
+TOKEN = "internal-token-for-crewai"
+# Pinned so the cached environment is what the tests describe (a new crewai release is a new environment).
+REQUIREMENTS = "crewai==1.15.30\n"
 
 CREW = {
+    "requirements.txt": REQUIREMENTS,
     "crew.py": '''
         from crewai import Agent, Crew, Task
         from crewai.tools import tool
@@ -44,6 +56,55 @@ CREW = {
 }
 
 
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "caiplatform-tests" / "crewai"
+
+
+@pytest.fixture(scope="session")
+def crewai_image(tmp_path_factory) -> Image:
+    """The crew built by the local builder. Its data dir (environments and pip's cache) stays under the
+    user's cache dir: environments are keyed by the requirements, the interpreter and the platform's
+    paths, so a later run reuses the installed one. A file lock keeps two concurrent runs from building
+    the same environment at once."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    source = write_agent(tmp_path_factory.mktemp("crew-src"), CREW)
+    with open(root / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        request = BuildRequest(str(uuid.uuid4()), "crewtest", AGENT, "crewai", source)
+        return asyncio.run(LocalBuilder(root / "data").build(request))
+
+
+@pytest.fixture(scope="session")
+def harness_home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("crew-home")  # CrewAI writes its own state under HOME
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def harness(crewai_image, _model_server, harness_home, tmp_path_factory):
+    """Base URL of the harness process serving the crew (through the supervisor, on a free port)."""
+    port = free_port()
+    env = {**crewai_image.env, **model_env(_model_server[1]), "PORT": str(port), "AGENT_NAME": AGENT,
+           "AGENT_IMAGE": crewai_image.reference, "CAI_SESSION_STORE": "memory", "CAI_INTERNAL_TOKEN": TOKEN,
+           "CAI_PROJECT_ID": str(uuid.uuid4()), "CREWAI_DISABLE_TELEMETRY": "true", "OTEL_SDK_DISABLED": "true",
+           "HOME": str(harness_home), "PATH": os.environ.get("PATH", "")}
+    spec = ProcessSpec(name=f"crewai-harness-{uuid.uuid4().hex[:8]}", argv=crewai_image.command, env=env,
+                       health=healthz_probe(port), startup_timeout=90, restart=False, inherit_env=False)
+    async with ProcessSupervisor(tmp_path_factory.mktemp("crew-run")) as supervisor:
+        process = await supervisor.start(spec)
+        yield f"http://127.0.0.1:{port}", process
+        await supervisor.stop(spec.name)
+
+
+@pytest.fixture
+def client_for(harness):
+    def make() -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=harness[0], timeout=120)
+
+    return make
+
+
 def weather_rule(request):
     if request.tools and not request.tool_results and "weather" in request.last_text():
         return tool_step("get_weather", reasoning="I should look it up.", city="Paris")
@@ -52,34 +113,58 @@ def weather_rule(request):
     return None  # echo
 
 
-@pytest.fixture
-def runner(model, tmp_path, monkeypatch):
-    monkeypatch.setenv("CREWAI_DISABLE_TELEMETRY", "true")
-    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
-    return load_runner("crewai", write_agent(tmp_path / f"crew-{uuid.uuid4().hex[:6]}", CREW), agent="weather")
+async def stream(client: httpx.AsyncClient, body: dict) -> tuple[httpx.Headers, list[dict]]:
+    async with client.stream("POST", "/invoke/stream", json=body) as response:
+        assert response.status_code == 200, await response.aread()
+        return response.headers, [json.loads(line) async for line in response.aiter_lines() if line.strip()]
 
 
-async def test_buffered_and_streamed_turn_with_tool(model, runner):
+async def test_the_harness_runs_in_the_crews_own_environment(crewai_image, client_for):
+    # crewai is installed in the image's own environment (it conflicts with the platform's) ...
+    env = Path(crewai_image.command[0]).parent.parent
+    version = REQUIREMENTS.strip().split("==")[1]
+    assert env.parent.name == "envs" and list(env.glob(f"lib/python*/site-packages/crewai-{version}.dist-info"))
+    # ... and the harness process, started from that environment, serves the crew.
+    async with client_for() as client:
+        config = (await client.get("/debug/config")).json()
+    assert config["framework"] == "crewai"
+
+
+async def test_buffered_and_streamed_turn_with_tool(model, client_for):
     model.set_script(weather_rule)
-    result = await runner.run("weather in Paris?", "s-1", "u-1", [])
-    assert result.output == "It is sunny in Paris today."
-    assert result.reasoning == "I should look it up.The tool answered."
-    assert result.tool_calls == [{"name": "get_weather", "summary": 'called with args={"city": "Paris"}'}]
-    check_transcript(result.events, "weather")
-    lines = [line async for line in runner.stream("weather in Paris?", "s-2", "u-2", [])]
-    check_stream_shape(lines, "s-2", "u-2")
-    check_buffered_equals_stream(result, lines)
-    assert sum(1 for line in lines if line["type"] == "output") > 1
+    async with client_for() as client:
+        response = await client.post("/invoke", json={"message": "weather in Paris?"})
+        assert response.status_code == 200, response.text
+        result = response.json()
+        assert result["output"] == "It is sunny in Paris today."
+        assert result["reasoning"] == "I should look it up.The tool answered."
+        assert result["tool_calls"] == [{"name": "get_weather", "summary": 'called with args={"city": "Paris"}'}]
+        check_transcript(result["events"], AGENT)
+
+        headers, lines = await stream(client, {"message": "weather in Paris?"})
+    check_stream_shape(lines, headers["X-CAI-Session-Id"], headers["X-CAI-User-Id"])
+    assert joined(lines, "output") == result["output"]
+    assert joined(lines, "thinking") == result["reasoning"]
+    assert sum(1 for line in lines if line["type"] == "output") > 1  # token-sized, not one final chunk
+    assert sum(1 for line in lines if line["type"] == "thinking") > 1
     types = [line["type"] for line in lines]
     assert types.index("thinking") < types.index("tool_call") < types.index("tool_result") < types.index("output")
+    call = next(line for line in lines if line["type"] == "tool_call")
+    assert call == {"type": "tool_call", "name": "get_weather", "args": {"city": "Paris"}}
+    assert next(line for line in lines if line["type"] == "tool_result")["result"] == "sunny in Paris"
 
 
-async def test_history_reaches_the_crew(model, runner):
-    store = InMemorySessionStore()
-    conv = Conversation(runner, store)
-    await conv.invoke("my name is Ada", "sess-a", "user-a")
-    await conv.invoke("what is my name?", "sess-a", "user-a")
-    prompt = model.requests[-1].last_text()
-    assert "user: my name is Ada" in prompt and "what is my name?" in prompt
-    stored = await store.get("weather", "sess-a")
-    assert [e["author"] for e in stored.events] == ["user", "weather", "user", "weather"]
+async def test_a_session_continues_across_turns(model, client_for):
+    model.set_script(lambda request: None)  # echo
+    async with client_for() as client:
+        first = await client.post("/invoke", json={"message": "my name is Ada"})
+        assert first.status_code == 200, first.text
+        session_id = first.headers["X-CAI-Session-Id"]
+        _, lines = await stream(client, {"message": "what is my name?", "session_id": session_id})
+        assert lines[-1]["session_id"] == session_id
+        prompt = model.requests[-1].last_text()
+        assert "user: my name is Ada" in prompt and "what is my name?" in prompt
+        transcript = await client.get(f"/internal/sessions/{session_id}", headers={"X-CAI-Internal": TOKEN})
+    assert transcript.status_code == 200, transcript.text
+    assert [e["author"] for e in transcript.json()["events"]] == ["user", AGENT, "user", AGENT]
+

@@ -12,24 +12,17 @@ import httpx
 
 from caiplatform.supervisor import ProcessSpec, ProcessSupervisor, free_port
 from caiplatform.testing.example_agents import PYTHON_FUNCTION
+from caiplatform.testing.http import healthz_probe
 
 TOKEN = "internal-token-for-process-test"
 
 
 def _spec(env: dict[str, str], port: int, name: str) -> ProcessSpec:
     src = str(Path(__file__).resolve().parents[2] / "src")
-
-    async def healthy() -> bool:
-        try:
-            async with httpx.AsyncClient(timeout=2) as c:
-                return (await c.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     process_env = {**env, "PORT": str(port), "PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"),
                    "PYTHONPATH": src}
     return ProcessSpec(name=name, argv=[sys.executable, "-m", "caiplatform.harness"], env=process_env,
-                       health=healthy, startup_timeout=60, restart=False, inherit_env=False)
+                       health=healthz_probe(port), startup_timeout=60, restart=False, inherit_env=False)
 
 
 async def test_harness_process_serves_a_function_and_keeps_sessions_across_restarts(harness_env, tmp_path):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import httpx
@@ -29,3 +29,16 @@ async def login(client: httpx.AsyncClient, email: str = ADMIN_EMAIL, password: s
     response = await client.post("/v1/auth/login", json={"email": email, "password": password})
     response.raise_for_status()
     return {"Authorization": f"Bearer {response.json()['token']}"}
+
+
+def healthz_probe(port: int) -> Callable[[], Awaitable[bool]]:
+    """A `ProcessSpec.health` probe: the process on this loopback port answers `GET /healthz` with 200."""
+
+    async def healthy() -> bool:
+        try:
+            async with httpx.AsyncClient(timeout=2) as client:
+                return (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return healthy

@@ -58,6 +58,9 @@ class Step:
     content: str = ""
     reasoning: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
+    # Streamed answers only: after the first content token, wait (up to 30 s) until this is set, so a
+    # test can look at what reached the client while the model is still streaming.
+    hold: threading.Event | None = None
 
     @classmethod
     def of(cls, value: Any) -> Step:
@@ -259,8 +262,10 @@ class ScriptedModel:
             yield chunk({"role": "assistant", "content": ""})
             for piece in tokens(step.reasoning):
                 yield chunk({"reasoning_content": piece})
-            for piece in tokens(step.content):
+            for i, piece in enumerate(tokens(step.content)):
                 yield chunk({"content": piece})
+                if i == 0 and step.hold is not None:
+                    step.hold.wait(30)
             for i, c in enumerate(calls):
                 yield chunk({"tool_calls": [{"index": i, "id": c.id, "type": "function",
                                              "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}]})

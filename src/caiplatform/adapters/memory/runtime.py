@@ -1,8 +1,8 @@
 """In-memory workload runtime: each instance is an ASGI app built in this process.
 
 `app_factory(image, env)` builds an instance's app (sync or async); the default is the harness's
-`caiplatform.harness.app.create_harness_app(env)`. Requests reach it through an `httpx.ASGITransport`
-on the `Endpoint`. Revisions, the split, scaling, readiness and idle stop are the shared
+`caiplatform.harness.app.create_harness_app(env)`. Requests reach it through a `StreamingASGITransport`
+on the `Endpoint` (a streamed body arrives chunk by chunk, not all at once when the app ends). Revisions, the split, scaling, readiness and idle stop are the shared
 `InstanceRuntime`'s, so this adapter behaves like the local one without processes or ports.
 
 Logs: an instance's lines are its access log (method, path, status, duration; health probes left
@@ -39,6 +39,7 @@ from caiplatform.adapters.instances import (
     Workload,
     instance_env,
 )
+from caiplatform.adapters.memory.asgi_transport import StreamingASGITransport
 from caiplatform.ports.builder import Image
 from caiplatform.ports.runtime import LogLine, WorkloadRef
 
@@ -227,7 +228,7 @@ class InMemoryRuntime(InstanceRuntime):
             raise InstanceStartError("ContainerFailed", f"{type(exc).__name__}: {exc}") from None
         finally:
             _current_sink.reset(token)
-        transport = httpx.ASGITransport(app=_observed(app, sink, lifespan.state))
+        transport = StreamingASGITransport(_observed(app, sink, lifespan.state))
         base_url = f"http://{pod}.{workload.ref.namespace}.svc"
         built_here = bool(image.env)
         deadline = time.monotonic() + timeout
