@@ -7,6 +7,7 @@ import uuid
 import pytest
 import yaml
 
+from caiplatform.services.service_quota import services_hard
 from caiplatform.testing.http import asgi_client
 from caiplatform.testing.serverless import bearer
 
@@ -438,3 +439,43 @@ async def test_start_hands_a_forgetful_runtime_every_accepted_revision_and_the_s
     assert svc["status"]["latest_created_revision"] == "keep-00002"
     assert sorted((t["revision_name"], t["percent"]) for t in svc["status"]["traffic"]) == [
         ("keep-00001", 40), ("keep-00002", 60)]
+
+
+async def test_revisions_count_against_the_project_services_quota(http, platform):
+    """Two services per revision (document 3); a change that does not fit is refused whole, as the
+    cluster's quota admission would refuse it."""
+    from caiplatform.db.models import Project
+
+    c, pid, member, _, _ = http
+
+    def set_quota(services):
+        def run(session):
+            project = session.get(Project, pid)
+            project.settings = {**(project.settings or {}), "quota": {"services": services}}
+        return platform.db.run(run)
+
+    await set_quota("4")
+    await create(c, pid, member, name="one")
+    assert (await c.patch(f"{base(pid)}/one", headers=member, json={"env": {"A": "1"}})).status_code == 200
+    # 4 / 4 used: neither a new service nor a new revision fits, and nothing of them stays.
+    refused = await c.post(base(pid), headers=member, json={"name": "two", "image": IMAGE})
+    assert refused.status_code == 400
+    assert refused.json()["error"].startswith("rejected by the cluster: this project is at its service limit (4 / 4): ")
+    assert (await c.get(f"{base(pid)}/two", headers=member)).status_code == 404
+    patched = await c.patch(f"{base(pid)}/one", headers=member, json={"env": {"A": "2"}})
+    assert patched.status_code == 400 and "(4 / 4)" in patched.json()["error"]
+    one = (await c.get(f"{base(pid)}/one", headers=member)).json()
+    assert one["env"] == {"A": "1"} and one["status"]["generation"] == 2
+    assert [r["name"] for r in (await c.get(f"{base(pid)}/one/revisions", headers=member)).json()["revisions"]] == \
+        ["one-00002", "one-00001"]
+    # A traffic-only change makes no revision, so it needs no place.
+    split = [{"revision_name": "one-00001", "percent": 50}, {"revision_name": "one-00002", "percent": 50}]
+    assert (await c.post(f"{base(pid)}/one:set-traffic", headers=member, json={"traffic": split})).status_code == 202
+    # One check, shared with the agents area (one lock per project across both).
+    assert platform.agents.quota is platform.serverless.quota
+    await set_quota("6")
+    await create(c, pid, member, name="two")
+    # A project record without the quota field gets the fallback of 60 (document 2, Limits), as the
+    # quota view shows; a quota without a services entry is unlimited.
+    assert services_hard({}) == 60 and services_hard({"quota": {"pods": "5"}}) == 0
+    assert services_hard({"quota": {"services": 2}}) == 2
