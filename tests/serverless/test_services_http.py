@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -441,7 +442,7 @@ async def test_start_hands_a_forgetful_runtime_every_accepted_revision_and_the_s
         ("keep-00001", 40), ("keep-00002", 60)]
 
 
-async def test_revisions_count_against_the_project_services_quota(http, platform):
+async def test_revisions_count_against_the_project_services_quota(http, platform, monkeypatch):
     """Two services per revision (document 3); a change that does not fit is refused whole, as the
     cluster's quota admission would refuse it."""
     from caiplatform.db.models import Project
@@ -473,8 +474,19 @@ async def test_revisions_count_against_the_project_services_quota(http, platform
     assert (await c.post(f"{base(pid)}/one:set-traffic", headers=member, json={"traffic": split})).status_code == 202
     # One check, shared with the agents area (one lock per project across both).
     assert platform.agents.quota is platform.serverless.quota
+    # Two creates racing for the last two places: exactly one gets them, even when the runtime takes
+    # its time to apply (the check and the apply run under the project's lock).
     await set_quota("6")
-    await create(c, pid, member, name="two")
+    apply = platform.runtime.apply
+
+    async def slow_apply(*args, **kwargs):
+        await asyncio.sleep(0.05)
+        return await apply(*args, **kwargs)
+
+    monkeypatch.setattr(platform.runtime, "apply", slow_apply)
+    racing = await asyncio.gather(*(c.post(base(pid), headers=member, json={"name": n, "image": IMAGE})
+                                    for n in ("two", "three")))
+    assert sorted(r.status_code for r in racing) == [202, 400]
     # A project record without the quota field gets the fallback of 60 (document 2, Limits), as the
     # quota view shows; a quota without a services entry is unlimited.
     assert services_hard({}) == 60 and services_hard({"quota": {"pods": "5"}}) == 0
