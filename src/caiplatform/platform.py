@@ -352,8 +352,16 @@ class Platform:
             forget_bindings=lambda agent_id: self.secrets.forget_agent(agent_id),
             forget_memory=lambda target: self.invoke.forget_agent(target),
             public_upstream=lambda target: self.invoke.public_upstream(target),
-            authenticate=self.auth.authenticate,
+            authenticate=self.auth.authenticate, quota=self.service_quota,
         )
+
+    @cached_property
+    def service_quota(self) -> Any:
+        """The project services quota check the agents and serverless areas share (one lock per project
+        across both, so they cannot both take the last places)."""
+        from caiplatform.services.service_quota import ServiceQuota
+
+        return ServiceQuota(self.runtime.usage)
 
     @cached_property
     def builder(self) -> Builder:
@@ -441,7 +449,7 @@ class Platform:
         runtime = self.runtime
         service = ServerlessService(
             self.db, self.access, self.audit, self.clock, self.pager, runtime, self.hosts, read_secret=read_secret,
-            resolve_image=self.builder.resolve,
+            resolve_image=self.builder.resolve, quota=self.service_quota,
         )
         # Buckets that objectstore triggers poll: `<data-dir>/buckets`, a temporary directory in memory.
         if self.mode == "memory":

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
 import yaml
 
+from caiplatform.services.service_quota import services_hard
 from caiplatform.testing.http import asgi_client
 from caiplatform.testing.serverless import bearer
 
@@ -438,3 +440,54 @@ async def test_start_hands_a_forgetful_runtime_every_accepted_revision_and_the_s
     assert svc["status"]["latest_created_revision"] == "keep-00002"
     assert sorted((t["revision_name"], t["percent"]) for t in svc["status"]["traffic"]) == [
         ("keep-00001", 40), ("keep-00002", 60)]
+
+
+async def test_revisions_count_against_the_project_services_quota(http, platform, monkeypatch):
+    """Two services per revision (document 3); a change that does not fit is refused whole, as the
+    cluster's quota admission would refuse it."""
+    from caiplatform.db.models import Project
+
+    c, pid, member, _, _ = http
+
+    def set_quota(services):
+        def run(session):
+            project = session.get(Project, pid)
+            project.settings = {**(project.settings or {}), "quota": {"services": services}}
+        return platform.db.run(run)
+
+    await set_quota("4")
+    await create(c, pid, member, name="one")
+    assert (await c.patch(f"{base(pid)}/one", headers=member, json={"env": {"A": "1"}})).status_code == 200
+    # 4 / 4 used: neither a new service nor a new revision fits, and nothing of them stays.
+    refused = await c.post(base(pid), headers=member, json={"name": "two", "image": IMAGE})
+    assert refused.status_code == 400
+    assert refused.json()["error"].startswith("rejected by the cluster: this project is at its service limit (4 / 4): ")
+    assert (await c.get(f"{base(pid)}/two", headers=member)).status_code == 404
+    patched = await c.patch(f"{base(pid)}/one", headers=member, json={"env": {"A": "2"}})
+    assert patched.status_code == 400 and "(4 / 4)" in patched.json()["error"]
+    one = (await c.get(f"{base(pid)}/one", headers=member)).json()
+    assert one["env"] == {"A": "1"} and one["status"]["generation"] == 2
+    assert [r["name"] for r in (await c.get(f"{base(pid)}/one/revisions", headers=member)).json()["revisions"]] == \
+        ["one-00002", "one-00001"]
+    # A traffic-only change makes no revision, so it needs no place.
+    split = [{"revision_name": "one-00001", "percent": 50}, {"revision_name": "one-00002", "percent": 50}]
+    assert (await c.post(f"{base(pid)}/one:set-traffic", headers=member, json={"traffic": split})).status_code == 202
+    # One check, shared with the agents area (one lock per project across both).
+    assert platform.agents.quota is platform.serverless.quota
+    # Two creates racing for the last two places: exactly one gets them, even when the runtime takes
+    # its time to apply (the check and the apply run under the project's lock).
+    await set_quota("6")
+    apply = platform.runtime.apply
+
+    async def slow_apply(*args, **kwargs):
+        await asyncio.sleep(0.05)
+        return await apply(*args, **kwargs)
+
+    monkeypatch.setattr(platform.runtime, "apply", slow_apply)
+    racing = await asyncio.gather(*(c.post(base(pid), headers=member, json={"name": n, "image": IMAGE})
+                                    for n in ("two", "three")))
+    assert sorted(r.status_code for r in racing) == [202, 400]
+    # A project record without the quota field gets the fallback of 60 (document 2, Limits), as the
+    # quota view shows; a quota without a services entry is unlimited.
+    assert services_hard({}) == 60 and services_hard({"quota": {"pods": "5"}}) == 0
+    assert services_hard({"quota": {"services": 2}}) == 2

@@ -54,6 +54,7 @@ from caiplatform.routing import HostGuard, HostRouter, Refusal, Upstream
 from caiplatform.services.access import Access, ProjectGrant, ProjectRef
 from caiplatform.services.agent_directory import EmbedTarget, InvokeTarget
 from caiplatform.services.audit import AuditLog
+from caiplatform.services.service_quota import ServiceQuota, ServiceQuotaExceeded, services_hard
 from caiplatform.settings import Settings
 from caiplatform.validation import AGENT_NAME, ENV_NAME
 
@@ -182,6 +183,7 @@ class AgentService:
         forget_memory: Callable[[InvokeTarget], Any] | None = None,
         public_upstream: Callable[[InvokeTarget], Any] | None = None,
         authenticate: Callable[[str], Principal] | None = None,
+        quota: ServiceQuota | None = None,
     ):
         self.db = db
         self.access = access
@@ -203,7 +205,8 @@ class AgentService:
         self.authenticate = authenticate
         self._tasks: dict[str, set[asyncio.Task[Any]]] = {}
         self._roll_locks: dict[str, asyncio.Lock] = {}
-        self._quota_locks: dict[str, asyncio.Lock] = {}
+        # The project services quota, shared with the serverless area (the platform passes one object).
+        self.quota = quota if quota is not None else ServiceQuota(runtime.usage)
         self.secret_port = AgentSecretsOnTables(self)
 
     # == lifecycle ===================================================================================
@@ -468,11 +471,12 @@ class AgentService:
             return proj.namespace, self._service_quota_sync(session, proj), routed
 
         namespace, hard, routed = await self.db.run(quota)
-        if hard > 0 and not routed:
+        if not routed:
             # A new agent needs a route: refuse before building when the project is already full.
-            used = int((await self.runtime.usage(namespace)).get("services", 0))
-            if used >= hard:
-                raise Conflict(quota_message(used, hard))
+            try:
+                await self.quota.check(namespace, hard)
+            except ServiceQuotaExceeded as exc:
+                raise Conflict(quota_message(exc.used, exc.hard)) from None
 
         def claim(session: Session) -> tuple[str, bool]:
             grant = self._deploy_project_sync(session, principal, name, project)
@@ -620,14 +624,8 @@ class AgentService:
         return env, secret_env
 
     def _service_quota_sync(self, session: Session, project: Project) -> int:
-        """The project's services quota when one is set (`settings["quota"]["services"]`); 0 = unlimited.
-
-        On one machine nothing enforces the cluster's default of 30, so only an explicit quota applies."""
-        quota = (project.settings or {}).get("quota") or {}
-        try:
-            return int(str(quota.get("services", 0))) if isinstance(quota, dict) else 0
-        except (TypeError, ValueError):
-            return 0
+        """The project's services quota (`services/service_quota.py`); 0 = unlimited."""
+        return services_hard(project.settings)
 
     async def _roll(self, agent_id: str, reason: str, *, watch: bool = True, principal: Principal | None = None) -> bool:
         """Roll a new revision from the agent's current record. False when there is no image yet (the
@@ -682,24 +680,23 @@ class AgentService:
             )
             # A first route counts against the project's services quota: check and apply in one turn
             # per project, so two new agents cannot both take the last place.
-            quota_lock = self._quota_locks.setdefault(record.project.id, asyncio.Lock())
-            async with quota_lock if (hard > 0 and not applied_before) else contextlib.nullcontext():
-                if hard > 0 and not applied_before:
-                    used = int((await self.runtime.usage(record.project.namespace)).get("services", 0))
-                    if used >= hard:
-                        message = quota_message(used, hard)
-                        await self._set_state(agent_id, revision, "deploying", message)
-                        await self.db.run(lambda s: self._mark_revision_sync(s, agent_id, revision, "QuotaExceeded", message))
+            try:
+                async with self.quota.claim(record.project.id, record.project.namespace,
+                                            0 if applied_before else hard):
+                    try:
+                        await self.runtime.apply(spec)
+                    except WorkloadError as exc:
+                        await self._set_state(agent_id, revision, "failed", exc.message)
                         return True
-                try:
-                    await self.runtime.apply(spec)
-                except WorkloadError as exc:
-                    await self._set_state(agent_id, revision, "failed", exc.message)
-                    return True
-                except Exception as exc:  # noqa: BLE001 - the rollout failed; the agent says why
-                    log.exception("applying %s failed", revision)
-                    await self._set_state(agent_id, revision, "failed", f"rolling out {revision} failed: {exc}")
-                    return True
+                    except Exception as exc:  # noqa: BLE001 - the rollout failed; the agent says why
+                        log.exception("applying %s failed", revision)
+                        await self._set_state(agent_id, revision, "failed", f"rolling out {revision} failed: {exc}")
+                        return True
+            except ServiceQuotaExceeded as exc:
+                message = quota_message(exc.used, exc.hard)
+                await self._set_state(agent_id, revision, "deploying", message)
+                await self.db.run(lambda s: self._mark_revision_sync(s, agent_id, revision, "QuotaExceeded", message))
+                return True
         if watch:
             self._spawn(agent_id, self._watch_latest(agent_id))
         return True

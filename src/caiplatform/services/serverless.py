@@ -59,6 +59,7 @@ from caiplatform.principal import Principal
 from caiplatform.routing import HostRouter, Upstream
 from caiplatform.services.access import Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
+from caiplatform.services.service_quota import ServiceQuota, ServiceQuotaExceeded, services_hard
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,17 @@ SPEC_NOTE = (
 )
 METRICS_NOTE = "live readout, no history: desired equals current on this runtime"
 CONDITION_TYPES = ("Ready", "ServiceReady", "VisibilityEnforced", "RuntimeClassApplied", "TrafficAccepted", "Exposed")
+
+
+def quota_refusal(exc: ServiceQuotaExceeded) -> str:
+    """The 400 for a revision that does not fit the project services quota. Document 3's error table has
+    no quota row: on Kubernetes the quota admission refuses the revision's services, which this API
+    reports as `rejected by the cluster: ...`, so one machine answers the same way."""
+    return (
+        f"rejected by the cluster: this project is at its service limit ({exc.used} / {exc.hard}): "
+        f"a new revision holds {exc.needed} more services; delete a service or raise the project's "
+        "service quota, then retry"
+    )
 
 
 def revision_name(service: str, number: int) -> str:
@@ -111,6 +123,7 @@ class ServerlessService:
         read_secret: SecretReader | None = None,
         resolve_image: ImageResolver | None = None,
         acquire_timeout: float = 60.0,
+        quota: ServiceQuota | None = None,
     ):
         self.db = db
         self.access = access
@@ -122,6 +135,8 @@ class ServerlessService:
         self.read_secret = read_secret
         self.resolve_image = resolve_image
         self.acquire_timeout = acquire_timeout
+        # The project services quota, shared with the agents area (the platform passes one object).
+        self.quota = quota if quota is not None else ServiceQuota(runtime.usage)
         # The triggers of this API (`TriggerService`), attached by the platform.
         self.triggers: Any = None
         # Where the messaging area's push delivery looks up `http://<service>.<namespace>` hosts
@@ -284,6 +299,11 @@ class ServerlessService:
         except LookupError:
             # No revision reached the runtime yet (none could start): the split goes with the first one.
             pass
+
+    async def _services_hard(self, project: ProjectRef) -> int:
+        """The project's services quota, read when a revision is about to be made (0 = unlimited)."""
+        settings = await self.db.run(lambda s: s.scalar(select(Project.settings).where(Project.id == project.id)))
+        return services_hard(settings)
 
     async def _mark_revision(self, service_id: str, number: int, reason: str, message: str) -> None:
         def run(session: Session) -> None:
@@ -478,7 +498,11 @@ class ServerlessService:
         except IntegrityError:
             raise Conflict(NAME_TAKEN) from None
         try:
-            await self._apply_revision(project, row, rev, [rev])
+            async with self.quota.claim(project.id, project.namespace, await self._services_hard(project)):
+                await self._apply_revision(project, row, rev, [rev])
+        except ServiceQuotaExceeded as exc:
+            await self._discard(project, row)
+            raise BadRequest(quota_refusal(exc)) from None
         except WorkloadError as exc:
             await self._discard(project, row)
             raise BadRequest(f"rejected by the cluster: {exc.message}") from exc
@@ -588,11 +612,14 @@ class ServerlessService:
         saved, rev = await self.db.run(save)
         try:
             if rev is not None:
-                await self._apply_revision(project, saved, rev, [rev, *rows])
+                async with self.quota.claim(project.id, project.namespace, await self._services_hard(project)):
+                    await self._apply_revision(project, saved, rev, [rev, *rows])
             elif candidate.traffic != current.traffic and self._runnable(candidate, rows):
                 await self._push_traffic(project, name, candidate)
         except Exception as exc:
             await self._undo(row, rev, current, old_generation)
+            if isinstance(exc, ServiceQuotaExceeded):
+                raise BadRequest(quota_refusal(exc)) from None
             if isinstance(exc, WorkloadError):
                 raise BadRequest(f"rejected by the cluster: {exc.message}") from exc
             raise
