@@ -361,7 +361,7 @@ class Platform:
         across both, so they cannot both take the last places)."""
         from caiplatform.services.service_quota import ServiceQuota
 
-        return ServiceQuota(self.runtime.usage)
+        return ServiceQuota(self.runtime.usage, enforced=self.settings.enforce_service_quota)
 
     @cached_property
     def builder(self) -> Builder:

@@ -67,5 +67,7 @@ class Settings(BaseSettings):
     model_name: str | None = Field(None, validation_alias=_env("MODEL_NAME"))
     embed_base_url: str | None = Field(None, validation_alias=_env("EMBED_BASE_URL"))
 
+    # Refuse revisions beyond the project services quota on one machine too (docs/decisions/agents.md).
+    enforce_service_quota: bool = Field(False, validation_alias=_env("CAI_ENFORCE_SERVICE_QUOTA"))
     # Scale-to-zero idle time for local workloads.
     scale_to_zero_seconds: float = Field(90.0, validation_alias=_env("CAI_SCALE_TO_ZERO_SECONDS"))

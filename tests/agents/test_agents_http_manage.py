@@ -230,6 +230,8 @@ async def test_publishing_variables(platform, client, bot, world):
 async def test_service_quota_keeps_a_new_agent_deploying(platform, client, world):
     from caiplatform.db.models import Project
 
+    platform.service_quota.enforced = True  # CAI_ENFORCE_SERVICE_QUOTA
+
     def quota(session):
         project = session.get(Project, world.project_id)
         project.settings = {**(project.settings or {}), "quota": {"services": 2}}

@@ -448,6 +448,7 @@ async def test_revisions_count_against_the_project_services_quota(http, platform
     from caiplatform.db.models import Project
 
     c, pid, member, _, _ = http
+    platform.service_quota.enforced = True  # CAI_ENFORCE_SERVICE_QUOTA
 
     def set_quota(services):
         def run(session):
@@ -491,3 +492,6 @@ async def test_revisions_count_against_the_project_services_quota(http, platform
     # quota view shows; a quota without a services entry is unlimited.
     assert services_hard({}) == 60 and services_hard({"quota": {"pods": "5"}}) == 0
     assert services_hard({"quota": {"services": 2}}) == 2
+    # Off by default on one machine (every revision ever rolled would count): the same create passes.
+    platform.service_quota.enforced = False
+    assert (await c.post(base(pid), headers=member, json={"name": "four", "image": IMAGE})).status_code == 202
