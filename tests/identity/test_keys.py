@@ -80,6 +80,9 @@ async def test_service_accounts(client, world):
     assert (await client.get(base, headers=sa_headers)).status_code == 401
     again = await client.post(base, headers=admin, json={"name": "deployer"})
     assert again.status_code == 409
+    # A soft-deleted account is disabled: a new key for it is 409, since it would not authenticate.
+    refused = await client.post(f"{base}/deployer/keys", headers=admin, json={})
+    assert refused.status_code == 409 and "disabled" in refused.json()["error"]
     names = [s["name"] for s in (await client.get(base, headers=admin)).json()["service_accounts"]]
     assert "deployer" not in names
 

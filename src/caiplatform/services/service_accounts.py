@@ -76,9 +76,11 @@ class ServiceAccountService:
         )
 
     @staticmethod
-    def _find(session: Session, project_id: str, ref: str) -> ServiceAccount:
-        """By id or name; a deleted account (or one of another project) is 404."""
-        query = select(ServiceAccount).where(ServiceAccount.project_id == project_id, ServiceAccount.deleted_at.is_(None))
+    def _find(session: Session, project_id: str, ref: str, *, include_deleted: bool = False) -> ServiceAccount:
+        """By id or name; a deleted account (or one of another project) is 404 unless `include_deleted`."""
+        query = select(ServiceAccount).where(ServiceAccount.project_id == project_id)
+        if not include_deleted:
+            query = query.where(ServiceAccount.deleted_at.is_(None))
         query = query.where((ServiceAccount.name == ref) | (ServiceAccount.id == ref))
         sa = session.scalar(query)
         if sa is None:
@@ -173,7 +175,9 @@ class ServiceAccountService:
         display_name, expires_at = parse_key_body(body, now)
 
         def create(session: Session) -> dict[str, Any]:
-            sa = self._find(session, grant.project.id, ref)
+            # A soft-deleted account is disabled, not gone: the spec answers a key for it with 409
+            # "service account disabled (a key would not authenticate)", so it is looked up here too.
+            sa = self._find(session, grant.project.id, ref, include_deleted=True)
             if sa.disabled:
                 raise Conflict(f"service account {sa.name} is disabled; a key would not authenticate")
             row, secret = new_key(
