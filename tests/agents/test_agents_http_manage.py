@@ -188,6 +188,8 @@ async def test_spec_redacts_and_metrics_count(client, bot):
 async def test_embed_config(platform, client, bot):
     default = (await client.get("/v1/agents/bot/embed", headers=bot)).json()
     assert default["enabled"] is False and default["allowed_origins"] == [] and default["position"] == "right"
+    assert set(default) == {"agent", "enabled", "embed_key", "allowed_origins", "title", "subtitle", "greeting",
+                            "accent_color", "launcher_text", "position", "updated_at"}
     put = (await client.put("/v1/agents/bot/embed", headers=bot, json={
         "enabled": True, "allowed_origins": ["https://example.com"], "title": "Bot"})).json()
     key = put["embed_key"]
