@@ -172,7 +172,9 @@ async def test_debug_config_is_narrow(harness_env, harness_client):
     assert body["config_keys"] == ["GREETING"]
     assert TOKEN not in json.dumps(body) and "sk" not in body["config_keys"]
     # Secrets arrive as plain variables; the names the control plane lists in CAI_SECRET_NAMES stay out.
-    env = harness_env("function", PYTHON_FUNCTION, GREETING="hello", PLAIN_LOOKING="v", CAI_SECRET_NAMES="PLAIN_LOOKING")
+    # The local runtime's process settings are the platform's, not the agent's.
+    env = harness_env("function", PYTHON_FUNCTION, GREETING="hello", PLAIN_LOOKING="v", CAI_SECRET_NAMES="PLAIN_LOOKING",
+                      PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
     assert (await harness_client(env).get("/debug/config")).json()["config_keys"] == ["GREETING"]
 
 
