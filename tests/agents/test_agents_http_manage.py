@@ -68,6 +68,13 @@ async def test_secrets_are_write_only(platform, client, bot):
     assert bad.json()["error"] == "invalid secret key (must be a valid environment variable name): bad-key"
     assert "s3cret" not in (await client.get("/v1/agents/bot/secrets", headers=bot)).text
     assert (await wait_settled(client, bot, "bot"))["latest_revision"] == "bot-00004"
+    # The instance gets the secret names (never values), so /debug/config can leave them out.
+    endpoint = await platform.runtime.acquire((await platform.agents.manage_target(
+        platform.auth.authenticate(bot["Authorization"].split()[1]), "bot", None)).workload, timeout=5)
+    async with endpoint.client() as http:
+        names = (await http.get("/env/CAI_SECRET_NAMES")).json()["value"].split(",")
+    await endpoint.release()
+    assert "MODEL_API_KEY" in names and "CAI_PROJECT_KEY" in names and "mine" not in names
     big = await client.put("/v1/agents/bot/secrets", headers=bot, json={"K": "x" * (1024 * 1024 + 10)})
     assert big.status_code == 413
 
@@ -188,6 +195,8 @@ async def test_spec_redacts_and_metrics_count(client, bot):
 async def test_embed_config(platform, client, bot):
     default = (await client.get("/v1/agents/bot/embed", headers=bot)).json()
     assert default["enabled"] is False and default["allowed_origins"] == [] and default["position"] == "right"
+    assert set(default) == {"agent", "enabled", "embed_key", "allowed_origins", "title", "subtitle", "greeting",
+                            "accent_color", "launcher_text", "position", "updated_at"}
     put = (await client.put("/v1/agents/bot/embed", headers=bot, json={
         "enabled": True, "allowed_origins": ["https://example.com"], "title": "Bot"})).json()
     key = put["embed_key"]

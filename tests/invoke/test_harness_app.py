@@ -171,6 +171,11 @@ async def test_debug_config_is_narrow(harness_env, harness_client):
     assert body["model"] == env["MODEL_NAME"] and body["model_key_present"] is True
     assert body["config_keys"] == ["GREETING"]
     assert TOKEN not in json.dumps(body) and "sk" not in body["config_keys"]
+    # Secrets arrive as plain variables; the names the control plane lists in CAI_SECRET_NAMES stay out.
+    # The local runtime's process settings are the platform's, not the agent's.
+    env = harness_env("function", PYTHON_FUNCTION, GREETING="hello", PLAIN_LOOKING="v", CAI_SECRET_NAMES="PLAIN_LOOKING",
+                      PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+    assert (await harness_client(env).get("/debug/config")).json()["config_keys"] == ["GREETING"]
 
 
 async def test_two_agents_in_one_process_use_their_own_model_settings(model, harness_env, harness_client):

@@ -204,7 +204,10 @@ ORIGIN = re.compile(r"^(https?://[^/\s?#]+|\*)$")
 
 
 def embed_defaults() -> dict[str, Any]:
-    return {"enabled": False, "embed_key": "", "allowed_origins": [], "position": "right"}
+    # Every field of the spec's embed config is always present (texts empty until set), so a client
+    # can read any of them from the first GET on.
+    return {"enabled": False, "embed_key": "", "allowed_origins": [], "position": "right",
+            **dict.fromkeys(EMBED_TEXT_FIELDS, ""), "updated_at": ""}
 
 
 def merge_embed(current: dict[str, Any] | None, patch: Any) -> dict[str, Any]:

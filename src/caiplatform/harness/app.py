@@ -60,7 +60,7 @@ PLATFORM_VARIABLES = frozenset({
     "CAI_FRAMEWORK", "CAI_CODE_DIR", "AGENT_NAME", "AGENT_IMAGE", "CAI_INTERNAL_TOKEN", "CAI_SESSION_STORE",
     "MODEL_BASE_URL", "MODEL_API_KEY", "MODEL_NAME", "EMBED_BASE_URL", "CAI_API_URL", "CAI_PROJECT_ID",
     "CAI_PROJECT_KEY", "PLATFORM_REQUEST_TIMEOUT_SECONDS", "PORT", "K_REVISION", "PATH", "HOME", "PYTHONPATH",
-    "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV",
+    "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "CAI_SECRET_NAMES", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
 })
 
 # Paths of the session, memory and browsing family that the harness does not serve itself; they still
@@ -253,7 +253,11 @@ def create_harness_app(env: Mapping[str, str]) -> ASGIApp:
         return JSONResponse({"status": "ok"})
 
     async def debug(request: Request) -> Response:
-        keys = [k for k in harness.env if k not in PLATFORM_VARIABLES and not k.startswith("K_")]
+        # `CAI_SECRET_NAMES` (set by the control plane) names the agent's secrets, which arrive as plain
+        # environment variables: they are not config keys, whatever they are called.
+        secret_names = set(filter(None, (harness.env.get("CAI_SECRET_NAMES") or "").split(",")))
+        keys = [k for k in harness.env
+                if k not in PLATFORM_VARIABLES and k not in secret_names and not k.startswith("K_")]
         return JSONResponse(debug_config(harness.agent, harness.framework, harness.env, keys))
 
     def internal(request: Request, *methods: str) -> None:

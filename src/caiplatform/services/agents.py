@@ -621,6 +621,9 @@ class AgentService:
         if self.settings.internal_token:
             secret_env["CAI_INTERNAL_TOKEN"] = self.settings.internal_token
         secret_env.update(secret_values)  # a per-agent MODEL_API_KEY overrides the platform default
+        # The instance sees secrets as plain environment variables; their names (never values) tell the
+        # harness which ones to leave out of `/debug/config`, which lists only non-secret config keys.
+        env["CAI_SECRET_NAMES"] = ",".join(sorted(secret_env))
         return env, secret_env
 
     def _service_quota_sync(self, session: Session, project: Project) -> int:
