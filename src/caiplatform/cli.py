@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from caiplatform.errors import PlatformError
     from caiplatform.platform import Platform
     from caiplatform.settings import Settings
     from caiplatform_server.app import create_app
@@ -39,7 +40,11 @@ def serve(args: argparse.Namespace) -> int:
     if not settings.base_url:
         updates["base_url"] = f"http://{args.host}:{args.port}"
     settings = settings.model_copy(update=updates)
-    platform = Platform.from_settings(settings)
+    try:
+        platform = Platform.from_settings(settings)
+    except PlatformError as exc:  # e.g. a bootstrap password under 12 characters: say so, no traceback
+        print(f"caiplatform serve: {exc.message}", file=sys.stderr)
+        return 2
     app = create_app(platform, apis=args.apis or APIS)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
     uvicorn.Server(config).run()
