@@ -35,6 +35,9 @@ class StreamConfig:
     discard: str = "old"  # "old" | "new"
 
 
+TAKEOVER_GRACE = 1.0
+
+
 @dataclass(frozen=True)
 class ConsumerConfig:
     stream: str
@@ -43,6 +46,17 @@ class ConsumerConfig:
     max_ack_pending: int = 1000
     deliver_new: bool = False  # start_from: new
     max_deliver: int = 0  # 0: unlimited (the pull API redelivers forever)
+    # One active reader (exclusive, failover): the first process to pull is pinned and is the only one
+    # served; another takes over once the pinned one has stopped pulling for `ack_wait` plus
+    # `TAKEOVER_GRACE`. An adapter whose broker has no such notion (one process, or a server without
+    # priority groups) relies on `max_ack_pending=1` alone, which still keeps the total order.
+    single_reader: bool = False
+
+    @property
+    def takeover_after(self) -> float:
+        """Seconds without a pull after which the pinned reader loses its pin: a live reader's longest
+        silence is one delivery attempt (bounded by the ack deadline) between two pulls."""
+        return self.ack_wait + TAKEOVER_GRACE
 
 
 @dataclass(frozen=True)
@@ -141,6 +155,11 @@ class Broker(ABC):
     @abstractmethod
     async def term(self, token: str) -> None:
         """Give up on a delivery: never redeliver it to this consumer."""
+
+    async def pins_single_reader(self) -> bool:
+        """Whether `single_reader` consumers are pinned to one reader process by the broker (so that a
+        second process gets nothing while the first keeps pulling). False: one process, or no support."""
+        return False
 
     # lifecycle
     @abstractmethod

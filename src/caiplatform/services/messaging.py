@@ -173,13 +173,16 @@ def subscription_of(row: MessagingSubscription, project_short: str) -> Subscript
 
 def consumer_config(sub: Subscription) -> ConsumerConfig:
     """Ordered types (key-shared, exclusive, failover) keep one message in flight, which keeps the order
-    per key (and in total); the push worker enforces `max_deliver`, so the broker redelivers forever."""
+    per key (and in total); exclusive and failover also have one active reader (pinned by the broker,
+    taken over when it stops pulling); the push worker enforces `max_deliver`, so the broker redelivers
+    forever."""
     return ConsumerConfig(
         stream=sub.stream,
         name=sub.consumer,
         ack_wait=float(sub.ack_deadline_seconds),
         max_ack_pending=1 if sub.ordered else sub.max_ack_pending,
         deliver_new=sub.start_from == "new",
+        single_reader=sub.type in ("exclusive", "failover"),
     )
 
 

@@ -5,6 +5,12 @@ The model maps onto JetStream's own features: a topic is a file-stored stream wi
 limits; a subscription is a durable pull consumer (`ack_wait`, `max_ack_pending`, deliver policy,
 `max_deliver`); a delivery's token is JetStream's own acknowledgement subject, which acknowledges from
 any connection, so any API replica can acknowledge what another one handed out.
+
+A single-reader consumer (exclusive, failover) is, on a server with priority groups (2.11 and later), a
+consumer with one priority group and the `pinned_client` policy: the server serves one client (the pin
+id it hands out with the first message) until that client has stopped pulling for the pinned TTL, then
+pins the next one. nats-py has no helper for it, so those pulls are raw `CONSUMER.MSG.NEXT` requests
+carrying the group and this process's pin id. Each `JetStreamBroker` is one reader (one API replica).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 import nats
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import APIError, NotFoundError
@@ -37,6 +44,9 @@ from caiplatform.ports.broker import (
 
 ATTRIBUTES_HEADER = "Cai-Attributes"
 KEY_HEADER = "Cai-Key"
+PIN_HEADER = "Nats-Pin-Id"
+PIN_GROUP = "cai"  # the single priority group of a single-reader consumer
+PRIORITY_GROUPS_SINCE = (2, 11)
 # After the first message of a pull, how long to wait for the server to hand over what else it has.
 REST_OF_BATCH_WAIT = 0.05
 
@@ -65,6 +75,18 @@ def _consumer_config(config: ConsumerConfig) -> api.ConsumerConfig:
     )
 
 
+def _pinned_consumer_request(config: ConsumerConfig) -> bytes:
+    """A `CONSUMER.CREATE` body with the priority-group fields nats-py's ConsumerConfig does not know."""
+    body = _consumer_config(config).as_dict()
+    body.update(
+        name=config.name,
+        priority_groups=[PIN_GROUP],
+        priority_policy="pinned_client",
+        priority_timeout=int(config.takeover_after * 1e9),
+    )
+    return json.dumps({"stream_name": config.stream, "config": body}).encode()
+
+
 def _is_full(err: APIError) -> bool:
     text = (err.description or "").lower()
     return "maximum" in text and "exceeded" in text
@@ -79,6 +101,9 @@ class JetStreamBroker(Broker):
         self._connect_timeout = connect_timeout
         self._nc: NatsClient | None = None
         self._lock = asyncio.Lock()
+        # (stream, consumer) -> whether it is a pinned single-reader consumer; and this reader's pin ids.
+        self._pinned: dict[tuple[str, str], bool] = {}
+        self._pins: dict[tuple[str, str], str] = {}
 
     @property
     def address(self) -> str:
@@ -102,6 +127,26 @@ class JetStreamBroker(Broker):
                 except Exception as exc:  # noqa: BLE001 - reported as a broker failure
                     raise BrokerError(f"could not connect to NATS at {self.url}: {exc}") from exc
         return self._nc
+
+    async def pins_single_reader(self) -> bool:
+        """Whether the connected server has priority groups with pinned clients (NATS 2.11 and later)."""
+        version = (await self._client()).connected_server_version
+        return (version.major, version.minor) >= PRIORITY_GROUPS_SINCE
+
+    async def _api(self, subject: str, body: bytes = b"") -> dict[str, Any]:
+        """A raw JetStream API request, for what nats-py has no helper for."""
+        nc = await self._client()
+        try:
+            reply = await nc.request(f"$JS.API.{subject}", body, timeout=self._connect_timeout)
+        except Exception as exc:  # noqa: BLE001 - timeouts and connection loss
+            raise BrokerError(f"JetStream API {subject} failed: {exc or type(exc).__name__}") from exc
+        answer = json.loads(reply.data or b"{}")
+        error = answer.get("error")
+        if error:
+            if error.get("err_code") == 10059:
+                raise StreamNotFound(error.get("description") or "stream not found")
+            raise BrokerError(error.get("description") or f"JetStream API {subject} failed")
+        return answer
 
     async def _js(self) -> Any:
         return (await self._client()).jetstream(timeout=self._connect_timeout)
@@ -168,6 +213,16 @@ class JetStreamBroker(Broker):
     # ------------------------------------------------------------------ consumers
 
     async def create_consumer(self, config: ConsumerConfig) -> None:
+        if config.single_reader and await self.pins_single_reader():
+            try:
+                await self._api(f"CONSUMER.CREATE.{config.stream}.{config.name}", _pinned_consumer_request(config))
+            except StreamNotFound:
+                raise StreamNotFound(f"stream {config.stream} not found") from None
+            except BrokerError as exc:
+                raise BrokerError(f"could not create consumer {config.name}: {exc}") from exc
+            self._pinned[(config.stream, config.name)] = True
+            return
+        self._pinned[(config.stream, config.name)] = False
         js = await self._js()
         try:
             await js.add_consumer(config.stream, _consumer_config(config))
@@ -181,6 +236,8 @@ class JetStreamBroker(Broker):
         await self.create_consumer(config)
 
     async def delete_consumer(self, stream: str, name: str) -> bool:
+        self._pinned.pop((stream, name), None)
+        self._pins.pop((stream, name), None)
         js = await self._js()
         try:
             return bool(await js.delete_consumer(stream, name))
@@ -199,7 +256,96 @@ class JetStreamBroker(Broker):
             info.num_waiting or 0,
         )
 
+    async def _is_pinned(self, stream: str, consumer: str) -> bool:
+        """Whether a consumer (perhaps made by another replica) is a pinned single-reader consumer."""
+        key = (stream, consumer)
+        if key not in self._pinned:
+            if not await self.pins_single_reader():
+                return False
+            try:
+                info = await self._api(f"CONSUMER.INFO.{stream}.{consumer}")
+            except BrokerError as exc:
+                raise BrokerError(f"cannot read consumer {consumer}: {exc}") from exc
+            self._pinned[key] = info.get("config", {}).get("priority_policy") == "pinned_client"
+        return self._pinned[key]
+
+    async def _next(self, stream: str, consumer: str, request: dict[str, Any], wait: float) -> list[Msg]:
+        """One raw pull request of a pinned consumer: its messages, until a status ends it or `wait` ends."""
+        key = (stream, consumer)
+        nc = await self._client()
+        pin = self._pins.get(key)
+        if pin:
+            request = {**request, "id": pin}
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        msgs: list[Msg] = []
+        try:
+            await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", json.dumps(request).encode(),
+                             reply=inbox)
+            while len(msgs) < request["batch"]:
+                try:
+                    msg = await sub.next_msg(timeout=max(deadline - loop.time(), 0.001))
+                except (TimeoutError, NatsTimeout):
+                    break
+                status = (msg.headers or {}).get("Status")
+                if status is None:
+                    if msg.headers and msg.headers.get(PIN_HEADER):
+                        self._pins[key] = msg.headers[PIN_HEADER]
+                    msgs.append(msg)
+                    continue
+                if status == "423":  # another reader holds the pin now: ours is stale, pull as a newcomer
+                    self._pins.pop(key, None)
+                elif status not in ("404", "408", "409"):  # no messages, expired, or request ended
+                    description = msg.headers.get("Description", "") if msg.headers else ""
+                    raise BrokerError(f"cannot read consumer {consumer}: {status} {description}".strip())
+                break
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        return msgs
+
+    async def _pull_pinned(self, stream: str, consumer: str, max_messages: int, timeout: float) -> list[Msg]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout, 0.05)
+        while True:
+            # The server ends the request at `expires`; the client waits a little longer for that answer
+            # so that no request is left open to swallow a message.
+            left = max(deadline - loop.time(), 0.01)
+            had_pin = (stream, consumer) in self._pins
+            msgs = await self._next(
+                stream, consumer, {"batch": 1, "expires": int(left * 1e9), "group": PIN_GROUP}, left + 1.0,
+            )
+            if msgs or not had_pin or (stream, consumer) in self._pins or loop.time() >= deadline:
+                break  # retried only when the pin turned out stale, as a newcomer for the time left
+        if msgs and max_messages > 1:
+            # A short-lived request rather than `no_wait`, which a pinned consumer at `max_ack_pending`
+            # leaves open (it would swallow the next redelivery).
+            msgs += await self._next(
+                stream, consumer,
+                {"batch": max_messages - 1, "expires": int(REST_OF_BATCH_WAIT * 1e9), "group": PIN_GROUP},
+                REST_OF_BATCH_WAIT + 1.0,
+            )
+        return msgs
+
     async def pull(self, stream: str, consumer: str, max_messages: int, timeout: float) -> list[Delivery]:
+        key = (stream, consumer)
+        cached = key in self._pinned
+        try:
+            return await self._pull(stream, consumer, max_messages, timeout)
+        except BrokerError as exc:
+            # Another replica may have re-made the consumer with or without its priority group since this
+            # one looked: the server then refuses the request's shape. Look again, once.
+            if not cached or "priority" not in str(exc).lower():
+                raise
+            self._pinned.pop(key, None)
+            self._pins.pop(key, None)
+            return await self._pull(stream, consumer, max_messages, timeout)
+
+    async def _pull(self, stream: str, consumer: str, max_messages: int, timeout: float) -> list[Delivery]:
+        if await self._is_pinned(stream, consumer):
+            return [self._delivery(msg) for msg in await self._pull_pinned(stream, consumer, max_messages, timeout)]
         js = await self._js()
         try:
             psub = await js.pull_subscribe_bind(durable=consumer, stream=stream)
@@ -220,16 +366,16 @@ class JetStreamBroker(Broker):
         finally:
             with contextlib.suppress(Exception):
                 await psub.unsubscribe()
-        out = []
-        for msg in msgs:
-            meta = msg.metadata
-            headers = msg.headers or {}
-            attributes = json.loads(headers[ATTRIBUTES_HEADER]) if ATTRIBUTES_HEADER in headers else {}
-            key = json.loads(headers[KEY_HEADER]) if KEY_HEADER in headers else None
-            published = meta.timestamp or datetime.now(UTC)
-            out.append(Delivery(msg.reply, meta.sequence.stream, msg.data, attributes, key, published,
-                                meta.num_delivered))
-        return out
+        return [self._delivery(msg) for msg in msgs]
+
+    @staticmethod
+    def _delivery(msg: Msg) -> Delivery:
+        meta = msg.metadata
+        headers = msg.headers or {}
+        attributes = json.loads(headers[ATTRIBUTES_HEADER]) if ATTRIBUTES_HEADER in headers else {}
+        key = json.loads(headers[KEY_HEADER]) if KEY_HEADER in headers else None
+        published = meta.timestamp or datetime.now(UTC)
+        return Delivery(msg.reply, meta.sequence.stream, msg.data, attributes, key, published, meta.num_delivered)
 
     # ------------------------------------------------------------------ acknowledgements
 

@@ -18,7 +18,8 @@ from caiplatform.services.messaging import BrokerCredential, CredentialIssuer
 EMBEDDED_NOTE = (
     "a NATS user for this project: connect with nats://<token>@<host:port> (the token is user:password) "
     "and inbox_prefix {inbox}; it may publish to and read the subjects under topic_prefix, look up this "
-    "project's streams and read and acknowledge its subscriptions, nothing else. It never expires; "
+    "project's streams and read and acknowledge its subscriptions, nothing else. Exclusive and failover "
+    "subscriptions serve one pinned reader: pull from them in priority group \"cai\". It never expires; "
     "revoking it means rotating the platform signing key, which revokes every project's token."
 )
 EXTERNAL_NOTE = (

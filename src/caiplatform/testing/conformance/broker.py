@@ -3,7 +3,9 @@
 Each test takes a `broker_kit` fixture with:
 - `broker`: the adapter under test;
 - `name(suffix)`: a stream name unique to this test (the kit deletes its streams afterwards);
-- `await advance(seconds)`: let that much broker time pass (move a manual clock, or sleep).
+- `await advance(seconds)`: let that much broker time pass (move a manual clock, or sleep);
+- `replica()`: another reader process on the same broker (the same object where one process is all
+  there is, as in memory), closed by the kit.
 """
 
 from __future__ import annotations
@@ -208,7 +210,7 @@ async def test_one_active_reader_and_takeover(broker_kit):
     message nobody else gets anything; when it dies without acknowledging, another takes over in order."""
     b = broker_kit.broker
     s = await _stream(broker_kit)
-    await b.create_consumer(ConsumerConfig(s.name, "c1", ack_wait=1, max_ack_pending=1))
+    await b.create_consumer(ConsumerConfig(s.name, "c1", ack_wait=1, max_ack_pending=1, single_reader=True))
     await b.publish(s.name, s.subject, _msgs("first", "second"))
     held = await b.pull(s.name, "c1", 5, 1.0)  # reader A, which then dies
     assert [d.data for d in held] == [b"first"]
@@ -232,3 +234,33 @@ async def test_a_message_larger_than_the_topic(broker_kit):
     await b.create_consumer(ConsumerConfig(old.name, "c1"))
     assert len(await b.publish(old.name, old.subject, [OutgoingMessage(b"x" * 2000)])) == 1
     assert (await b.stream_stats(old.name)).messages == 0
+
+
+async def test_single_reader_takeover_by_another_replica(broker_kit):
+    """Exclusive and failover: replica A reads; B gets nothing while A holds a message; A stops pulling
+    (dies holding "1"); B takes over in total order; where the broker pins readers, A coming back gets
+    nothing while B keeps pulling."""
+    a = broker_kit.broker
+    b = broker_kit.replica()
+    s = await _stream(broker_kit)
+    config = ConsumerConfig(s.name, "c1", ack_wait=1, max_ack_pending=1, single_reader=True)
+    await a.create_consumer(config)
+    await a.publish(s.name, s.subject, _msgs("1", "2", "3"))
+    assert [d.data for d in await a.pull(s.name, "c1", 5, 1.0)] == [b"1"]  # A holds "1", then dies
+    assert await b.pull(s.name, "c1", 5, 0.3) == []
+    await broker_kit.advance(config.takeover_after + 0.3)
+    order, attempts = [], []
+    for _ in range(3):
+        got = await b.pull(s.name, "c1", 5, 2.0)
+        assert len(got) == 1, "one message in flight keeps the total order"
+        order.append(got[0].data)
+        attempts.append(got[0].delivery_count)
+        await b.ack([got[0].token])
+        await broker_kit.advance(0.05)
+    assert order == [b"1", b"2", b"3"] and attempts == [2, 1, 1]
+    await a.publish(s.name, s.subject, _msgs("4"))
+    if await a.pins_single_reader():
+        assert await a.pull(s.name, "c1", 5, 0.3) == [], "B holds the pin while it keeps pulling"
+    got = await b.pull(s.name, "c1", 5, 2.0)
+    assert [d.data for d in got] == [b"4"]
+    await b.ack([got[0].token])
