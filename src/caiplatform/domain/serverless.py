@@ -8,7 +8,6 @@ new immutable revision.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
@@ -25,8 +24,6 @@ DEFAULT_PORT_NAME, DEFAULT_PORT = "http1", 8080
 PORT_NAMES = ("http1", "h2c")
 TAIL_MIN, TAIL_MAX, DEFAULT_TAIL = 1, 10000, 500
 TIMEOUT_ENV = "PLATFORM_REQUEST_TIMEOUT_SECONDS"
-REDACTED = "***REDACTED***"
-SENSITIVE_ENV = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE)")
 
 NAME_RULE = (
     "name must be 1 to 52 characters of lowercase letters, digits and hyphens, "
@@ -409,23 +406,3 @@ def parse_tail(raw: Any) -> int:
     if not TAIL_MIN <= tail <= TAIL_MAX:
         raise BadRequest(TAIL_RULE)
     return tail
-
-
-def sanitize(value: Any) -> Any:
-    """Replace the values of sensitive env keys anywhere in a spec document (`{name, value}` entries and
-    plain `env` maps alike)."""
-    if isinstance(value, list):
-        return [sanitize(v) for v in value]
-    if not isinstance(value, Mapping):
-        return value
-    out: dict[str, Any] = {}
-    name = value.get("name")
-    is_env_entry = isinstance(name, str) and "value" in value and ENV_NAME.match(name)
-    for key, item in value.items():
-        if is_env_entry and key == "value" and SENSITIVE_ENV.search(name):
-            out[key] = REDACTED
-        elif key == "env" and isinstance(item, Mapping):
-            out[key] = {k: REDACTED if SENSITIVE_ENV.search(str(k)) else sanitize(v) for k, v in item.items()}
-        else:
-            out[key] = sanitize(item)
-    return out

@@ -33,6 +33,7 @@ from caiplatform.db.models import ApiKey, PlatformSetting, Project
 from caiplatform.db.models.agents import Agent, AgentBuild, AgentFile, AgentRevision, AgentSecret
 from caiplatform.domain import agent_source
 from caiplatform.domain import agents as rules
+from caiplatform.domain.spec_document import REDACTED, sanitize_spec
 from caiplatform.errors import BadRequest, Conflict, Forbidden, NotFound, PlatformError
 from caiplatform.pagination import Pager, page_body
 from caiplatform.ports.agent_secrets import AgentRef, AgentSecrets
@@ -79,7 +80,7 @@ NOTHING_TO_DO = "nothing to do: provide 'set' and/or 'remove'"
 FILE_NOTE = "saved to the stored source; the running agent is unchanged - redeploy (POST /v1/agents/{name}/redeploy) for it to take effect"
 FILES_NOTE = "the stored source of the last deploy plus later edits (latest version only); redeploy to run it"
 REDEPLOY_NOTE = "rebuilding from the stored source; poll GET /v1/agents/{name} until ready"
-SPEC_NOTE = f"live object with managed fields and last-applied annotations removed; values of env vars whose names look sensitive read {rules.REDACTED}"
+SPEC_NOTE = f"live object with managed fields and last-applied annotations removed; values of env vars whose names look sensitive read {REDACTED}"
 METRICS_NOTE = "live counts only; no history is kept"
 HISTORY_NOTE = "persisted log lines, oldest first; retention {retention}"
 TRAFFIC_REQUIRED = (
@@ -1212,7 +1213,7 @@ class AgentService:
         if document is None:
             document = {"apiVersion": "serving.knative.dev/v1", "kind": "Service",
                         "metadata": {"name": record.name, "namespace": record.project.namespace}, "status": {"ready": False}}
-        text = yaml.safe_dump(rules.sanitize_spec(document), sort_keys=False, default_flow_style=False)
+        text = yaml.safe_dump(sanitize_spec(document), sort_keys=False, default_flow_style=False)
         return {"agent": record.name, "yaml": text, "note": SPEC_NOTE}
 
     async def metrics(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:

@@ -39,9 +39,9 @@ from caiplatform.domain.serverless import (
     parse_create,
     parse_tail,
     parse_traffic,
-    sanitize,
     unknown_verb,
 )
+from caiplatform.domain.spec_document import sanitize_spec
 from caiplatform.errors import BadRequest, Conflict, InternalError, NotFound, PlatformError, Unavailable
 from caiplatform.pagination import Pager, page_body
 from caiplatform.ports.runtime import (
@@ -773,7 +773,7 @@ class ServerlessService:
         project = await self.project(principal, project_id)
         row, rows = await self._load(project, name)
         status = await self.runtime.status(self.ref(project, name))
-        document = sanitize(self.spec_document(project, row, rows, status))
+        document = sanitize_spec(self.spec_document(project, row, rows, status))
         return {"service": name, "yaml": yaml.safe_dump(document, sort_keys=False), "note": SPEC_NOTE}
 
     async def metrics(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:

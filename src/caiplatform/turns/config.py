@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from caiplatform.clock import Clock
+from caiplatform.domain.spec_document import SENSITIVE_NAME
 from caiplatform.ports.sessions import SessionStore
 from caiplatform.turns.models import model_settings
 
 # The spec's rule for values that must never be shown (the same one the live spec redacts with).
-SECRET_NAME = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE)")
 
 
 def open_session_store(kind: str = "sqlite", *, data_dir: str | Path | None = None, redis_url: str | None = None,
@@ -45,7 +44,7 @@ def debug_config(agent: str, framework: str, env: Mapping[str, str] | None = Non
     """
     env = os.environ if env is None else env
     settings = model_settings(dict(env))
-    keys = sorted(k for k in (config_keys or []) if not SECRET_NAME.search(k))
+    keys = sorted(k for k in (config_keys or []) if not SENSITIVE_NAME.search(k))
     return {
         "agent": agent,
         "framework": framework,

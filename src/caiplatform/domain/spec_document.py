@@ -1,0 +1,44 @@
+"""The sanitized live spec that agents (`GET /v1/agents/{name}/spec`) and serverless services
+(`GET .../services/{name}/spec`) show: one rule for both documents.
+
+Managed fields and last-applied annotations are stripped; the value of every environment variable whose
+name matches the documents' pattern reads `***REDACTED***`, whether it stands as a `{name, value}` entry
+or in a plain `env` map.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from caiplatform.validation import ENV_NAME
+
+SENSITIVE_NAME = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE)")
+REDACTED = "***REDACTED***"
+STRIPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+
+
+def sanitize_spec(node: Any) -> Any:
+    """A sanitized copy of a spec document (the input is left alone)."""
+    if isinstance(node, list):
+        return [sanitize_spec(item) for item in node]
+    if not isinstance(node, Mapping):
+        return node
+    name = node.get("name")
+    sensitive_entry = (
+        isinstance(name, str) and "value" in node and bool(ENV_NAME.match(name)) and bool(SENSITIVE_NAME.search(name))
+    )
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "managedFields":
+            continue
+        if sensitive_entry and key == "value":
+            out[key] = REDACTED
+        elif key == "annotations" and isinstance(value, Mapping):
+            out[key] = {k: v for k, v in value.items() if k not in STRIPPED_ANNOTATIONS}
+        elif key == "env" and isinstance(value, Mapping):
+            out[key] = {k: REDACTED if SENSITIVE_NAME.search(str(k)) else sanitize_spec(v) for k, v in value.items()}
+        else:
+            out[key] = sanitize_spec(value)
+    return out
