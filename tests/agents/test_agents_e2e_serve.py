@@ -6,22 +6,17 @@ new revisions, split traffic, read logs and history, restart the server on the s
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
 import tarfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
-from caiplatform.testing.engines import free_port
 from caiplatform.testing.example_agents import WEATHER_SCRIPT
 from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
 from caiplatform.testing.model_server import ScriptedModel
+from caiplatform.testing.serve import ServeProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -35,39 +30,6 @@ def example_tarball(name: str) -> bytes:
             if path.is_file() and "__pycache__" not in path.parts:
                 archive.add(path, arcname=str(path.relative_to(EXAMPLES / name)))
     return buffer.getvalue()
-
-
-@contextmanager
-def serve(data_dir: Path, env: dict[str, str]) -> Iterator[str]:
-    port = free_port()
-    log = open(data_dir.parent / f"serve-{port}.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "caiplatform", "serve", "--port", str(port), "--data-dir", str(data_dir)],
-        env={**os.environ, "CAI_ADMIN_EMAIL": ADMIN_EMAIL, "CAI_ADMIN_PASSWORD": ADMIN_PASSWORD, **env},
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"serve exited early:\n{Path(log.name).read_text()}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code in (200, 503):
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"serve did not answer in 90 s:\n{Path(log.name).read_text()}")
-            time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def wait_ready(http: httpx.Client, name: str, timeout: float = 240) -> dict:
@@ -87,7 +49,8 @@ def test_deploy_manage_and_delete_on_a_real_server(tmp_path):
     with model.serve() as model_url:
         env = {"MODEL_BASE_URL": model_url, "MODEL_API_KEY": "test-key", "MODEL_NAME": "scripted",
                "CAI_INTERNAL_TOKEN": "internal-e2e"}
-        with serve(data_dir, env) as base:
+        with ServeProcess(data_dir, env=env) as server:
+            base = server.base_url
             token = httpx.post(f"{base}/v1/auth/login", json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}).json()["token"]
             http = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=120)
             for name, example, framework in (("weather", "langgraph-weather", "langgraph"), ("fn", "python-function", "function")):
@@ -135,7 +98,8 @@ def test_deploy_manage_and_delete_on_a_real_server(tmp_path):
             assert "fn" in spec["yaml"] and "test-key" not in spec["yaml"]
 
         # A restart on the same data dir keeps every agent, revision and split.
-        with serve(data_dir, env) as base:
+        with ServeProcess(data_dir, env=env) as server:
+            base = server.base_url
             token = httpx.post(f"{base}/v1/auth/login", json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}).json()["token"]
             http = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=120)
             assert {a["name"] for a in http.get("/v1/agents").json()["agents"]} == {"weather", "fn"}

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -16,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from caiplatform.testing.engines import free_port
 from caiplatform.testing.example_agents import WEATHER_SCRIPT
 from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
 from caiplatform.testing.model_server import ScriptedModel
+from caiplatform.testing.serve import ServeProcess
 from caiplatform.testing.turn_checks import check_stream_shape, check_transcript
 
 pytestmark = pytest.mark.e2e
@@ -37,32 +34,11 @@ def tarball(root: Path) -> bytes:
 
 def test_adk_agent_on_a_real_server(tmp_path):
     model = ScriptedModel()
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    with model.serve() as model_url, open(tmp_path / "serve.log", "wb") as log:
-        env = {**os.environ, "CAI_ADMIN_EMAIL": ADMIN_EMAIL, "CAI_ADMIN_PASSWORD": ADMIN_PASSWORD,
-               "MODEL_BASE_URL": model_url, "MODEL_API_KEY": "test-key", "MODEL_NAME": "scripted",
+    with model.serve() as model_url:
+        env = {"MODEL_BASE_URL": model_url, "MODEL_API_KEY": "test-key", "MODEL_NAME": "scripted",
                "CAI_INTERNAL_TOKEN": "internal-e2e"}
-        server = subprocess.Popen([sys.executable, "-m", "caiplatform", "serve", "--port", str(port),
-                                   "--data-dir", str(tmp_path / "data")], env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 90
-            while True:
-                assert server.poll() is None, (tmp_path / "serve.log").read_text()
-                try:
-                    if httpx.get(f"{base}/healthz", timeout=1).status_code in (200, 503):
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
-                time.sleep(0.2)
-            _talk_to_the_agent(base, model)
-        finally:
-            server.terminate()
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+        with ServeProcess(tmp_path / "data", env=env) as server:
+            _talk_to_the_agent(server.base_url, model)
 
 
 def _talk_to_the_agent(base: str, model: ScriptedModel) -> None:

@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from caiplatform.testing import engines
 from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
 from caiplatform.testing.mcp import mcp_client, text_of
+from caiplatform.testing.serve import ServeProcess
 
 pytestmark = pytest.mark.e2e
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 GREET = '''
 from caiplatform.mcp import secret, tool
@@ -48,45 +43,6 @@ def leak() -> str:
 '''
 
 
-def _serve(data_dir: Path, port: int, log: Path, extra_env: dict[str, str]) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-        "CAI_ADMIN_EMAIL": ADMIN_EMAIL,
-        "CAI_ADMIN_PASSWORD": ADMIN_PASSWORD,
-        **extra_env,
-    }
-    for name in ("CAI_DATABASE_URL", "DATABASE_URL", "CAI_BASE_URL"):
-        env.pop(name, None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "caiplatform", "serve", "--port", str(port), "--data-dir", str(data_dir),
-         "--api", "core", "--log-level", "warning"],
-        env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"caiplatform serve exited early:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code < 600:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    pytest.fail(f"caiplatform serve did not answer in 90 s:\n{log.read_text()[-3000:]}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-
-
 async def _wait_ready(http: httpx.AsyncClient, url: str, version: int) -> dict:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -104,11 +60,12 @@ def _images(data_dir: Path) -> set[str]:
 
 
 async def test_publish_call_rollback_yank_and_restart(tmp_path, openbao):
-    data_dir, log = tmp_path / "data", tmp_path / "serve.log"
-    port = engines.free_port()
+    data_dir = tmp_path / "data"
     extra = {"CAI_BAO_ADDR": openbao.addr, "CAI_BAO_TOKEN": openbao.root_token}
-    base = f"http://127.0.0.1:{port}"
-    proc = _serve(data_dir, port, log, extra)
+    server_process = ServeProcess(data_dir, "--api", "core", "--log-level", "warning", env=extra,
+                                  unset=("CAI_DATABASE_URL", "DATABASE_URL", "CAI_BASE_URL"))
+    base = server_process.base_url
+    server_process.start()
     try:
         async with httpx.AsyncClient(base_url=base, timeout=30) as http:
             login = await http.post("/v1/auth/login", json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD})
@@ -179,9 +136,9 @@ async def test_publish_call_rollback_yank_and_restart(tmp_path, openbao):
             assert (await http.post(f"{servers}/greeter/versions/3:rollback")).status_code == 409
             assert (await http.post(f"{servers}/greeter/versions/3:unyank")).json()["yanked"] is False
     finally:
-        _stop(proc)
+        server_process.stop()
 
-    proc = _serve(data_dir, port, log, extra)
+    server_process.start()
     try:
         async with httpx.AsyncClient(base_url=base, timeout=30) as http:
             login = await http.post("/v1/auth/login", json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD})
@@ -191,5 +148,5 @@ async def test_publish_call_rollback_yank_and_restart(tmp_path, openbao):
             async with mcp_client(server["url"], token) as client:
                 assert text_of(await client.call_tool("greet", {"name": "again"})) == "Hello, again!"
     finally:
-        _stop(proc)
-    assert "never-shown" not in log.read_text()
+        server_process.stop()
+    assert "never-shown" not in server_process.log_path.read_text()

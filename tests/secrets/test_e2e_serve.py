@@ -3,62 +3,21 @@
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from caiplatform.testing import engines
 from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
+from caiplatform.testing.serve import ServeProcess
 
 pytestmark = pytest.mark.e2e
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-
-
-def _serve(data_dir: Path, port: int, log: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-        "CAI_ADMIN_EMAIL": ADMIN_EMAIL,
-        "CAI_ADMIN_PASSWORD": ADMIN_PASSWORD,
-    }
-    for name in ("CAI_BAO_ADDR", "BAO_ADDR", "VAULT_ADDR", "CAI_BAO_TOKEN", "BAO_TOKEN", "VAULT_TOKEN",
-                 "CAI_DATABASE_URL", "DATABASE_URL"):
-        env.pop(name, None)
-    env.update(extra_env or {})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "caiplatform", "serve", "--port", str(port), "--data-dir", str(data_dir),
-         "--api", "core", "--log-level", "warning"],
-        env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"caiplatform serve exited early:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code < 600:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    pytest.fail(f"caiplatform serve did not answer in 90 s:\n{log.read_text()[-3000:]}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+ARGS = ("--api", "core", "--log-level", "warning")
+# The platform must pick its own OpenBao and database, whatever the environment running the tests says.
+UNSET = ("CAI_BAO_ADDR", "BAO_ADDR", "VAULT_ADDR", "CAI_BAO_TOKEN", "BAO_TOKEN", "VAULT_TOKEN",
+         "CAI_DATABASE_URL", "DATABASE_URL")
 
 
 def _bao_pid(data_dir: Path) -> int | None:
@@ -81,11 +40,11 @@ def _alive(pid: int) -> bool:
 
 
 def test_secret_survives_a_restart_of_serve(tmp_path):
-    data_dir, log = tmp_path / "data", tmp_path / "serve.log"
-    port = engines.free_port()
-    proc = _serve(data_dir, port, log)
+    data_dir = tmp_path / "data"
+    server = ServeProcess(data_dir, *ARGS, unset=UNSET)
+    base = server.base_url
+    server.start()
     try:
-        base = f"http://127.0.0.1:{port}"
         token = httpx.post(f"{base}/v1/auth/login", json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}).json()
         headers = {"Authorization": f"Bearer {token['token']}"}
         with sqlite3.connect(data_dir / "platform.db") as db:
@@ -100,10 +59,10 @@ def test_secret_survives_a_restart_of_serve(tmp_path):
         init = data_dir / "openbao" / "init.json"
         assert init.exists() and (init.stat().st_mode & 0o777) == 0o600
     finally:
-        _stop(proc)
+        server.stop()
     assert not _alive(bao_pid), "the embedded OpenBao outlived caiplatform serve"
 
-    proc = _serve(data_dir, port, log)
+    server.start()
     try:
         token = httpx.post(f"{base}/v1/auth/login", json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}).json()
         headers = {"Authorization": f"Bearer {token['token']}"}
@@ -113,18 +72,18 @@ def test_secret_survives_a_restart_of_serve(tmp_path):
         r = httpx.post(url, json={"name": "durable", "value": "after"}, headers=headers)
         assert r.status_code == 200 and r.json()["version"] == 2
     finally:
-        _stop(proc)
-    assert "written-before-restart" not in log.read_text()
+        server.stop()
+    assert "written-before-restart" not in server.log_path.read_text()
 
 
 def test_serve_with_an_external_openbao(tmp_path, openbao):
     """CAI_BAO_ADDR/CAI_BAO_TOKEN: the platform uses that server and starts no OpenBao of its own."""
-    data_dir, log = tmp_path / "data", tmp_path / "serve.log"
-    port = engines.free_port()
+    data_dir = tmp_path / "data"
     extra = {"CAI_BAO_ADDR": openbao.addr, "CAI_BAO_TOKEN": openbao.root_token}
-    base = f"http://127.0.0.1:{port}"
+    server = ServeProcess(data_dir, *ARGS, env=extra, unset=UNSET)
+    base = server.base_url
     for round_ in (1, 2):
-        proc = _serve(data_dir, port, log, extra)
+        server.start()
         try:
             token = httpx.post(f"{base}/v1/auth/login", json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD})
             headers = {"Authorization": f"Bearer {token.json()['token']}"}
@@ -143,4 +102,4 @@ def test_serve_with_an_external_openbao(tmp_path, openbao):
                 direct = httpx.get(f"{openbao.addr}/v1/{tok['read']['path']}", headers={"X-Vault-Token": tok["token"]})
                 assert direct.json()["data"]["data"]["value"] == "kept-outside"
         finally:
-            _stop(proc)
+            server.stop()

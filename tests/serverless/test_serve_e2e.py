@@ -7,17 +7,12 @@ rolled into a second revision, split between the two, read (logs, spec, metrics)
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from caiplatform.testing.engines import free_port
-from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
+from caiplatform.testing.serve import ServeProcess
 
 from ..agents.test_agents_e2e_serve import example_tarball
 
@@ -35,17 +30,12 @@ def poll(read, done, what: str, timeout: float = 60):
 
 def test_a_function_image_as_a_service_on_caiplatform_serve(tmp_path):
     data_dir = tmp_path / "data"
-    port = free_port()
-    env = {**os.environ, "CAI_ADMIN_EMAIL": ADMIN_EMAIL, "CAI_ADMIN_PASSWORD": ADMIN_PASSWORD,
-           "CAI_AUTOMATION_TOKEN": TOKEN}
-    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 - closed in finally
-    proc = subprocess.Popen([sys.executable, "-m", "caiplatform", "serve", "--port", str(port), "--data-dir",
-                             str(data_dir)], env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    server = ServeProcess(data_dir, env={"CAI_AUTOMATION_TOKEN": TOKEN}).start()
+    base = server.base_url
     http = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
     try:
         def health() -> int:
-            assert proc.poll() is None, Path(log.name).read_text()
+            assert server.proc is not None and server.proc.poll() is None, server.log_tail()
             try:
                 return http.get("/healthz").status_code
             except httpx.HTTPError:
@@ -124,9 +114,4 @@ def test_a_function_image_as_a_service_on_caiplatform_serve(tmp_path):
         assert http.get(f"{url}/greeter").status_code == 404
     finally:
         http.close()
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        server.stop()
