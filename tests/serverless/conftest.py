@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from caiplatform.testing.serverless import Received, Users, echo_app_factory, project_users, test_images
+from caiplatform.testing.serverless import Received, echo_app_factory, test_images
+from caiplatform.testing.users import Users, project_users
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import yaml
 
 from caiplatform.services.service_quota import services_hard
 from caiplatform.testing.http import asgi_client
-from caiplatform.testing.serverless import bearer
+from caiplatform.testing.users import bearer
 
 IMAGE = "registry.local/cai-test-hello@sha256:" + "a" * 64
 

@@ -13,7 +13,7 @@ from caiplatform.ports.runtime import WorkloadRef
 from caiplatform.principal import Principal
 from caiplatform.services.serverless_triggers import TriggerService
 from caiplatform.testing.http import asgi_client
-from caiplatform.testing.serverless import bearer, project_users
+from caiplatform.testing.users import bearer, project_users
 
 IMAGE = "registry.local/cai-test-target@sha256:" + "b" * 64
 AUTOMATION = Principal.automation()

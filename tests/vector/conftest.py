@@ -6,10 +6,9 @@ import secrets
 from dataclasses import dataclass
 
 import pytest
-from sqlalchemy import select
 
-from caiplatform.db.models import Project, ProjectMember, User
 from caiplatform.testing.http import asgi_client
+from caiplatform.testing.users import bearer, project_users
 
 
 @dataclass
@@ -24,30 +23,8 @@ class Project3:
 
 
 async def project_with_users(platform) -> Project3:
-    now = platform.clock.now()
-    tag = secrets.token_hex(3)
-
-    def run(session):
-        project = session.scalar(select(Project).where(Project.slug == "default"))
-        ids = {}
-        for role in ("member", "admin", "stranger"):
-            # No password: these users get their session token minted directly (argon2 is slow).
-            user = User(email=f"{role}-{tag}@example.com", password_hash="!", role="user",
-                        must_change_password=False, created_at=now)
-            session.add(user)
-            session.flush()
-            ids[role] = user.id
-            if role != "stranger":
-                session.add(ProjectMember(project_id=project.id, user_id=user.id, role=role, created_at=now))
-        return project.id, project.short, ids
-
-    project_id, short, ids = await platform.db.run(run)
-
-    def bearer(user_id: str) -> dict[str, str]:
-        token, _ = platform.auth.tokens.issue(user_id, platform.clock.time())
-        return {"Authorization": f"Bearer {token}"}
-
-    return Project3(project_id, short, bearer(ids["member"]), bearer(ids["admin"]), bearer(ids["stranger"]))
+    users = await project_users(platform, prefix=f"{secrets.token_hex(3)}-")
+    return Project3(users.project_id, users.project_short, *(bearer(platform, p) for p in (users.member, users.admin, users.stranger)))
 
 
 @pytest.fixture
