@@ -13,6 +13,8 @@ import redis
 
 from caiplatform.testing.http import asgi_client, login
 
+from .conftest import PASSWORD
+
 POLICIES = ("noeviction, allkeys-lru, allkeys-lfu, allkeys-random, volatile-lru, volatile-lfu, "
             "volatile-random, volatile-ttl")
 
@@ -21,7 +23,7 @@ POLICIES = ("noeviction, allkeys-lru, allkeys-lfu, allkeys-random, volatile-lru,
 async def http(platform, users):
     async with asgi_client(platform, ["memorystore", "core"]) as c:
         # One real sign-in proves the path; the others get their session token minted directly (argon2 is slow).
-        member = await login(c, users.emails["member"], users.password)
+        member = await login(c, users.member.email, PASSWORD)
         admin, stranger = (bearer(platform, p) for p in (users.admin, users.stranger))
         yield c, users.project_id, member, admin, stranger
 

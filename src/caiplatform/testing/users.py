@@ -1,5 +1,6 @@
 """Users of the default project for service and HTTP tests: a member, a project admin and a user with
-no grant on it. They have no password (argon2 is slow); tests mint their session tokens directly."""
+no grant on it. Unless a test asks for one, they have no password (argon2 is slow): tests mint their
+session tokens directly."""
 
 from __future__ import annotations
 
@@ -20,16 +21,17 @@ class Users:
     stranger: Principal
 
 
-async def project_users(platform, prefix: str = "") -> Users:
+async def project_users(platform, prefix: str = "", *, password_hash: str = "!") -> Users:
     """A member and an admin of the default project, and a user with no grant on it; `prefix` keeps
-    the e-mail addresses of several calls on one platform apart."""
+    the e-mail addresses of several calls on one platform apart. Without a `password_hash` nobody can
+    sign in with a password (`"!"` matches no hash)."""
     now = platform.clock.now()
 
     def run(session):
         project = session.scalar(select(Project).where(Project.slug == "default"))
         ids = {}
         for role in ("member", "admin", "stranger"):
-            user = User(email=f"{prefix}{role}@users.example.com", password_hash="!", role="user",
+            user = User(email=f"{prefix}{role}@users.example.com", password_hash=password_hash, role="user",
                         must_change_password=False, created_at=now)
             session.add(user)
             session.flush()
