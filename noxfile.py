@@ -13,11 +13,13 @@ ROOT = Path(__file__).parent
 
 
 def start_engines(session: nox.Session) -> None:
-    """Start the machine's PostgreSQL, Redis and NATS when they are not answering (idempotent)."""
+    """Start the machine's PostgreSQL, Redis and NATS when they are not answering, and install the
+    toolchains of functions in other languages when they are missing (idempotent)."""
     for engine in ("postgres", "redis", "nats"):
         script = ROOT / "backends" / engine / "start.sh"
         if script.exists():
             session.run("bash", str(script), external=True)
+    session.run("bash", str(ROOT / "backends" / "toolchains" / "install.sh"), external=True)
 
 
 @nox.session

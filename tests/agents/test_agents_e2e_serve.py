@@ -5,10 +5,7 @@ new revisions, split traffic, read logs and history, restart the server on the s
 
 from __future__ import annotations
 
-import io
-import tarfile
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -18,29 +15,10 @@ from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
 from caiplatform.testing.model_server import ScriptedModel
 from caiplatform.testing.serve import ServeProcess
 
+from ..examples_support import example_tarball, wait_ready
+
 pytestmark = pytest.mark.e2e
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def example_tarball(name: str) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for path in sorted((EXAMPLES / name).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                archive.add(path, arcname=str(path.relative_to(EXAMPLES / name)))
-    return buffer.getvalue()
-
-
-def wait_ready(http: httpx.Client, name: str, timeout: float = 240) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        view = http.get(f"/v1/agents/{name}").json()
-        if view.get("state") not in ("building", "deploying"):
-            assert view["ready"], view
-            return view
-        assert time.monotonic() < deadline, view
-        time.sleep(0.5)
 
 
 def test_deploy_manage_and_delete_on_a_real_server(tmp_path):

@@ -3,28 +3,15 @@ the control plane, against the scripted model server."""
 
 from __future__ import annotations
 
-import io
-import tarfile
-from pathlib import Path
-
 import pytest
 
 from caiplatform.testing.example_agents import WEATHER_SCRIPT
 from caiplatform.testing.model_server import ScriptedModel
 
+from ..examples_support import example_tarball
 from .agents_support import wait_settled
 
 REAL_HARNESS = True  # tests/agents/conftest.py: instances are the harness, not the tiny test app
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def example_tarball(name: str) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for path in sorted((EXAMPLES / name).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                archive.add(path, arcname=str(path.relative_to(EXAMPLES / name)))
-    return buffer.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +26,10 @@ def settings(settings, model_server):
     return settings.model_copy(update={"model_base_url": model_server[1], "model_api_key": "test-key", "model_name": "scripted"})
 
 
-async def _deploy(client, headers, name, example, framework):
+async def _deploy(client, headers, name, example, framework, **fields):
     response = await client.post(
-        "/v1/agents", params={"project": "default"}, headers=headers, data={"name": name, "framework": framework},
+        "/v1/agents", params={"project": "default"}, headers=headers,
+        data={"name": name, "framework": framework, **fields},
         files={"code": ("code.tar.gz", example_tarball(example), "application/gzip")},
     )
     assert response.status_code == 202, response.text
@@ -82,3 +70,14 @@ async def test_adk_example_answers_through_the_platform(client, world, model_ser
     response = await client.post("/v1/agents/adk-weather/invoke", json={"message": "weather in Paris?"})
     assert response.status_code == 200, response.text
     assert response.json()["output"] == "It is sunny in Paris today."
+
+
+@pytest.mark.parametrize("example,runtime", [("node-function", "nodejs"), ("go-function", "go"), ("ruby-function", "ruby")])
+async def test_function_examples_in_other_languages_answer_through_the_platform(client, world, example, runtime):
+    view = await _deploy(client, world.member, "greeter", example, "function", runtime=runtime)
+    assert (view["kind"], view["framework"], view["runtime"]) == ("function", f"function-{runtime}", runtime)
+    session = "session-for-the-greeter-example"
+    response = await client.post("/v1/agents/greeter/invoke", json={"message": "hi", "session_id": session},
+                                 headers=world.member)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"greeting": "hello", "echo": "hi", "keys": ["message", "session_id"], "session_id": session}

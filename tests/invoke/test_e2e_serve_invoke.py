@@ -4,11 +4,8 @@ a new session, and the invoke rules answer over the wire."""
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -19,17 +16,10 @@ from caiplatform.testing.model_server import ScriptedModel
 from caiplatform.testing.serve import ServeProcess
 from caiplatform.testing.turn_checks import check_stream_shape, check_transcript
 
+from ..examples_support import example_tarball
+
 pytestmark = pytest.mark.e2e
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "adk-weather"
-
-
-def tarball(root: Path) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-            archive.add(path, arcname=str(path.relative_to(root)))
-    return buffer.getvalue()
 
 
 def test_adk_agent_on_a_real_server(tmp_path):
@@ -46,7 +36,7 @@ def _talk_to_the_agent(base: str, model: ScriptedModel) -> None:
     admin = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=120)
     anonymous = httpx.Client(base_url=base, timeout=120)
     r = admin.post("/v1/agents", params={"project": "default"}, data={"name": "weather", "framework": "adk"},
-                   files={"code": ("code.tar.gz", tarball(EXAMPLE), "application/gzip")})
+                   files={"code": ("code.tar.gz", example_tarball("adk-weather"), "application/gzip")})
     assert r.status_code == 202, r.text
     deadline = time.monotonic() + 240
     while (view := admin.get("/v1/agents/weather").json())["state"] in ("building", "deploying"):

@@ -3,14 +3,16 @@ transcripts read back in the spec's shape, the internal surface refuses outside 
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
 from caiplatform.testing.example_agents import (
     ADK_WEATHER,
+    ECHO_FUNCTION_ERRORS,
+    ECHO_FUNCTIONS,
     LANGGRAPH_WEATHER,
-    NODE_FUNCTION,
     PYTHON_FUNCTION,
     WEATHER_SCRIPT,
 )
@@ -67,19 +69,82 @@ async def test_session_continues_across_turns(model, harness_env, harness_client
     assert seen == ["my name is Ada", "and again"]
 
 
-async def test_python_function_gets_the_body_as_event(harness_env, harness_client):
-    client = harness_client(harness_env("function", PYTHON_FUNCTION))
+@pytest.mark.parametrize("framework", list(ECHO_FUNCTIONS))
+async def test_function_gets_the_body_as_event_in_every_language(harness_env, harness_client, framework):
+    client = harness_client(harness_env(framework, ECHO_FUNCTIONS[framework]))
+    assert (await client.get("/healthz")).status_code == 200
     r = await client.post("/invoke", json={"message": "hi", "n": 1})
-    assert r.status_code == 200
+    assert r.status_code == 200, r.text
     assert r.json() == {"echo": "hi", "keys": ["message", "n"], "agent": client.harness.agent}
     r = await client.post("/invoke/stream", json={"message": "hi"})
     lines = ndjson(r.text)
     assert lines[-1]["type"] == "done"
     assert json.loads("".join(line["text"] for line in lines if line["type"] == "output"))["echo"] == "hi"
+    error = ECHO_FUNCTION_ERRORS[framework]
     r = await client.post("/invoke", json={"fail": True})
-    assert r.status_code == 500 and r.json()["error"] == "ValueError: asked to fail"
+    assert r.status_code == 500 and r.json()["error"] == error
     r = await client.post("/invoke/stream", json={"fail": True})
-    assert ndjson(r.text)[-1] == {"type": "error", "message": "ValueError: asked to fail"}
+    assert ndjson(r.text)[-1] == {"type": "error", "message": error}
+
+
+@pytest.mark.parametrize("framework", ["function-nodejs", "function-go", "function-ruby"])
+async def test_concurrent_calls_run_concurrently_in_one_process(harness_env, harness_client, framework):
+    """Two calls that each wait for the other finish only if the child runs them at the same time."""
+    files = {
+        "function-nodejs": {"index.js": """
+            const waiting = [];
+            exports.handle = async (event) => {
+              if (waiting.length) { waiting.shift()(); return "second"; }
+              await new Promise((resolve) => waiting.push(resolve));
+              return "first";
+            };
+        """},
+        "function-go": {"main.go": """
+            package main
+
+            var partner = make(chan struct{})
+
+            func Handle(event map[string]any) (string, error) {
+                if event["first"] == true {
+                    <-partner
+                    return "first", nil
+                }
+                partner <- struct{}{}
+                return "second", nil
+            }
+        """},
+        "function-ruby": {"main.rb": """
+            PARTNER = Queue.new
+            def handle(event, context)
+              if event["first"]
+                PARTNER.pop
+                "first"
+              else
+                PARTNER << :go
+                "second"
+              end
+            end
+        """},
+    }[framework]
+    client = harness_client(harness_env(framework, files))
+    assert (await client.get("/healthz")).status_code == 200
+    first = asyncio.create_task(client.post("/invoke", json={"first": True}))
+    await asyncio.sleep(0.2)
+    second = await client.post("/invoke", json={"first": False})
+    assert second.text == '"second"' and (await first).text == '"first"'
+
+
+@pytest.mark.parametrize("framework,files,fragment", [
+    ("function-go", {"main.go": "package main\n\nfunc Handle(a, b, c int) int { return a }\n"}, "Handle must look like"),
+    ("function-go", {"main.go": "package main\n\nfunc Handle(event any) any { return undefined }\n"}, "undefined"),
+    ("function-ruby", {"main.rb": "def handle(event, context\n"}, "SyntaxError"),
+    ("function-ruby", {"main.rb": "def other(event, context) = 1\n"}, "must define `handle(event, context)`"),
+])
+async def test_function_that_cannot_load_fails_health_with_the_reason(harness_env, harness_client, framework, files,
+                                                                      fragment):
+    client = harness_client(harness_env(framework, files))
+    r = await client.get("/healthz")
+    assert r.status_code == 503 and fragment in r.json()["error"], r.text
 
 
 async def test_function_event_body_cap_is_8_mib(harness_env, harness_client):
@@ -92,25 +157,15 @@ async def test_function_event_body_cap_is_8_mib(harness_env, harness_client):
     assert (await client.post("/invoke", content=ok)).status_code == 200
 
 
-async def test_node_function(harness_env, harness_client):
-    client = harness_client(harness_env("function-nodejs", NODE_FUNCTION))
-    assert (await client.get("/healthz")).status_code == 200
-    r = await client.post("/invoke", json={"message": "hi", "z": [1]})
-    assert r.status_code == 200, r.text
-    assert r.json() == {"echo": "hi", "keys": ["message", "z"], "agent": client.harness.agent}
-    r = await client.post("/invoke", json={"fail": True})
-    assert r.status_code == 500 and r.json()["error"] == "Error: asked to fail"
-
-
 async def test_node_function_that_does_not_export_handle_fails_health(harness_env, harness_client):
     client = harness_client(harness_env("function-nodejs", {"index.js": "exports.other = 1;\n"}))
     r = await client.get("/healthz")
     assert r.status_code == 503 and "must export a function `handle" in r.json()["error"]
 
 
-@pytest.mark.parametrize("framework,tool", [("function-go", "Go"), ("function-ruby", "Ruby")])
-async def test_go_and_ruby_without_toolchain_say_so(harness_env, harness_client, framework, tool):
-    client = harness_client(harness_env(framework, {"main.go": "package main\n"}, PATH="/nonexistent"))
+@pytest.mark.parametrize("framework,tool", [("function-go", "Go"), ("function-ruby", "Ruby"), ("function-nodejs", "Node.js")])
+async def test_functions_without_their_toolchain_say_so(harness_env, harness_client, framework, tool):
+    client = harness_client(harness_env(framework, ECHO_FUNCTIONS[framework], PATH="/nonexistent"))
     r = await client.get("/healthz")
     assert r.status_code == 503
     assert f"needs the {tool} toolchain" in r.json()["error"]

@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from caiplatform.errors import BadRequest, MethodNotAllowed, NotFound, PlatformError, Unavailable
 from caiplatform.pagination import Pager
+from caiplatform.ports.builder import FUNCTION_FRAMEWORKS
 from caiplatform.ports.sessions import SessionStore
 from caiplatform.services import invoke_ids
 from caiplatform.turns import Conversation, TurnError, TurnRunner, debug_config, load_runner
@@ -53,7 +54,6 @@ MESSAGE_REQUIRED = "message is required"
 NDJSON = "application/x-ndjson"
 SESSION_HEADER = "X-CAI-Session-Id"
 USER_HEADER = "X-CAI-User-Id"
-FUNCTION_FRAMEWORKS = ("function", "function-nodejs", "function-go", "function-ruby")
 
 # What the platform injects; everything else in the environment is the agent's own configuration.
 PLATFORM_VARIABLES = frozenset({
@@ -156,16 +156,12 @@ class Harness:
             self.conversation = Conversation(runner, self.store, agent=self.agent)
 
     async def _make_runner(self) -> TurnRunner:
-        if self.framework == "function-nodejs":
-            from caiplatform.turns.nodejs import NodeFunctionRunner
+        if self.framework in FUNCTION_FRAMEWORKS and self.framework != "function":
+            from caiplatform.turns.line_function import runner_class
 
-            node = NodeFunctionRunner.from_dir(self.code_dir, env=self.env, agent=self.agent)
-            await node.start()
-            return node
-        if self.framework in ("function-go", "function-ruby"):
-            from caiplatform.turns.nodejs import check_toolchain
-
-            check_toolchain(self.framework, self.env)
+            runner = runner_class(self.framework).from_dir(self.code_dir, env=self.env, agent=self.agent)
+            await runner.start()
+            return runner
         return await anyio.to_thread.run_sync(self._load_python)
 
     async def aclose(self) -> None:

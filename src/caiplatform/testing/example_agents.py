@@ -57,6 +57,56 @@ NODE_FUNCTION = {
     ''',
 }
 
+GO_FUNCTION = {
+    "main.go": '''
+        package main
+
+        import (
+            "errors"
+            "fmt"
+            "sort"
+        )
+
+        func Handle(event map[string]any, context map[string]any) (any, error) {
+            fmt.Println("go saw", event)
+            if fail, _ := event["fail"].(bool); fail {
+                return nil, errors.New("asked to fail")
+            }
+            keys := make([]string, 0, len(event))
+            for key := range event {
+                keys = append(keys, key)
+            }
+            sort.Strings(keys)
+            return map[string]any{"echo": event["message"], "keys": keys, "agent": context["agent"]}, nil
+        }
+    ''',
+}
+
+RUBY_FUNCTION = {
+    "main.rb": '''
+        def handle(event, context)
+          puts "ruby saw #{event}"
+          raise "asked to fail" if event["fail"]
+          { echo: event["message"], keys: event.keys.sort, agent: context.agent }
+        end
+    ''',
+}
+
+#: The same function in each language: `{echo, keys, agent}`, and an error when the event says `fail`.
+ECHO_FUNCTIONS = {
+    "function": PYTHON_FUNCTION,
+    "function-nodejs": NODE_FUNCTION,
+    "function-go": GO_FUNCTION,
+    "function-ruby": RUBY_FUNCTION,
+}
+#: How each language reports `asked to fail`.
+ECHO_FUNCTION_ERRORS = {
+    "function": "ValueError: asked to fail",
+    "function-nodejs": "Error: asked to fail",
+    "function-go": "asked to fail",
+    "function-ruby": "RuntimeError: asked to fail",
+}
+
 #: A tool call with reasoning, then the answer (the weather agents above).
 WEATHER_SCRIPT = [
     tool_step("get_weather", reasoning="I should look it up.", city="Paris"),

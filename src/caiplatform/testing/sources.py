@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
 from pathlib import Path
 
 LANGGRAPH = {
@@ -27,7 +29,10 @@ CREWAI = {
 }
 FUNCTION = {"main.py": "def handle(event, context):\n    return {'echo': event}\n"}
 NODE_FUNCTION = {"index.js": "exports.handle = async (event, context) => ({ echo: event });\n"}
-GO_FUNCTION = {"main.go": "package main\n\nfunc Handle(event map[string]any, context map[string]any) (any, error) {\n\treturn event, nil\n}\n"}
+GO_FUNCTION = {
+    "main.go": "package main\n\nfunc Handle(event map[string]any, context map[string]any) (any, error) {\n"
+               "\treturn map[string]any{\"echo\": event}, nil\n}\n",
+}
 RUBY_FUNCTION = {"main.rb": "def handle(event, context)\n  { echo: event }\nend\n"}
 
 BY_FRAMEWORK = {
@@ -51,3 +56,13 @@ def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
         else:
             path.write_text(content)
     return root
+
+
+def directory_tarball(root: Path) -> bytes:
+    """A `.tar.gz` of the files under `root` (what a person uploads as `code`), without `__pycache__`."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                archive.add(path, arcname=str(path.relative_to(root)))
+    return buffer.getvalue()

@@ -2,10 +2,13 @@
 
 Layout:
 
-    images/<digest-hex>/src/          the checked source, copied (the image never changes after the build)
+    images/<digest-hex>/src/          the checked source, copied, plus what the language step installed
+                                      (`vendor/bundle`, `node_modules`); the image never changes after the build
+    images/<digest-hex>/bin/function  a Go function's compiled program (`caiplatform.build.languages`)
     images/<digest-hex>/image.json    framework, runtime, the environment it runs in, references
     images/envs/<requirements-hash>/  a Python environment with the image's requirements.txt installed
     images/pip-cache/                 pip's download and wheel cache (a rebuild never downloads twice)
+    images/go-cache/                  Go's build cache when the platform's process has no home directory
 
 Environments are keyed by the hash of the requirements (plus the interpreter and the platform it
 sees), so images with the same requirements share one and a rebuild with unchanged requirements only
@@ -35,10 +38,11 @@ import anyio
 import caiplatform
 from caiplatform.adapters.memory.builder import HARNESS_MODULE, copy_tree
 from caiplatform.build.digest import digest_of_reference
+from caiplatform.build.languages import build_function, function_env
 from caiplatform.build.prepare import check_request
-from caiplatform.ports.builder import Builder, BuildError, BuildLog, BuildRequest, Image
+from caiplatform.build.steps import run_step
+from caiplatform.ports.builder import Builder, BuildLog, BuildRequest, Image
 
-PIP_TIMEOUT_SECONDS = 900.0
 READY_MARKER = ".cai-ready"
 
 
@@ -99,7 +103,13 @@ class LocalBuilder(Builder):
             emit(f"copying the source into image {digest}")
             location = self.root / hexdigest
             staging = self.root / f"{hexdigest}.partial"
-            await anyio.to_thread.run_sync(self._write_image, source, staging, location, {
+            await anyio.to_thread.run_sync(self._stage_source, source, staging)
+            try:
+                await build_function(framework, staging / "src", staging / "bin", emit, cache_dir=self.root / "go-cache")
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            await anyio.to_thread.run_sync(self._finish_image, staging, location, {
                 "digest": digest,
                 "framework": framework,
                 "runtime": request.runtime,
@@ -114,9 +124,12 @@ class LocalBuilder(Builder):
             return self._image(record, reference)
 
     @staticmethod
-    def _write_image(source: Path, staging: Path, location: Path, record: dict[str, Any]) -> None:
+    def _stage_source(source: Path, staging: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
         copy_tree(source, staging / "src")
+
+    @staticmethod
+    def _finish_image(staging: Path, location: Path, record: dict[str, Any]) -> None:
         (staging / "image.json").write_text(json.dumps(record, indent=2))
         shutil.rmtree(location, ignore_errors=True)
         os.replace(staging, location)
@@ -182,35 +195,9 @@ class LocalBuilder(Builder):
 
         await anyio.to_thread.run_sync(fix)
 
-    async def _run(self, argv: list[str], what: str, emit: BuildLog, cwd: Path | None = None) -> str:
-        """Run a build step; its output goes to the build log and, on failure, into the `BuildError`."""
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            cwd=str(cwd) if cwd else None,
-            env={**os.environ, "PIP_NO_INPUT": "1", "PYTHONNOUSERSITE": "1"},
-        )
-        assert process.stdout is not None
-        output: list[str] = []
-
-        async def pump() -> None:
-            assert process.stdout is not None
-            async for raw in process.stdout:
-                line = raw.decode("utf-8", "replace").rstrip("\n")
-                output.append(line)
-                emit(line)
-
-        try:
-            await asyncio.wait_for(asyncio.gather(pump(), process.wait()), PIP_TIMEOUT_SECONDS)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
-            raise BuildError(f"{what} took longer than {PIP_TIMEOUT_SECONDS:g} s:\n" + "\n".join(output)) from None
-        if process.returncode != 0:
-            raise BuildError(f"{what} failed (exit code {process.returncode}):\n" + "\n".join(output))
-        return "\n".join(output)
+    @staticmethod
+    async def _run(argv: list[str], what: str, emit: BuildLog, cwd: Path | None = None) -> str:
+        return await run_step(argv, what, emit, cwd=cwd, env={**os.environ, "PIP_NO_INPUT": "1", "PYTHONNOUSERSITE": "1"})
 
     # -- records ------------------------------------------------------------------------------------
 
@@ -233,7 +220,8 @@ class LocalBuilder(Builder):
             framework=record["framework"],
             runtime=record.get("runtime"),
             command=[record["python"], "-m", HARNESS_MODULE],
-            env={"CAI_FRAMEWORK": record["framework"], "CAI_CODE_DIR": str(code_dir)},
+            env={"CAI_FRAMEWORK": record["framework"], "CAI_CODE_DIR": str(code_dir),
+                 **function_env(record["framework"], code_dir.parent / "bin")},
             location=str(code_dir.parent),
         )
 

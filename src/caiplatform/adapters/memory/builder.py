@@ -1,7 +1,8 @@
 """In-memory builder: checks and hashes the source and keeps a private copy of the tree as the image.
 
 No environment is installed (the platform's own Python runs the in-process app), so `requirements.txt`
-is recorded, not installed. The copy lives in a temporary directory owned by the builder and removed
+is recorded, not installed; the language step of a function in another language does run
+(`caiplatform.build.languages`: a Go function is compiled into `<digest>.bin/` beside the copy). The copy lives in a temporary directory owned by the builder and removed
 on `close()`; a later change to the uploaded tree never reaches a built image.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 import anyio
 
 from caiplatform.build.digest import source_files
+from caiplatform.build.languages import build_function, function_env
 from caiplatform.build.prepare import check_request
 from caiplatform.ports.builder import Builder, BuildLog, BuildRequest, Image
 
@@ -64,8 +66,16 @@ class InMemoryBuilder(Builder):
             emit(f"checked {framework} source; copying it into image {digest}")
             location = self.root / digest.removeprefix("sha256:")
             staging = self.root / (location.name + ".partial")
+            bin_dir = self._bin_dir(location)
             shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(bin_dir, ignore_errors=True)
             await anyio.to_thread.run_sync(copy_tree, source, staging)
+            try:
+                await build_function(framework, staging, bin_dir, emit, cache_dir=self.root / "go-cache")
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                shutil.rmtree(bin_dir, ignore_errors=True)
+                raise
             shutil.rmtree(location, ignore_errors=True)
             staging.rename(location)
             self.builds += 1
@@ -75,11 +85,17 @@ class InMemoryBuilder(Builder):
                 framework=framework,
                 runtime=request.runtime,
                 command=[sys.executable, "-m", HARNESS_MODULE],
-                env={"CAI_FRAMEWORK": framework, "CAI_CODE_DIR": str(location)},
+                env={"CAI_FRAMEWORK": framework, "CAI_CODE_DIR": str(location),
+                     **function_env(framework, self._bin_dir(location))},
                 location=str(location),
             )
             self._images[digest] = image
         return image
+
+    @staticmethod
+    def _bin_dir(location: Path) -> Path:
+        """Where the language step puts what it compiles (beside the code, not in it)."""
+        return location.with_name(location.name + ".bin")
 
     async def resolve(self, reference: str) -> Image | None:
         image = self._references.get(reference)
@@ -95,6 +111,7 @@ class InMemoryBuilder(Builder):
             return  # another workload still runs the same content
         self._images.pop(image.digest, None)
         shutil.rmtree(image.location, ignore_errors=True)
+        shutil.rmtree(self._bin_dir(Path(image.location)), ignore_errors=True)
 
     async def close(self) -> None:
         if self._owns_root:

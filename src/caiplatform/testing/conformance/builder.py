@@ -10,17 +10,20 @@ Sources come from `caiplatform.testing.sources`; every test writes its own tree 
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from caiplatform.ports.builder import Builder, BuildError, BuildRequest, Image
 from caiplatform.testing import sources
 from caiplatform.testing.conformance.memorystore import apply_notimpl
+from caiplatform.turns.line_function import runner_class
 
 __all__ = [
     "test_build_names_the_image_and_how_it_starts",
@@ -35,6 +38,14 @@ __all__ = [
     "test_crew_without_message_placeholder_fails",
     "test_function_without_handle_fails",
     "test_missing_toolchain_fails",
+    "test_function_in_another_language_runs_from_its_image",
+    "test_go_function_runs_without_the_toolchain_once_built",
+    "test_go_compile_error_fails_with_the_compiler_output",
+    "test_go_handle_of_the_wrong_shape_fails",
+    "test_go_package_of_its_own_module_with_typed_arguments",
+    "test_ruby_syntax_error_fails",
+    "test_ruby_gems_vendored_for_bundler_are_installed",
+    "test_node_dependencies_are_installed",
     "test_resolve_and_remove",
     "test_build_log_receives_lines",
     "test_requirements_are_installed_into_the_image",
@@ -94,7 +105,7 @@ async def test_build_names_the_image_and_how_it_starts(builder: Builder, tmp_pat
     assert (code_dir / "graph.py").read_text() == sources.LANGGRAPH["graph.py"]
 
 
-@pytest.mark.parametrize("framework", ["adk", "langgraph", "crewai", "function", "function-nodejs"])
+@pytest.mark.parametrize("framework", list(sources.BY_FRAMEWORK))
 async def test_every_framework_builds(builder: Builder, tmp_path: Path, framework: str):
     image = await builder.build(request_for(tree(tmp_path, sources.BY_FRAMEWORK[framework]), framework))
     assert image.framework == framework and image.env["CAI_FRAMEWORK"] == framework
@@ -173,6 +184,107 @@ async def test_missing_toolchain_fails(builder: Builder, tmp_path: Path, monkeyp
     # `framework=function` with a `runtime` names the same toolchain.
     source = tree(tmp_path, sources.GO_FUNCTION)
     await expect_build_error(builder, request_for(source, "function", runtime="go"), "`go`")
+
+
+async def call_built_function(image: Image, event: Any, env: dict[str, str] | None = None) -> Any:
+    """Start a function in another language from its image, as its harness does, and call it once."""
+    runner = runner_class(image.framework).from_dir(
+        image.env["CAI_CODE_DIR"], env={**(env or os.environ), **image.env}, agent="fn")
+    try:
+        context = {"agent": "fn", "session_id": "s", "user_id": "u", "invocation_id": "i", "history": []}
+        return await runner.call(event, context)
+    finally:
+        await runner.aclose()
+
+
+@pytest.mark.parametrize("framework", ["function-nodejs", "function-go", "function-ruby"])
+async def test_function_in_another_language_runs_from_its_image(builder: Builder, tmp_path: Path, framework: str):
+    source = tree(tmp_path, sources.BY_FRAMEWORK[framework])
+    image = await builder.build(request_for(source, framework))
+    for path in source.iterdir():
+        path.unlink()  # the image runs from its own copy
+    assert await call_built_function(image, {"message": "hi"}) == {"echo": {"message": "hi"}}
+
+
+async def test_go_function_runs_without_the_toolchain_once_built(builder: Builder, tmp_path: Path):
+    image = await builder.build(request_for(tree(tmp_path, sources.GO_FUNCTION), "function-go"))
+    assert Path(image.env["CAI_FUNCTION_BINARY"]).is_file()
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    answer = await call_built_function(image, {"n": 1}, env={**os.environ, "PATH": str(empty)})
+    assert answer == {"echo": {"n": 1}}
+
+
+async def test_go_compile_error_fails_with_the_compiler_output(builder: Builder, tmp_path: Path):
+    source = tree(tmp_path, {"main.go": "package main\n\nfunc Handle(event any) (any, error) {\n\treturn missing, nil\n}\n"})
+    await expect_build_error(builder, request_for(source, "function-go"), "go build", "undefined: missing")
+
+
+async def test_go_handle_of_the_wrong_shape_fails(builder: Builder, tmp_path: Path):
+    source = tree(tmp_path, {"main.go": "package main\n\nfunc Handle(a, b, c int) int {\n\treturn a\n}\n"})
+    await expect_build_error(builder, request_for(source, "function-go"), "main.go: Handle must look like",
+                             "func(int, int, int) int")
+
+
+async def test_go_package_of_its_own_module_with_typed_arguments(builder: Builder, tmp_path: Path):
+    """A package other than `main`, importing a package of its module, taking a `context.Context` and structs."""
+    source = tree(tmp_path, {
+        "go.mod": "module example.com/greeter\n\ngo 1.19\n",
+        "words/words.go": "package words\n\nfunc Hello() string { return \"hello\" }\n",
+        "main.go": (
+            "package greeter\n\n"
+            "import (\n\t\"context\"\n\n\t\"example.com/greeter/words\"\n)\n\n"
+            "type Event struct {\n\tMessage string `json:\"message\"`\n}\n\n"
+            "type Info struct {\n\tAgent string `json:\"agent\"`\n}\n\n"
+            "func Handle(ctx context.Context, event Event, info Info) (string, error) {\n"
+            "\treturn words.Hello() + \" \" + event.Message + \" from \" + info.Agent, ctx.Err()\n}\n"
+        ),
+    })
+    image = await builder.build(request_for(source, "function-go"))
+    assert await call_built_function(image, {"message": "Ada"}) == "hello Ada from fn"
+
+
+async def test_ruby_syntax_error_fails(builder: Builder, tmp_path: Path):
+    source = tree(tmp_path, {"main.rb": "def handle(event, context\n  1\n"})
+    await expect_build_error(builder, request_for(source, "function-ruby"), "ruby -c", "main.rb")
+
+
+def _vendored_gem(tmp_path: Path) -> bytes:
+    """A tiny gem (`Shout.call(text)`), packed by `gem build` as `bundle cache` would vendor it."""
+    gem_dir = sources.write_tree(tmp_path / f"gem-{secrets.token_hex(3)}", {
+        "shout.gemspec": (
+            'Gem::Specification.new do |s|\n  s.name = "shout"\n  s.version = "1.0.0"\n  s.summary = "Shouts"\n'
+            '  s.authors = ["caiplatform"]\n  s.files = ["lib/shout.rb"]\nend\n'
+        ),
+        "lib/shout.rb": 'module Shout\n  def self.call(text) = "#{text.upcase}!"\nend\n',
+    })
+    subprocess.run(["gem", "build", "shout.gemspec"], cwd=gem_dir, check=True, capture_output=True, timeout=60)
+    return (gem_dir / "shout-1.0.0.gem").read_bytes()
+
+
+async def test_ruby_gems_vendored_for_bundler_are_installed(builder: Builder, tmp_path: Path):
+    source = tree(tmp_path, {
+        "Gemfile": 'source "https://rubygems.org"\ngem "shout"\n',
+        "main.rb": 'require "shout"\n\ndef handle(event, context)\n  Shout.call(event["message"])\nend\n',
+    })
+    (source / "vendor" / "cache").mkdir(parents=True)
+    (source / "vendor" / "cache" / "shout-1.0.0.gem").write_bytes(_vendored_gem(tmp_path))
+    image = await builder.build(request_for(source, "function-ruby"))
+    assert (Path(image.env["CAI_CODE_DIR"]) / "vendor" / "bundle").is_dir()
+    assert not (source / "vendor" / "bundle").exists()  # installed into the image, not the upload
+    assert await call_built_function(image, {"message": "hi"}) == "HI!"
+
+
+async def test_node_dependencies_are_installed(builder: Builder, tmp_path: Path):
+    source = tree(tmp_path, {
+        "package.json": '{"name": "fn", "version": "1.0.0", "dependencies": {"shout": "file:./shout"}}\n',
+        "shout/package.json": '{"name": "shout", "version": "1.0.0", "main": "index.js"}\n',
+        "shout/index.js": 'module.exports = (text) => text.toUpperCase() + "!";\n',
+        "index.js": 'const shout = require("shout");\nexports.handle = (event) => shout(event.message);\n',
+    })
+    image = await builder.build(request_for(source, "function-nodejs"))
+    assert (Path(image.env["CAI_CODE_DIR"]) / "node_modules").exists() and not (source / "node_modules").exists()
+    assert await call_built_function(image, {"message": "hi"}) == "HI!"
 
 
 async def test_resolve_and_remove(builder: Builder, tmp_path: Path):
