@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+from collections.abc import Awaitable, Callable
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -187,7 +188,7 @@ class Platform:
         self.accounts = AccountService(*args, self.agent_hooks)
         self.projects = ProjectService(
             *args, provisioner, self.agent_hooks, sign_in_guard=self.auth,
-            on_delete=[lambda project_id: self.secrets.purge_project(project_id)],
+            on_delete=self._project_purges(),
         )
         self.personal_keys = PersonalKeyService(self.db, self.access, self.audit, self.clock)
         self.service_accounts = ServiceAccountService(*args)
@@ -203,6 +204,71 @@ class Platform:
         self.search.register("mcp_server", search_sources.mcp_server_source(self.db))
         self._wire_workload_areas_into_identity(search_sources)
         self._closers.append(provisioner.close)
+
+    def _project_purges(self) -> list[Callable[[str], Awaitable[int]]]:
+        """What deleting a project removes (agents must be gone already: 409), each area's `purge_project`
+        in this order: services with their triggers (a pubsub trigger's subscription is on a topic),
+        topics, memory stores, indexes, MCP servers, secrets. An area built on first use is built for
+        this only when its records name the project: one never used holds nothing, and is not started."""
+        from sqlalchemy import select
+
+        from caiplatform.db.models import (
+            MessagingTopic,
+            Project,
+            ServerlessService,
+            ServerlessTrigger,
+            VectorIndex,
+        )
+
+        async def memorystores_recorded(project_id: str) -> bool:
+            if self.mode == "memory":
+                return False  # in-process instances exist only once the area is built
+            provisioner = self.registry.load("memorystore", "local")
+            # An adapter that cannot tell from its files is asked through the port (which may start it).
+            return bool(getattr(provisioner, "records_project", lambda *_: True)(self.data_dir, project_id))
+
+        async def services_or_buckets(project_id: str) -> bool:
+            if await self._records_name(project_id, ServerlessService, ServerlessTrigger):
+                return True
+            if self.mode == "memory":
+                return False  # the buckets of an in-memory platform live in the area's temporary directory
+            short = await self.db.run(lambda s: s.scalar(select(Project.short).where(Project.id == project_id)))
+            return short is not None and (self.data_dir / "buckets" / short).exists()
+
+        async def open_engine(indexes: IndexService) -> None:
+            await indexes.engine.start()  # the local engine drops only collections it has loaded
+            self._closers.append(indexes.engine.close)
+
+        return [
+            self._purge_of("serverless", services_or_buckets),
+            self._purge_of("topics", lambda pid: self._records_name(pid, MessagingTopic)),
+            self._purge_of("memorystores", memorystores_recorded),
+            self._purge_of("indexes", lambda pid: self._records_name(pid, VectorIndex), prepare=open_engine),
+            lambda project_id: self.mcp.purge_project(project_id),  # built with the platform
+            lambda project_id: self.secrets.purge_project(project_id),
+        ]
+
+    def _purge_of(
+        self, area: str, holds: Callable[[str], Awaitable[bool]], *, prepare: Callable[[Any], Awaitable[None]] | None = None
+    ) -> Callable[[str], Awaitable[int]]:
+        """`<area>.purge_project`, building the area first only when `holds(project_id)` says it has something."""
+
+        async def purge(project_id: str) -> int:
+            if area not in self.__dict__:
+                if not await holds(project_id):
+                    return 0
+                if prepare is not None:
+                    await prepare(getattr(self, area))
+            return int(await getattr(self, area).purge_project(project_id))
+
+        return purge
+
+    async def _records_name(self, project_id: str, *tables: Any) -> bool:
+        """Whether any of these tables has a row of the project."""
+        from sqlalchemy import exists, select
+
+        return await self.db.run(lambda s: any(
+            s.scalar(select(exists().where(table.project_id == project_id))) for table in tables))
 
     def _wire_workload_areas_into_identity(self, search_sources: Any) -> None:
         """What the identity views need from agents, services and the runtime, resolved lazily (those

@@ -62,3 +62,33 @@ async def test_ready_servers_are_served_again_after_a_restart(tmp_path, settings
         assert sorted(keys) == [False, True]
         await platform.mcp.delete(principal, project_id, "calc")
         assert platform.mcp.host.serving(project_id, "calc") is None
+
+
+async def test_deleting_a_project_stops_its_servers(tmp_path, settings, openbao):
+    from caiplatform.db.models import McpServer
+    from caiplatform.testing.users import bootstrap_admin, delete_project, new_project
+
+    settings = settings.model_copy(update={"bao_addr": openbao.addr, "bao_token": openbao.root_token})
+    async with Platform.embedded(tmp_path / "data", settings) as platform:
+        admin = await bootstrap_admin(platform)
+        project = await new_project(platform, "doomed")
+        await platform.mcp.create(admin, project.id, {"name": "calc"})
+        await platform.mcp.publish_tool(admin, project.id, "calc", "add", {"handler": ADD})
+        await platform.mcp.wait_idle()
+        server = await platform.mcp.get(admin, project.id, "calc")
+        assert server["status"] == "ready", server
+        process = platform.mcp.host.serving(project.id, "calc").process
+        assert platform.supervisor().get(process) is not None
+
+        await delete_project(platform, project.id)
+
+        assert platform.mcp.host.serving(project.id, "calc") is None
+        assert platform.supervisor().get(process) is None
+        async with httpx.AsyncClient() as http:
+            try:
+                await http.get(server["url"].removesuffix("/mcp") + "/healthz", timeout=2)
+                raise AssertionError("the MCP server outlived its project")
+            except httpx.HTTPError:
+                pass
+        assert await platform.db.run(lambda s: s.scalar(select(McpServer.id).where(McpServer.project_id == project.id))) is None
+        assert await platform.mcp.purge_project(project.id) == 0

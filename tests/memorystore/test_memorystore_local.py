@@ -233,3 +233,37 @@ async def test_the_platform_restarts_the_instance_after_a_rotation(tmp_path):
     finally:
         await provisioner.close()
         await platform.aclose()
+
+
+async def test_deleting_a_project_stops_its_servers_and_destroys_their_data(tmp_path, settings, nats_url):
+    """On the embedded platform: the project's Valkey processes stop, their folders go; another
+    project's instance keeps running."""
+    from caiplatform.platform import Platform
+    from caiplatform.testing.users import bootstrap_admin, delete_project, new_project
+
+    platform = Platform.embedded(tmp_path, settings.model_copy(update={"nats_url": nats_url}))
+    await platform.start()
+    try:
+        admin = await bootstrap_admin(platform)
+        doomed, kept = await new_project(platform, "doomed"), await new_project(platform, "kept")
+        provisioner = platform.memorystores.provisioner
+        passwords = {}
+        for project, name in ((doomed, "cache"), (doomed, "queue"), (kept, "cache")):
+            created = await platform.memorystores.create(admin, project.id, {"name": name})
+            passwords[project.id, name] = created["credential"]["password"]
+        running = {key: await wait_ready(provisioner, (await provisioner.get(*key)).spec) for key in passwords}
+        assert not any(refused(inst, passwords[key]) for key, inst in running.items())
+        assert LocalValkeyProvisioner.records_project(tmp_path, doomed.id)
+
+        await delete_project(platform, doomed.id)
+
+        for name in ("cache", "queue"):
+            assert platform.supervisor().get(f"memorystore-{doomed.id}-{name}") is None
+            assert refused_or_down(running[doomed.id, name], passwords[doomed.id, name])  # nothing listens
+        assert not (tmp_path / "memorystores" / doomed.id).exists()
+        assert not LocalValkeyProvisioner.records_project(tmp_path, doomed.id)
+        assert await provisioner.list(doomed.id) == []
+        assert not refused(running[kept.id, "cache"], passwords[kept.id, "cache"])
+        assert await platform.memorystores.purge_project(doomed.id) == 0
+    finally:
+        await platform.aclose()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import secrets
 
 import pytest
 
@@ -59,3 +60,37 @@ async def test_flow_on_jetstream(js_api):
     assert r.status_code == 200 and r.json()["acknowledged"] == len(r.json()["messages"]) >= 1
     quota = (await c.get(f"/v1/projects/{api.pid}/pubsub/quota", headers=api.member)).json()
     assert quota["allocated_bytes"] == 4096 and quota["provisioned"] is True
+
+
+async def test_deleting_a_project_removes_its_streams_consumers_and_push_delivery(settings, nats_url):
+    """A project's topics are JetStream streams with durable consumers: deleting the project deletes them
+    on the server, and the push worker stops delivering its push subscriptions."""
+    from caiplatform.testing.users import bootstrap_admin, delete_project, new_project
+
+    platform = Platform.in_memory(settings.model_copy(update={"nats_url": nats_url}))
+    await platform.start()
+    try:
+        admin = await bootstrap_admin(platform)
+        project = await new_project(platform, f"doomed-{secrets.token_hex(3)}")
+        topics = platform.topics
+        for name in ("events", "audit"):
+            await topics.create_topic(admin, project.id, {"name": name})
+        await topics.create_subscription(admin, project.id, "events", {"name": "reader"})
+        await topics.create_subscription(admin, project.id, "events", {"name": "pusher", "deliver": {
+            "mode": "push", "push": {"url": f"http://hook.{project.namespace}/in"}}})
+        await topics.publish(admin, project.id, "events", {"messages": [{"text": "kept until the project goes"}]})
+        streams = [f"cai-{project.short}-{name}" for name in ("events", "audit")]
+        broker, worker = topics.broker, platform.components["push_worker"]
+        assert all([await broker.stream_stats(s) for s in streams])
+        assert await broker.consumer_stats(streams[0], "reader") and await broker.consumer_stats(streams[0], "pusher")
+        assert (streams[0], "pusher") in worker._tasks
+
+        await delete_project(platform, project.id)
+
+        assert [await broker.stream_stats(s) for s in streams] == [None, None]  # asked of the NATS server
+        assert await broker.consumer_stats(streams[0], "reader") is None
+        assert (streams[0], "pusher") not in worker._tasks
+        assert project.short not in await topics.broker_layout()  # its broker credential reaches nothing
+        assert await topics.purge_project(project.id) == 0
+    finally:
+        await platform.aclose()

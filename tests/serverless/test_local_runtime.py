@@ -28,16 +28,21 @@ async def wait_phase(c: httpx.AsyncClient, url: str, phase: str, timeout: float 
         await anyio.sleep(0.2)
 
 
-async def test_service_lifecycle_on_the_local_runtime(tmp_path, settings, clock):
+async def _function_image(platform: Platform, project, tmp_path):
+    """The example function, built for the project by the platform's own builder."""
     source = tmp_path / "src"
-    source.mkdir()
+    source.mkdir(exist_ok=True)
     for name, text in FUNCTION.items():
         (source / name).write_text(text)
+    return await platform.builder.build(BuildRequest(project.id, project.short, "fn", "function", source))
+
+
+async def test_service_lifecycle_on_the_local_runtime(tmp_path, settings, clock):
     platform = Platform.embedded(tmp_path / "data", settings, clock=clock)
     await platform.start()
     try:
         project = await platform.serverless.project(Principal.automation(), _default_project(platform))
-        image = await platform.builder.build(BuildRequest(project.id, project.short, "fn", "function", source))
+        image = await _function_image(platform, project, tmp_path)
         python = image.command[0]
         base = f"/v1/projects/{project.id}/services"
         async with asgi_client(platform, ["serverless"]) as c:
@@ -106,6 +111,46 @@ async def test_service_lifecycle_on_the_local_runtime(tmp_path, settings, clock)
             assert (await c.delete(f"{base}/tiny", headers=AUTOMATION)).status_code == 204
             assert (await c.get("/whoami", headers={"Host": host})).status_code == 404
             assert (await c.get(f"{base}/tiny", headers=AUTOMATION)).status_code == 404
+    finally:
+        await platform.aclose()
+
+
+async def test_deleting_a_project_stops_its_service_processes_and_removes_its_buckets(tmp_path, settings, clock):
+    from caiplatform.ports.runtime import WorkloadRef
+    from caiplatform.testing.users import delete_project, new_project
+
+    platform = Platform.embedded(tmp_path / "data", settings, clock=clock)
+    await platform.start()
+    try:
+        project = await new_project(platform, "doomed")
+        image = await _function_image(platform, project, tmp_path)
+        base = f"/v1/projects/{project.id}"
+        async with asgi_client(platform, ["serverless"]) as c:
+            r = await c.post(f"{base}/services", headers=AUTOMATION, json={
+                "name": "tiny", "image": image.reference, "command": [image.command[0]],
+                "args": ["-m", "caiplatform.testing.tiny_app"], "scaling": {"min_scale": 1}})
+            assert r.status_code == 202, r.text
+            await wait_phase(c, f"{base}/services/tiny", "Ready")
+            r = await c.post(f"{base}/triggers", headers=AUTOMATION, json={
+                "name": "uploads", "target": {"service": "tiny", "path": "/say"},
+                "source": {"type": "objectstore", "objectstore": {"bucket": "inbox"}}})
+            assert r.status_code == 202, r.text
+            await platform.serverless.triggers.wait_idle()
+        bucket = platform.serverless.triggers.bucket_dir(project.short, "inbox")
+        (bucket / "object.json").write_text("{}")
+        ref = WorkloadRef(project.id, project.short, "tiny", kind="service")
+        processes = [p for p in platform.supervisor().processes if p.name.startswith(f"workload-{ref.key}-")]
+        assert processes and all(p.pid for p in processes)
+
+        await delete_project(platform, project.id)
+
+        assert await platform.runtime.status(ref) is None
+        assert not [p for p in platform.supervisor().processes if p.name.startswith(f"workload-{ref.key}-")]
+        for process in processes:
+            assert process.state == "stopped"
+        assert not bucket.parent.exists()  # the project's buckets, objects and all
+        assert (await platform.runtime.usage(project.namespace))["pods"] == 0
+        assert await platform.serverless.purge_project(project.id) == 0
     finally:
         await platform.aclose()
 

@@ -80,3 +80,42 @@ async def test_engine_choice(tmp_path, settings, env, engine, where):
             assert status == 503 and body["dependencies"]["vector_store"]["ok"] is False
     finally:
         await platform.aclose()
+
+
+async def test_deleting_a_project_drops_its_collections_even_before_start(tmp_path, settings):
+    """The embedded engine: a deleted project's collections leave `vectors.db`, on a running platform and
+    on one that was never started (deleting a project opens the engine for it); others stay."""
+    from caiplatform.adapters.local.vector import LocalVectorEngine
+    from caiplatform.domain.vector import collection_name
+    from caiplatform.testing.users import bootstrap_admin, delete_project, new_project
+
+    first = Platform.embedded(tmp_path, settings)
+    await first.start()
+    try:
+        admin = await bootstrap_admin(first)
+        projects = [await new_project(first, slug) for slug in ("gone-now", "gone-later", "kept")]
+        for project in projects:
+            await first.indexes.create(admin, project.id, {"name": "docs", "dimensions": 2})
+            await first.indexes.upsert(admin, project.id, "docs", {"points": [{"id": 1, "vector": [1, 0]}]})
+        collections = [collection_name(p.short, "docs") for p in projects]
+        assert all([await first.vector_engine.collection_info(c) for c in collections])
+
+        await delete_project(first, projects[0].id)
+        assert await first.vector_engine.collection_info(collections[0]) is None
+        assert await first.indexes.purge_project(projects[0].id) == 0
+    finally:
+        await first.aclose()
+
+    second = Platform.embedded(tmp_path, settings)  # not started: its vector area is not even built
+    try:
+        assert "indexes" not in vars(second)
+        await delete_project(second, projects[1].id)
+    finally:
+        await second.aclose()
+
+    engine = LocalVectorEngine(tmp_path / "vectors")
+    await engine.start()
+    try:
+        assert await engine.list_collections() == [collections[2]]
+    finally:
+        await engine.close()

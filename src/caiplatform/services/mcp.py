@@ -37,6 +37,7 @@ from caiplatform.ports.mcp_host import (
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
+from caiplatform.services.purge import remove_each
 from caiplatform.validation import MCP_SERVER_NAME, MCP_TOOL_NAME
 
 log = logging.getLogger(__name__)
@@ -249,15 +250,27 @@ class McpServerService:
 
     async def delete(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
         project = await self._grant(principal, project_id, Role.ADMIN)
+        await self._remove(project.id, name, principal)
+        return {"name": name, "deleted": True}
+
+    async def _remove(self, project_id: str, name: str, principal: Principal | None) -> None:
+        """Drop the record (tools and versions cascade), then stop serving it; a build under way finds it
+        gone. `principal` None: the platform acts (a project delete)."""
 
         def delete(session: Session) -> None:
-            server = self._server(session, project.id, name)
+            server = self._server(session, project_id, name)
             session.delete(server)
-            self.audit.record(session, project.id, principal, "mcpserver.delete", name)
+            self.audit.record(session, project_id, principal, "mcpserver.delete", name)
 
         await self.db.run(delete)
-        await self.host.remove(project.id, name)
-        return {"name": name, "deleted": True}
+        await self.host.remove(project_id, name)
+
+    async def purge_project(self, project_id: str) -> int:
+        """Remove every MCP server of a project being deleted (for the projects area): its hosted process
+        and its records. Returns how many servers were removed."""
+        names = await self.db.run(lambda s: list(s.scalars(
+            select(McpServer.name).where(McpServer.project_id == project_id).order_by(McpServer.name))))
+        return await remove_each("mcp server", names, str, lambda name: self._remove(project_id, name, None))
 
     # -- tools ----------------------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ from caiplatform.ports.memorystore import MemoryStoreProvisioner, ProvisionerHea
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
+from caiplatform.services.purge import remove_each
 
 AUTH_REQUIRED = (
     "authentication required: sign in through the core API (POST /v1/auth/login) and send the token "
@@ -139,8 +140,8 @@ class MemoryStoreService:
             raise NotFound(NOT_FOUND)
         return project, instance
 
-    async def _audit(self, project: ProjectRef, principal: Principal, action: str, name: str, detail: Any = None) -> None:
-        await self.db.run(lambda session: self.audit.record(session, project.id, principal, action, name, detail))
+    async def _audit(self, project_id: str, principal: Principal | None, action: str, name: str, detail: Any = None) -> None:
+        await self.db.run(lambda session: self.audit.record(session, project_id, principal, action, name, detail))
 
     @staticmethod
     def _credential(instance: Instance, password: str) -> dict[str, Any]:
@@ -262,7 +263,7 @@ class MemoryStoreService:
             raise
         except Exception as exc:  # an engine or cluster failure
             raise BadGateway(f"could not create the memorystore: {exc}") from exc
-        await self._audit(project, principal, "memorystore.create", spec.name,
+        await self._audit(project.id, principal, "memorystore.create", spec.name,
                           {"size_class": spec.size_class, "persistence": spec.persistence_enabled})
         return {
             "memorystore": self._summary(instance),
@@ -311,21 +312,32 @@ class MemoryStoreService:
 
     async def delete(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
         project, instance = await self._instance(principal, project_id, name, admin=True)
-        try:
-            deleted = await self.provisioner.delete(project.id, name)
-        except PlatformError:
-            raise
-        except Exception as exc:
-            raise BadGateway(f"could not delete the memorystore: {exc}") from exc
-        if deleted is None:
-            raise NotFound(NOT_FOUND)
-        await self._audit(project, principal, "memorystore.delete", name)
+        await self._remove(project.id, name, principal)
         return {
             "name": instance.spec.name,
             "resource_path": instance.spec.resource_path,
             "state": State.DELETING.value,
             "note": DELETE_NOTE,
         }
+
+    async def _remove(self, project_id: str, name: str, principal: Principal | None) -> None:
+        """Stop the instance and destroy its data. `principal` None: the platform acts (a project delete)."""
+        try:
+            deleted = await self.provisioner.delete(project_id, name)
+        except PlatformError:
+            raise
+        except Exception as exc:
+            raise BadGateway(f"could not delete the memorystore: {exc}") from exc
+        if deleted is None:
+            raise NotFound(NOT_FOUND)
+        await self._audit(project_id, principal, "memorystore.delete", name)
+
+    async def purge_project(self, project_id: str) -> int:
+        """Remove every memory store of a project being deleted (for the projects area): each instance
+        stopped, its data destroyed. Returns how many were removed."""
+        instances = await self.provisioner.list(project_id)
+        return await remove_each("memorystore", [i.spec.name for i in instances], str,
+                                 lambda name: self._remove(project_id, name, None))
 
     async def rotate_credential(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
         """200: the new credential (top level and under `credential`) and a note; applies at restart."""
@@ -339,7 +351,7 @@ class MemoryStoreService:
             raise
         except Exception as exc:
             raise BadGateway(f"could not rotate the credential: {exc}") from exc
-        await self._audit(project, principal, "memorystore.rotate_credential", name)
+        await self._audit(project.id, principal, "memorystore.rotate_credential", name)
         if self._rotation_restart_delay is not None:
             task = asyncio.get_running_loop().create_task(self._restart_after_rotation(project.id, name))
             self._restarts.add(task)
@@ -373,7 +385,7 @@ class MemoryStoreService:
             raise
         except Exception as exc:
             raise BadGateway(f"could not restart the memorystore: {exc}") from exc
-        await self._audit(project, principal, "memorystore.restart", name)
+        await self._audit(project.id, principal, "memorystore.restart", name)
         return instance.to_json()
 
     # ------------------------------------------------------------------------------------ health

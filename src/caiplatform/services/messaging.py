@@ -39,6 +39,7 @@ from caiplatform.ports.broker import (
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
+from caiplatform.services.purge import remove_each
 
 log = logging.getLogger(__name__)
 
@@ -533,26 +534,50 @@ class TopicService:
     async def delete_topic(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
         """202 `{name, status: deleting}`: the stream and every subscription go with it."""
         project = await self._project(principal, project_id, admin=True)
-        topic = await self._topic(project, name)
+        await self._remove_topic(await self._topic(project, name), principal)
+        await self._topics_changed()
+        await self._subscriptions_changed()
+        return {"name": name, "status": "deleting"}
+
+    async def _remove_topic(self, topic: Topic, principal: Principal | None) -> None:
+        """The records of the topic and its subscriptions, then its stream (the consumers go with it);
+        the caller runs the change hooks. `principal` None: the platform acts (a project delete)."""
 
         def remove(session: Session) -> None:
-            row = self._topic_row(session, project.id, name)
+            row = self._topic_row(session, topic.project_id, topic.name)
             if row is None:
                 raise NotFound(m.TOPIC_NOT_FOUND)
             for sub in session.scalars(select(MessagingSubscription).where(MessagingSubscription.topic_id == row.id)):
                 session.delete(sub)
             session.delete(row)
-            self.audit.record(session, project.id, principal, "pubsub.topic.delete", name, None)
+            self.audit.record(session, topic.project_id, principal, "pubsub.topic.delete", topic.name, None)
 
         await self.db.run(remove)
         try:
             await self.broker.delete_stream(topic.stream)
         except BrokerError:
             log.exception("deleting stream %s; the record is gone, the stream stays until retried", topic.stream)
-        self._counters.pop((project.id, name), None)
+        self._counters.pop((topic.project_id, topic.name), None)
+
+    async def purge_project(self, project_id: str) -> int:
+        """Remove every topic of a project being deleted (for the projects area), with its subscriptions,
+        stream and consumers; push delivery to them stops. Returns how many topics were removed."""
+
+        def read(session: Session) -> list[Topic]:
+            project = session.get(Project, project_id)
+            if project is None:
+                return []
+            rows = session.scalars(select(MessagingTopic).where(MessagingTopic.project_id == project_id)
+                                   .order_by(MessagingTopic.name))
+            return [_topic_of(row, ProjectRef.of(project)) for row in rows]
+
+        topics = await self.db.run(read)
+        if not topics:
+            return 0
+        removed = await remove_each("topic", topics, lambda t: t.name, lambda t: self._remove_topic(t, None))
         await self._topics_changed()
         await self._subscriptions_changed()
-        return {"name": name, "status": "deleting"}
+        return removed
 
     # ------------------------------------------------------------------------------------ publish
 

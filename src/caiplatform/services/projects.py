@@ -125,7 +125,9 @@ class ProjectService:
         self.usage = usage
         # Invitation accept is throttled like sign-in: a bad or used token counts as a failed attempt.
         self.sign_in_guard = sign_in_guard
-        # Cleanups other areas register for a deleted project (secrets, ...); each is best effort.
+        # What other areas hold in a project being deleted (services, topics, memory stores, indexes, MCP
+        # servers, secrets): each `purge_project(project_id)` runs before the project row goes, since
+        # deleting the row cascades their records away; each is best effort.
         self.on_delete = on_delete if on_delete is not None else []
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -290,6 +292,11 @@ class ProjectService:
             if agents:
                 raise Conflict(f"project still has agents ({', '.join(sorted(agents))}) - delete them first")
 
+        # The other areas remove what the project holds first: their records (which name the processes,
+        # streams and collections to remove) are cascaded away with the project row.
+        for purge in self.on_delete:
+            await self._best_effort(purge, grant.project.id, grant.project.slug)
+
         def delete(session: Session) -> ProjectSpec:
             project = self._project(session, grant)
             spec = self.spec(project)
@@ -299,12 +306,15 @@ class ProjectService:
             return spec
 
         spec = await self.db.run(delete)
-        for cleanup in [*self.on_delete, lambda pid: self.provisioner.deprovision(spec)]:
-            try:
-                await cleanup(spec.id)
-            except Exception:  # noqa: BLE001 - the project is gone; leftovers are logged, not fatal
-                log.exception("cleanup after deleting project %s failed", spec.slug)
+        await self._best_effort(lambda pid: self.provisioner.deprovision(spec), spec.id, spec.slug)
         return {"deleted": True, "project": spec.slug}
+
+    @staticmethod
+    async def _best_effort(cleanup: Callable[[str], Awaitable[Any]], project_id: str, slug: str) -> None:
+        try:
+            await cleanup(project_id)
+        except Exception:  # noqa: BLE001 - the project goes anyway; leftovers are logged, not fatal
+            log.exception("cleanup of deleted project %s failed", slug)
 
     # -- cloud-credential mapping -----------------------------------------------------------------
 

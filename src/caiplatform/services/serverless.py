@@ -59,6 +59,7 @@ from caiplatform.principal import Principal
 from caiplatform.routing import HostRouter, Upstream
 from caiplatform.services.access import Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
+from caiplatform.services.purge import remove_each
 from caiplatform.services.service_quota import ServiceQuota, ServiceQuotaExceeded, services_hard
 
 log = logging.getLogger(__name__)
@@ -686,15 +687,40 @@ class ServerlessService:
         project = await self.project(principal, project_id)
         row, _ = await self._load(project, name)
         await self.project(principal, project_id, admin=True)
-        await self.runtime.delete(self.ref(project, name))
-        self.hosts.unregister(self.hosts.host_for(name, project.short))
-        self._route_internal(project, name, False)
+        await self._remove(project, row, principal)
+
+    async def _remove(self, project: ProjectRef, row: ServiceRow, principal: Principal | None) -> None:
+        """Stop every instance of every revision, release the hostnames, drop the records (revisions
+        cascade). `principal` None: the platform acts (a project delete)."""
+        await self.runtime.delete(self.ref(project, row.name))
+        self.hosts.unregister(self.hosts.host_for(row.name, project.short))
+        self._route_internal(project, row.name, False)
 
         def run(session: Session) -> None:
             session.execute(ServiceRow.__table__.delete().where(ServiceRow.id == row.id))
-            self.audit.record(session, project.id, principal, "serverless.service.delete", name)
+            self.audit.record(session, project.id, principal, "serverless.service.delete", row.name)
 
         await self.db.run(run)
+
+    async def purge_project(self, project_id: str) -> int:
+        """Remove everything of a project being deleted (for the projects area): its triggers (their push
+        subscriptions and the project's buckets) and its services (instances, revisions, hostnames).
+        Returns how many services and triggers were removed; a second call finds nothing."""
+
+        def run(session: Session) -> tuple[ProjectRef, list[ServiceRow]] | None:
+            project = session.get(Project, project_id)
+            if project is None:
+                return None
+            rows = session.scalars(select(ServiceRow).where(ServiceRow.project_id == project_id).order_by(ServiceRow.name))
+            return ProjectRef.of(project), list(rows)
+
+        found = await self.db.run(run)
+        if found is None:
+            return 0
+        project, rows = found
+        triggers = await self.triggers.purge(project) if self.triggers is not None else 0
+        services = await remove_each("service", rows, lambda row: row.name, lambda row: self._remove(project, row, None))
+        return triggers + services
 
     # ------------------------------------------------------------------------------------ observe
 

@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import re
+import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +47,7 @@ from caiplatform.ports.runtime import WorkloadRef, WorkloadRuntime
 from caiplatform.principal import Principal
 from caiplatform.services.access import ProjectRef
 from caiplatform.services.audit import AuditLog
+from caiplatform.services.purge import remove_each
 
 log = logging.getLogger(__name__)
 
@@ -318,14 +320,31 @@ class TriggerService:
     async def delete(self, principal: Principal, project_id: str, name: str) -> None:
         project = await self._project(principal, project_id)
         row = await self.db.run(lambda s: self._row_sync(s, project.id, name))
+        await self._remove(project, row, principal)
+
+    async def _remove(self, project: ProjectRef, row: TriggerRow, principal: Principal | None) -> None:
+        """Drop a pubsub trigger's push subscription, then the trigger and its runs. `principal` None:
+        the platform acts (a project delete)."""
         if row.source.get("type") == "pubsub":
             await self._drop_subscription(project, row)
 
         def run(session: Session) -> None:
             session.execute(TriggerRow.__table__.delete().where(TriggerRow.id == row.id))
-            self.audit.record(session, project.id, principal, "serverless.trigger.delete", name)
+            self.audit.record(session, project.id, principal, "serverless.trigger.delete", row.name)
 
         await self.db.run(run)
+
+    async def purge(self, project: ProjectRef) -> int:
+        """Every trigger of a project being deleted, and its buckets (`<buckets-root>/<short>`, what
+        objectstore triggers poll); returns how many triggers were removed."""
+        rows = await self.db.run(lambda s: list(s.scalars(
+            select(TriggerRow).where(TriggerRow.project_id == project.id).order_by(TriggerRow.name))))
+        removed = await remove_each("trigger", rows, lambda row: row.name,
+                                    lambda row: self._remove(project, row, None))
+        if self.buckets_root is not None and project.short:  # never the root of every project's buckets
+            buckets = self.buckets_root / project.short
+            await anyio.to_thread.run_sync(lambda: shutil.rmtree(buckets, ignore_errors=True))
+        return removed
 
     async def _drop_subscription(self, project: ProjectRef, row: TriggerRow) -> None:
         if self.pubsub is None:

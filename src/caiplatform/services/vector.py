@@ -57,6 +57,7 @@ from caiplatform.ports.vector import VectorEngine, VectorEngineRejected
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
+from caiplatform.services.purge import remove_each
 
 log = logging.getLogger(__name__)
 
@@ -389,8 +390,12 @@ class IndexService:
     async def delete(self, principal: Principal, project_id: str, name: str) -> None:
         """DELETE (admin): the collection and every point in it are destroyed; no backup exists."""
         project = await self._project(principal, project_id, admin=True)
-        record = await self._record(project, name)
-        self._ready_records.pop((project.id, name), None)
+        await self._remove(await self._record(project, name), principal)
+
+    async def _remove(self, record: _Record, principal: Principal | None) -> None:
+        """Drop the collection, then the record. `principal` None: the platform acts (a project delete)."""
+        key = (record.project_id, record.spec.name)
+        self._ready_records.pop(key, None)
         lock = self._locks.setdefault(record.id, asyncio.Lock())
         async with lock:
             await self._engine(self.engine.drop_collection(record.collection))
@@ -399,11 +404,22 @@ class IndexService:
                 row = session.get(VectorIndex, record.id)
                 if row is not None:
                     session.delete(row)
-                self.audit.record(session, project.id, principal, "vector_index.delete", name)
+                self.audit.record(session, record.project_id, principal, "vector_index.delete", record.spec.name)
 
             await self.db.run(remove)
         self._locks.pop(record.id, None)
-        self._ready_records.pop((project.id, name), None)
+        self._ready_records.pop(key, None)
+
+    async def purge_project(self, project_id: str) -> int:
+        """Remove every index of a project being deleted (for the projects area): its collection and
+        every point in it, and its record. Returns how many indexes were removed."""
+
+        def load(session: Session) -> list[_Record]:
+            ids = session.scalars(select(VectorIndex.id).where(VectorIndex.project_id == project_id).order_by(VectorIndex.name))
+            return [r for r in (self._detached(session, i) for i in list(ids)) if r is not None]
+
+        records = await self.db.run(load)
+        return await remove_each("index", records, lambda r: r.spec.name, lambda r: self._remove(r, None))
 
     # ------------------------------------------------------------------------------------ data verbs
 

@@ -1,6 +1,6 @@
 """Users of the default project for service and HTTP tests: a member, a project admin and a user with
 no grant on it. Unless a test asks for one, they have no password (argon2 is slow): tests mint their
-session tokens directly."""
+session tokens directly. Also the bootstrap admin as a principal, and projects it creates and deletes."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from caiplatform.db.models import Project, ProjectMember, User
 from caiplatform.principal import CredentialKind, Principal, PrincipalKind
+from caiplatform.services.access import ProjectRef
 
 
 @dataclass
@@ -52,3 +53,23 @@ async def project_users(platform, prefix: str = "", *, password_hash: str = "!")
 def bearer(platform, principal: Principal) -> dict[str, str]:
     token, _ = platform.auth.tokens.issue(principal.user_id, platform.clock.time())
     return {"Authorization": f"Bearer {token}"}
+
+
+async def bootstrap_admin(platform) -> Principal:
+    """The bootstrap admin (platform admin, admin of the default org, so of every project created in it)
+    as a signed-in person, without a password check."""
+    user_id, email = await platform.db.run(lambda s: tuple(s.execute(
+        select(User.id, User.email).where(User.role == "admin").order_by(User.created_at)).first()))
+    return Principal(PrincipalKind.USER, CredentialKind.SESSION, user_id=user_id, email=email)
+
+
+async def new_project(platform, slug: str) -> ProjectRef:
+    """A project of the default org, created by the bootstrap admin."""
+    created = await platform.projects.create(await bootstrap_admin(platform), {"slug": slug})
+    view = created["project"]
+    return ProjectRef(view["id"], view["org_id"], view["slug"], view["name"], view["short"])
+
+
+async def delete_project(platform, project_id: str) -> dict:
+    """Delete a project as the bootstrap admin (a person: the automation token may not)."""
+    return await platform.projects.delete(await bootstrap_admin(platform), project_id)

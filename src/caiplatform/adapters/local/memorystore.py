@@ -39,6 +39,7 @@ from caiplatform.ports.memorystore import MemoryStoreProvisioner, ProvisionerHea
 from caiplatform.supervisor import ProcessSupervisor, find_binary, free_port, port_is_free, valkey_spec
 
 LOOPBACK = "127.0.0.1"
+FOLDER = "memorystores"  # under the data dir
 STANDARD_PORTS = {6379, 6380, 16379}
 
 
@@ -92,7 +93,7 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
         host: str = LOOPBACK,
         startup_timeout: float = 30.0,
     ):
-        self.root = Path(data_dir) / "memorystores"
+        self.root = Path(data_dir) / FOLDER
         self.root.mkdir(parents=True, exist_ok=True)
         self._own_supervisor = supervisor is None
         self.supervisor = supervisor or ProcessSupervisor(self.root / ".supervisor")
@@ -102,6 +103,11 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
         self._instances: dict[tuple[str, str], _Local] = {}
         self._lock = asyncio.Lock()
         self._started = False
+
+    @staticmethod
+    def records_project(data_dir: str | os.PathLike[str], project_id: str) -> bool:
+        """Whether the data dir records an instance of the project; reads files only, starts nothing."""
+        return any((Path(data_dir) / FOLDER / project_id).glob("*/instance.json"))
 
     # ------------------------------------------------------------------------------------ files
 
