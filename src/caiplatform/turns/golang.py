@@ -9,6 +9,7 @@ removed on close.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -35,8 +36,9 @@ class GoFunctionRunner(LineFunctionRunner):
         if self._compiled_in is None:
             self._compiled_in = Path(tempfile.mkdtemp(prefix="cai-go-function-"))
             try:
+                # Compiling needs the process's own home (Go's build cache), which a function's env may lack.
                 await build_go_function(self.code_dir, self._compiled_in / BINARY_NAME, log.debug,
-                                        env=self.child_env(), cache_dir=self._compiled_in / "cache")
+                                        env={**os.environ, **self.child_env()})
             except BuildError as exc:
                 self._remove_compiled()
                 raise EntryError(str(exc)) from None
