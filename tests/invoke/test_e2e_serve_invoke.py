@@ -16,7 +16,7 @@ from caiplatform.testing.model_server import ScriptedModel
 from caiplatform.testing.serve import ServeProcess
 from caiplatform.testing.turn_checks import check_stream_shape, check_transcript
 
-from ..examples_support import example_tarball
+from ..examples_support import example_tarball, wait_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -38,11 +38,7 @@ def _talk_to_the_agent(base: str, model: ScriptedModel) -> None:
     r = admin.post("/v1/agents", params={"project": "default"}, data={"name": "weather", "framework": "adk"},
                    files={"code": ("code.tar.gz", example_tarball("adk-weather"), "application/gzip")})
     assert r.status_code == 202, r.text
-    deadline = time.monotonic() + 240
-    while (view := admin.get("/v1/agents/weather").json())["state"] in ("building", "deploying"):
-        assert time.monotonic() < deadline, view
-        time.sleep(0.5)
-    assert view["ready"], view
+    wait_ready(admin, "weather")
 
     model.set_script(WEATHER_SCRIPT)
     r = anonymous.post("/v1/agents/weather/invoke", json={"message": "weather in Paris?"})
