@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import Request
 
+from caiplatform import json_input
 from caiplatform.errors import BadRequest, PayloadTooLarge
 
 KiB = 1024
@@ -42,8 +42,8 @@ async def json_body(
             return {}
         raise BadRequest(f"{invalid_prefix}the body is empty")
     try:
-        value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        value = json_input.decode(raw)
+    except json_input.JSONInputError as exc:
         if lenient:
             return {}
         raise BadRequest(f"{invalid_prefix}{exc}") from None

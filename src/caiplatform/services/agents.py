@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import secrets as pysecrets
@@ -26,7 +25,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from caiplatform import security, validation
+from caiplatform import json_input, security, validation
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database, new_id
 from caiplatform.db.models import ApiKey, PlatformSetting, Project
@@ -424,8 +423,8 @@ class AgentService:
         raw_config = upload.fields.get("config", "")
         if raw_config.strip():
             try:
-                parsed = json.loads(raw_config)
-            except ValueError as exc:
+                parsed = json_input.decode(raw_config)
+            except json_input.JSONInputError as exc:
                 raise BadRequest(f"invalid 'config' field: {exc}") from None
             if not isinstance(parsed, dict):
                 raise BadRequest("invalid 'config' field: expected a JSON object")
