@@ -20,8 +20,8 @@ _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*)?(?:Error|Exception|Exit|Inte
 
 
 def without_paths(text: str) -> str:
-    """`text` with every absolute path cut to its last segment (`/srv/data/x/agent.py` → `agent.py`)."""
-    return _PATH.sub(lambda m: m.group(1) or "<path>", text)
+    """`text` with every absolute path cut to its last segment (`/srv/data/x/agent.py` → `.../agent.py`)."""
+    return _PATH.sub(lambda m: f".../{m.group(1)}", text)
 
 
 def one_line(detail: str) -> str:

@@ -54,7 +54,7 @@ async def test_paths_in_the_agents_own_error_are_cut_to_their_last_segment(clien
     await wait_settled(client, admin_headers, "opener")
     r = await client.post("/v1/agents/opener/invoke", json={"message": "hi"}, headers=admin_headers)
     assert r.status_code == 502
-    assert r.json()["error"].endswith("FileNotFoundError: [Errno 2] No such file or directory: 'file.txt'")
+    assert r.json()["error"].endswith("FileNotFoundError: [Errno 2] No such file or directory: '.../file.txt'")
     assert_leaks_nothing(r.json()["error"])
 
 
@@ -64,10 +64,10 @@ async def test_a_turn_that_raises_with_a_path_is_one_line_in_the_502_and_the_str
     await deploy(client, admin_headers, "pathfn", function, framework="function")
     await wait_settled(client, admin_headers, "pathfn")
     r = await client.post("/v1/agents/pathfn/invoke", json={"message": "hi"}, headers=admin_headers)
-    assert (r.status_code, r.json()["error"]) == (502, "invoke agent pathfn: OSError: cannot read key.json")
+    assert (r.status_code, r.json()["error"]) == (502, "invoke agent pathfn: OSError: cannot read .../key.json")
     r = await client.post("/v1/agents/pathfn/invoke/stream", json={"message": "hi"}, headers=admin_headers)
     last = json.loads(r.text.strip().splitlines()[-1])
-    assert last == {"type": "error", "message": "OSError: cannot read key.json"}
+    assert last == {"type": "error", "message": "OSError: cannot read .../key.json"}
 
 
 async def test_without_a_model_endpoint_the_502_names_the_setting(client, admin_headers, platform):
@@ -80,3 +80,15 @@ async def test_without_a_model_endpoint_the_502_names_the_setting(client, admin_
     error = r.json()["error"]
     assert error.startswith("invoke agent weather: ") and error.count(NO_MODEL_ENDPOINT) == 1
     assert "MODEL_BASE_URL" in error
+
+
+async def test_the_spec_shows_no_server_path(client, admin_headers, platform, tmp_path, monkeypatch):
+    """Issue 26: the embedded platform's session store is a file in the data directory."""
+    store = tmp_path / "data" / "sessions" / "p-fn.sqlite3"
+    monkeypatch.setattr(platform.agents, "_session_store", lambda record: f"sqlite:///{store}")
+    await deploy(client, admin_headers, "fn", {"main.py": "def handle(event, context):\n    return 1\n"},
+                 framework="function")
+    await wait_settled(client, admin_headers, "fn")
+    text = (await client.get("/v1/agents/fn/spec", headers=admin_headers)).json()["yaml"]
+    assert "CAI_SESSION_STORE" in text and "sqlite:.../p-fn.sqlite3" in text
+    assert str(tmp_path) not in text and not ABSOLUTE_PATH.search(text), text

@@ -50,6 +50,7 @@ from caiplatform.ports.runtime import (
 )
 from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.ratelimit import TokenBucketLimiter
+from caiplatform.redaction import without_paths
 from caiplatform.routing import HostGuard, HostRouter, Refusal, Upstream
 from caiplatform.services.access import Access, ProjectGrant, ProjectRef
 from caiplatform.services.agent_directory import EmbedTarget, InvokeTarget
@@ -535,6 +536,7 @@ class AgentService:
     async def _finish_build(self, agent_id: str, build_id: str, *, ok: bool, message: str = "", image: str = "") -> bool:
         """Record a build's end and release the claim; False when the claim is no longer ours."""
         now = self.clock.now()
+        message = without_paths(message)  # build output names the server's build directories
 
         def run(session: Session) -> bool:
             build = session.get(AgentBuild, build_id)
