@@ -25,11 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from caiplatform.errors import PlatformError
     from caiplatform.platform import Platform
     from caiplatform.settings import Settings
+    from caiplatform_server import serving
     from caiplatform_server.app import create_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -46,8 +45,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"caiplatform serve: {exc.message}", file=sys.stderr)
         return 2
     app = create_app(platform, apis=args.apis or APIS)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
-    uvicorn.Server(config).run()
+    serving.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
 

@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from caiplatform.errors import PlatformError, RateLimited
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform_server.http import head_refusal
 from caiplatform_server.proxy import proxy
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,11 @@ class ConventionsMiddleware:
                 headers.append((b"x-request-id", request_id.encode("latin-1")))
                 message = {**message, "headers": headers}
             await send(message)
+
+        refusal = head_refusal(scope)
+        if refusal is not None:  # before anything reads the query or the headers, the published host too
+            await error_response(*refusal, request_id)(scope, receive, send_with_id)
+            return
 
         host = dict(scope.get("headers", [])).get(b"host", b"").decode("latin-1")
         if host and self.platform.hosts.is_apps_host(host):
