@@ -23,6 +23,7 @@ _STRING = re.compile(rb'"(?:[^"\\]|\\[\s\S]?)*(?:"|\Z)')
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _TO_PARENS = bytes.maketrans(b"[]{}", b"()()")
 _RUNS = re.compile(rb"\(+|\)+")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _OPEN = ord("(")
 # Passes before counting runs: after p passes at most one run in p characters is left.
 _PASSES = 16
@@ -74,14 +75,23 @@ def _bounded_int(text: str) -> int:
 
 def decode(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     """The value of `raw`, or `JSONInputError` (a `ValueError`) saying why it is refused."""
-    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    try:
+        data = raw.encode("utf-8") if isinstance(raw, str) else raw
+    except UnicodeEncodeError:
+        raise JSONInputError("the text holds an unpaired UTF-16 surrogate") from None
     if nesting_depth_exceeds(data, max_depth):
         raise JSONInputError(f"nesting is deeper than {max_depth} levels")
     try:
-        return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int)
+        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int)
     except JSONInputError:
         raise
     except (ValueError, UnicodeDecodeError) as exc:
         raise JSONInputError(str(exc)) from None
     except RecursionError:  # only when the caller's own stack is already deep; never a 500
         raise JSONInputError(f"nesting is deeper than {max_depth} levels") from None
+    if _SURROGATE_ESCAPE.search(data):  # `\ud800` decodes to a string no UTF-8 encoder (database, log) takes
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise JSONInputError("a string holds an unpaired UTF-16 surrogate escape") from None
+    return value

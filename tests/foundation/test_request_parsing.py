@@ -35,6 +35,8 @@ def test_the_depth_limit_is_exact_and_ignores_brackets_in_strings():
     (b'{"x": -Infinity}', "-Infinity is not a JSON number"),
     (b"[1e999]", "number 1e999 is out of range"),
     (b"1" * 1500, "integer of 1500 digits is too large"),
+    (b'{"a": "\\ud800"}', "a string holds an unpaired UTF-16 surrogate escape"),
+    (b'["x\\udc00y"]', "a string holds an unpaired UTF-16 surrogate escape"),
 ])
 def test_numbers_that_cannot_be_written_back_are_refused(raw, reason):
     with pytest.raises(JSONInputError, match=re.escape(reason)):
