@@ -81,3 +81,39 @@ async def test_no_route_answers_a_deep_body_with_a_5xx(client, admin_headers, pl
             assert r.status_code < 500, (method, path, r.status_code, r.text)
             if r.status_code >= 400:  # a route that reads no body may succeed
                 assert set(r.json()) >= {"error", "request_id"}, (method, path, r.text)
+
+
+def payload(depth: int) -> dict:
+    """An object `depth` levels deep."""
+    value: dict = {"leaf": 1}
+    for _ in range(depth - 1):
+        value = {"k": value}
+    return value
+
+
+async def test_values_at_the_limit_are_stored_and_come_back(client, admin_headers, platform):
+    """A value as deep as allowed goes in, is stored, and is re-encoded on the way out without a 5xx."""
+    from caiplatform.testing.users import new_project
+    from tests.agents.agents_support import deploy, wait_settled
+
+    project_id = (await new_project(platform, "deep-store")).id
+    base = f"/v1/projects/{project_id}/indexes"
+    assert (await client.post(base, headers=admin_headers, json={"name": "docs", "dimensions": 2})).status_code == 201
+    deepest = payload(MAX_DEPTH - 3)  # inside {points: [{payload: ...}]}
+    r = await client.post(f"{base}/docs:upsert", headers=admin_headers,
+                          json={"points": [{"id": 1, "vector": [1, 0], "payload": deepest}]})
+    assert r.status_code == 200, r.text
+    r = await client.post(f"{base}/docs:scroll", headers=admin_headers, json={"with_payload": True})
+    assert r.status_code == 200 and r.json()["points"][0]["payload"] == deepest
+    r = await client.post(f"{base}/docs:upsert", headers=admin_headers,
+                          json={"points": [{"id": 2, "vector": [1, 0], "payload": payload(MAX_DEPTH - 2)}]})
+    assert (r.status_code, r.json()["error"]) == (400, TOO_DEEP)
+
+    echo = {"main.py": "def handle(event, context):\n    return event\n"}
+    await deploy(client, admin_headers, "echo", echo, project="deep-store", framework="function")
+    assert (await wait_settled(client, admin_headers, "echo", project="deep-store"))["ready"]
+    url = "/v1/agents/echo/invoke?project=deep-store"
+    r = await client.post(url, headers=admin_headers, json=payload(MAX_DEPTH))
+    assert r.status_code == 200 and r.json() == payload(MAX_DEPTH)
+    r = await client.post(url, headers=admin_headers, json=payload(MAX_DEPTH + 1))
+    assert (r.status_code, r.json()["error"]) == (400, TOO_DEEP)
