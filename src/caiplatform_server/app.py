@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from caiplatform.errors import PlatformError, RateLimited
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform.redaction import one_line
 from caiplatform_server.http import head_refusal
 from caiplatform_server.proxy import proxy
 
@@ -177,7 +178,11 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
 
     @app.exception_handler(PlatformError)
     async def _platform_error(request: Request, exc: PlatformError) -> JSONResponse:
-        return error_response(exc.status, exc.message, request_id_of(request), exc.headers, **exc.body)
+        message = exc.message
+        if exc.status >= 500 and one_line(message) != message:  # an engine's or a workload's detail
+            log.warning("%s %s answered %d: %s", request.method, request.url.path, exc.status, message)
+            message = one_line(message)
+        return error_response(exc.status, message, request_id_of(request), exc.headers, **exc.body)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

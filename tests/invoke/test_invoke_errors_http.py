@@ -22,6 +22,8 @@ OPENS_A_MISSING_FILE = {
     "graph.py": "from langgraph.graph import MessagesState, StateGraph\nopen('/nonexistent/dir/file.txt')\n\n"
                 "graph = StateGraph(MessagesState).compile()\n",
 }
+RAISES_WITH_A_PATH = {"main.py": "def handle(event, context):\n"
+                                 "    raise OSError('cannot read /srv/data/secret/key.json\\nsecond line')\n"}
 ABSOLUTE_PATH = re.compile(r"(?<![\w.])/[\w.-]+/[\w./-]+")
 
 
@@ -59,9 +61,7 @@ async def test_paths_in_the_agents_own_error_are_cut_to_their_last_segment(clien
 
 
 async def test_a_turn_that_raises_with_a_path_is_one_line_in_the_502_and_the_stream(client, admin_headers):
-    function = {"main.py": "def handle(event, context):\n"
-                           "    raise OSError('cannot read /srv/data/secret/key.json\\nsecond line')\n"}
-    await deploy(client, admin_headers, "pathfn", function, framework="function")
+    await deploy(client, admin_headers, "pathfn", RAISES_WITH_A_PATH, framework="function")
     await wait_settled(client, admin_headers, "pathfn")
     r = await client.post("/v1/agents/pathfn/invoke", json={"message": "hi"}, headers=admin_headers)
     assert (r.status_code, r.json()["error"]) == (502, "invoke agent pathfn: OSError: cannot read .../key.json")
@@ -92,3 +92,18 @@ async def test_the_spec_shows_no_server_path(client, admin_headers, platform, tm
     text = (await client.get("/v1/agents/fn/spec", headers=admin_headers)).json()["yaml"]
     assert "CAI_SESSION_STORE" in text and "sqlite:.../p-fn.sqlite3" in text
     assert str(tmp_path) not in text and not ABSOLUTE_PATH.search(text), text
+
+
+async def test_the_published_address_answers_a_failed_turn_in_one_line(client, admin_headers, platform):
+    await deploy(client, admin_headers, "public", RAISES_WITH_A_PATH, framework="function")
+    await wait_settled(client, admin_headers, "public")
+    r = await client.patch("/v1/agents/public/env", headers=admin_headers,
+                           json={"set": {"CAI_EXPOSE_EXTERNAL": "none", "CAI_EXPOSE_RATE_LIMIT": "100/minute"}})
+    assert r.status_code < 300, r.text
+    view = await wait_settled(client, admin_headers, "public")
+    assert view["ready"], view
+    host = view["external_url"].split("//", 1)[1].split(":", 1)[0]
+    r = await client.post("/invoke", json={"message": "hi"}, headers={"host": host})
+    assert r.status_code >= 500 and r.json()["error"] == "OSError: cannot read .../key.json", r.text
+    r = await client.post("/invoke/stream", json={"message": "hi"}, headers={"host": host})
+    assert json.loads(r.text.strip().splitlines()[-1]) == {"type": "error", "message": "OSError: cannot read .../key.json"}

@@ -45,6 +45,7 @@ from caiplatform.errors import BadRequest, Conflict, NotFound
 from caiplatform.pagination import Pager, page_body
 from caiplatform.ports.runtime import WorkloadRef, WorkloadRuntime
 from caiplatform.principal import Principal
+from caiplatform.redaction import one_line
 from caiplatform.services.access import ProjectRef
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.purge import remove_each
@@ -572,8 +573,9 @@ class TriggerService:
                     error = f"the target answered {status}: {response.text[:200]}"
             finally:
                 await endpoint.release()
-        except Exception as exc:  # noqa: BLE001 - recorded in the runs record
-            error = str(exc) or type(exc).__name__
+        except Exception as exc:  # noqa: BLE001 - recorded in the runs record, one line without server paths
+            log.warning("trigger %s: delivery failed: %s", row.name, exc)
+            error = one_line(str(exc)) or type(exc).__name__
         finished = self.clock.now()
 
         def save(session: Session) -> None:
@@ -734,7 +736,7 @@ class InternalTransport(httpx.AsyncBaseTransport):
             finally:
                 await endpoint.release()
         except Exception as exc:
-            await self._record(ref, request.headers, None, str(exc) or type(exc).__name__)
+            await self._record(ref, request.headers, None, one_line(str(exc)) or type(exc).__name__)
             raise
         error = "" if 200 <= response.status_code < 300 else f"the target answered {response.status_code}"
         await self._record(ref, request.headers, response.status_code, error)
