@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import Request
@@ -22,7 +23,7 @@ HEADERS_TOO_LARGE = f"request header fields too large (limit {MAX_HEADER_BYTES} 
 TOO_MANY_QUERY_PARAMETERS = f"too many query parameters (limit {MAX_QUERY_PARAMETERS})"
 
 
-def head_refusal(scope: dict[str, Any]) -> tuple[int, str] | None:
+def head_refusal(scope: Mapping[str, Any]) -> tuple[int, str] | None:
     """(status, message) when the request's head breaks a limit above."""
     query = scope.get("query_string", b"")
     target = len(scope.get("raw_path") or scope.get("path", "").encode()) + (len(query) + 1 if query else 0)

@@ -117,3 +117,14 @@ async def test_values_at_the_limit_are_stored_and_come_back(client, admin_header
     assert r.status_code == 200 and r.json() == payload(MAX_DEPTH)
     r = await client.post(url, headers=admin_headers, json=payload(MAX_DEPTH + 1))
     assert (r.status_code, r.json()["error"]) == (400, TOO_DEEP)
+
+
+async def test_a_json_form_field_is_decoded_within_the_limits(client, admin_headers):
+    """The deploy form's `config` field carries JSON: the same limits, its own message."""
+    from tests.agents.agents_support import deploy
+
+    echo = {"main.py": "def handle(event, context):\n    return event\n"}
+    for config, reason in ((DEEP.decode(), TOO_DEEP.removeprefix("invalid JSON body: ")),
+                           ('{"timeout_seconds": NaN}', "NaN is not a JSON number")):
+        r = await deploy(client, admin_headers, "cfg", echo, framework="function", config=config)
+        assert (r.status_code, r.json()["error"]) == (400, f"invalid 'config' field: {reason}")
