@@ -158,6 +158,50 @@ def test_an_allowed_origin_shows_the_configured_launcher_untouched_by_the_page_s
     assert launcher.get_attribute("aria-expanded") == "true"
 
 
+@pytest.fixture
+def embed_change(site):
+    """Change the embed config for one test; the module's config comes back afterwards."""
+    changes = []
+
+    def change(**fields) -> None:
+        changes.append(fields)
+        assert site.admin.put(f"/v1/agents/{AGENT}/embed", json=fields).status_code == 200
+
+    yield change
+    if changes:
+        assert site.admin.put(f"/v1/agents/{AGENT}/embed", json=EMBED).status_code == 200
+
+
+def _launcher_style(page) -> dict:
+    launcher = page.locator(".launcher")
+    launcher.wait_for(state="visible")
+    style = launcher.evaluate("(el) => { const s = getComputedStyle(el);"
+                              " return {bg: s.backgroundColor, fg: s.color}; }")
+    box = launcher.bounding_box()
+    return {**style, "side": "left" if box["x"] < 100 else "right", "text": launcher.inner_text()}
+
+
+def test_any_accent_gets_readable_text_and_position_left_is_honoured(site, tab, embed_change):
+    page = tab.page
+    embed_change(accent_color="#fde047", position="left", launcher_text="")  # a light yellow
+    page.goto(site.page())
+    # Dark text on a light accent; with no launcher text the title names the button.
+    assert _launcher_style(page) == {"bg": "rgb(253, 224, 71)", "fg": "rgb(17, 24, 39)", "side": "left",
+                                     "text": "Acme help"}
+    embed_change(accent_color="url(javascript:alert(1))")  # not a colour: the default accent instead
+    page.reload()
+    assert _launcher_style(page)["bg"] == "rgb(37, 99, 235)"
+
+
+def test_a_disabled_config_shows_nothing_and_says_so_once(site, tab, embed_change):
+    page = tab.page
+    embed_change(enabled=False)
+    with page.expect_console_message(_from_widget):
+        page.goto(site.page())
+    assert page.locator("caiplatform-chat").count() == 0
+    assert len(tab.widget_messages()) == 1 and "embed key may be unknown, rotated or disabled" in tab.widget_messages()[0]
+
+
 def test_a_reply_streams_in_and_equals_the_buffered_reply_and_the_tab_keeps_its_session(site, tab):
     page = tab.page
     key = site.key()
