@@ -266,6 +266,36 @@ def test_an_error_shows_a_short_message_and_retry_sends_again(site, tab):
     assert alert.count() == 0 and len(calls) == 2
 
 
+@pytest.mark.parametrize(("failure", "shown"), [
+    (429, "Too many messages right now."),
+    (503, "The assistant could not answer right now."),
+    (404, "This chat is no longer available."),
+    ("network", "The chat service could not be reached."),
+])
+def test_each_failure_has_its_short_message_and_retry_recovers(site, tab, failure, shown):
+    page = tab.page
+    page.goto(site.page())
+    _open(page)
+    site.answer("Recovered.")
+
+    def fail_once(route) -> None:
+        if failure == "network":
+            route.abort("internetdisconnected")
+        else:  # the answer as the platform would send it to an allowed origin
+            route.fulfill(status=failure, json={"error": "refused", "request_id": "req_test"},
+                          headers={"Access-Control-Allow-Origin": site.allowed})
+
+    page.route("**/invoke", fail_once, times=1)
+    _send(page, "Anyone?")
+    alert = page.locator("[role=alert]")
+    alert.wait_for(state="visible")
+    assert alert.inner_text().startswith(shown)
+    assert page.locator(".msg.agent").count() == 1  # the greeting; no half reply is left behind
+    page.keyboard.press("Enter")  # the Retry button has the focus
+    _wait_reply_done(page, "Recovered.")
+    assert alert.count() == 0
+
+
 def test_keyboard_only_open_type_send_and_escape(site, tab):
     page = tab.page
     page.goto(site.page())
