@@ -227,20 +227,29 @@ def test_a_reply_streams_in_and_equals_the_buffered_reply_and_the_tab_keeps_its_
     assert buffered.status_code == 200, buffered.text
     assert buffered.json() == _last_reply(page).text_content()
 
-    first = _session_of(page, key)
-    assert len(first["session_id"]) >= 24
+    first = _session_of(page, key)["session_id"]
+    assert len(first) >= 24
     seen: list[ChatRequest] = []
     site.model.set_script(lambda request: seen.append(request) or Step(content="Yes, Tuesday."))
+    page.reload()  # the next page of the site, in the same tab: the conversation is still there
+    _open(page)
+    assert page.locator(".msg").all_text_contents() == ["Hi! How can I help?", "When does my parcel arrive?", ANSWER]
     _send(page, "Tuesday, you said?")
     _wait_reply_done(page, "Yes, Tuesday.")
-    assert _session_of(page, key) == first
+    assert _session_of(page, key)["session_id"] == first
     # The agent got the first exchange as the session's history ...
     assert [m["content"] for m in seen[-1].messages[1:]] == ["When does my parcel arrive?", ANSWER, "Tuesday, you said?"]
     # ... and the platform holds both turns in that one session.
-    transcript = site.admin.get(f"/v1/agents/{AGENT}/sessions/{first['session_id']}")
+    transcript = site.admin.get(f"/v1/agents/{AGENT}/sessions/{first}")
     assert transcript.status_code == 200, transcript.text
     authors = [event["author"] for event in transcript.json()["events"]]
     assert authors.count("user") == 2 and len(authors) == 4
+
+    other_tab = page.context.new_page()  # same browser profile, another tab: a conversation of its own
+    other_tab.goto(site.page(key=key))
+    _open(other_tab)
+    assert other_tab.locator(".msg").all_text_contents() == ["Hi! How can I help?"]
+    assert other_tab.evaluate("(key) => sessionStorage.getItem('caiplatform-widget:' + key)", key) is None
 
 
 def test_an_error_shows_a_short_message_and_retry_sends_again(site, tab):

@@ -36,7 +36,8 @@
   var embedUrl = base + "/v1/embed/" + encodeURIComponent(key);
   var storageKey = "caiplatform-widget:" + key;
 
-  // -- per-tab session ---------------------------------------------------------------------------
+  // -- per-tab session: the ids and the messages shown, so the next page of the site continues ------
+  var MAX_KEPT = 50;
   var memoryStore = {};
   function loadSession() {
     try {
@@ -45,9 +46,14 @@
       return memoryStore;
     }
   }
-  function saveSession(ids) {
-    memoryStore = ids;
-    try { window.sessionStorage.setItem(storageKey, JSON.stringify(ids)); } catch (e) { /* page only */ }
+  function saveSession(changes) {
+    var state = loadSession();
+    Object.keys(changes).forEach(function (name) { state[name] = changes[name]; });
+    memoryStore = state;
+    try { window.sessionStorage.setItem(storageKey, JSON.stringify(state)); } catch (e) { /* page only */ }
+  }
+  function keepMessage(kind, text) {
+    saveSession({ messages: (loadSession().messages || []).concat([[kind, text]]).slice(-MAX_KEPT) });
   }
 
   // -- colours: any CSS colour the owner configured, with readable text on it --------------------
@@ -152,6 +158,11 @@
     root.appendChild(launcher);
 
     if (config.greeting) log.appendChild(el("div", { "class": "msg agent" }, config.greeting));
+    (loadSession().messages || []).forEach(function (kept) {
+      if ((kept[0] === "user" || kept[0] === "agent") && typeof kept[1] === "string") {
+        log.appendChild(el("div", { "class": "msg " + kept[0] }, kept[1]));
+      }
+    });
 
     var busy = false;
     function setOpen(open) {
@@ -205,6 +216,7 @@
       if (!text || busy) return;
       input.value = "";
       bubble("user", text);
+      keepMessage("user", text);
       ask(text);
     });
 
@@ -239,6 +251,7 @@
             return;
           }
           reply.classList.remove("pending");
+          keepMessage("agent", reply.textContent);
           setBusy(false);
         });
       }).catch(function () {
@@ -248,7 +261,7 @@
 
     function remember(sessionId, userId) {
       if (!sessionId) return;
-      saveSession({ session_id: sessionId, user_id: userId || loadSession().user_id });
+      saveSession({ session_id: sessionId, user_id: userId || loadSession().user_id || "" });
     }
 
     // The NDJSON turn: `output` deltas append to the reply as they arrive; `done` ends the turn.
