@@ -100,7 +100,7 @@
     ".user{align-self:flex-end;background:var(--accent);color:var(--on-accent)}",
     ".pending::after{content:'\\2026';opacity:.6}",
     ".error{align-self:stretch;background:#fef2f2;color:#991b1b;border:1px solid #fecaca;display:flex;gap:8px;align-items:center;justify-content:space-between}",
-    ".retry{border:1px solid #991b1b;background:#ffffff;color:#991b1b;border-radius:8px;padding:4px 10px;font:inherit;font-size:13px;cursor:pointer}",
+    ".retry{flex:none;white-space:nowrap;overflow-wrap:normal;border:1px solid #991b1b;background:#ffffff;color:#991b1b;border-radius:8px;padding:4px 10px;font:inherit;font-size:13px;cursor:pointer}",
     "form{display:flex;gap:8px;padding:10px;border-top:1px solid #e5e7eb;background:#ffffff}",
     "input{flex:1;min-width:0;font:inherit;color:#111827;background:#ffffff;border:1px solid #9ca3af;border-radius:8px;padding:8px 10px}",
     "input:disabled,.send:disabled{opacity:.6;cursor:not-allowed}",
