@@ -24,9 +24,6 @@ DEFAULT_PERSISTENCE_SIZE = "2Gi"
 REACHABLE_SCOPE = "vpc"
 
 Mi = 1024 * 1024
-
-
-@dataclass(frozen=True)
 # Document 3: `connection.port` is 6379. On one machine each instance has its own loopback address for it;
 # where the system cannot bind one, the instance's view says so with this note.
 DOCUMENTED_PORT = 6379
@@ -34,6 +31,9 @@ FALLBACK_NOTE = (
     "this system cannot listen on another loopback address than 127.0.0.1, so the instance listens on "
     "127.0.0.1 and a free port instead of its own address and the documented port 6379"
 )
+
+
+@dataclass(frozen=True)
 
 class SizeClass:
     name: str
