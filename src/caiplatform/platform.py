@@ -330,6 +330,9 @@ class Platform:
         # MCP servers: serve every ready server again, resume unfinished builds; stop builds on close.
         self._closers.append(self.mcp.aclose)
         await self.mcp.resume()
+        from caiplatform.startup import announce_engines
+
+        announce_engines(self)
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
