@@ -74,3 +74,13 @@ def test_every_quickstart_example_runs_as_written(tmp_path):
         assert sum(marker in line for line in lines) == 1, f"{marker!r} not said exactly once:\n{log[:3000]}"
     for noise in ("alembic", "httpx", "Uvicorn running", "Running upgrade"):
         assert noise not in startup, f"{noise!r} shows at start-up:\n{startup}"
+
+
+def test_the_readme_installs_what_its_examples_need():
+    """The README's LangGraph and ADK examples need the `agents` extra; its install command brings it."""
+    readme = (ROOT / "README.md").read_text()
+    installs = re.findall(r"pip install '\.\[([a-z,]+)\]'", readme)
+    assert installs, "the README shows no install command"
+    assert {"all", "agents"} <= set(installs[0].split(",")), installs[0]
+    assert "langgraph" in readme and "--scripted-model" in readme
+    assert f"pip install '.[{installs[0]}]'" in QUICKSTART.read_text()  # both pages install the same
