@@ -13,7 +13,7 @@ from caiplatform.testing.conformance.vector import *  # noqa: F403
 from caiplatform.testing.conformance.vector import apply_notimpl
 
 
-@pytest.fixture(params=["memory", "local", "qdrant"])
+@pytest.fixture(params=["memory", "local", "edge", "qdrant"])
 def backend(request) -> str:
     return request.param
 
@@ -29,6 +29,10 @@ async def engine(request, backend, tmp_path):
         from caiplatform.adapters.local.vector import LocalVectorEngine
 
         adapter = LocalVectorEngine(tmp_path / "vectors")
+    elif backend == "edge":
+        from caiplatform.adapters.edge.vector import EdgeVectorEngine
+
+        adapter = EdgeVectorEngine(tmp_path / "edge")
     else:
         from caiplatform.adapters.qdrant.vector import QdrantVectorEngine
 

@@ -48,13 +48,7 @@ class _Collection:
 
     def prepare(self, vector: Sequence[float], *, stored: bool = True) -> np.ndarray:
         """Check a vector's width and values; a stored cosine vector is unit-normalised, as Qdrant does."""
-        row = np.asarray(vector, dtype=np.float32)
-        if row.shape != (self.config.dimensions,):
-            raise VectorEngineRejected(
-                f"Wrong input: Vector dimension error: expected dim: {self.config.dimensions}, got {row.size}"
-            )
-        if not np.isfinite(row).all():
-            raise VectorEngineRejected("Wrong input: vector must contain only finite numbers")
+        row = checked_vector(vector, self.config.dimensions)
         if stored and self.config.distance == "cosine":
             norm = np.linalg.norm(row)
             row = row / norm if norm > EPSILON else row
@@ -111,6 +105,19 @@ class _Collection:
         )
 
 
+def checked_vector(vector: Sequence[float], dimensions: int) -> np.ndarray:
+    """The vector as float32 (what Qdrant stores), refused in Qdrant's words when its width or values are wrong."""
+    try:
+        row = np.asarray(vector, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise VectorEngineRejected("Format error in JSON body: a vector is an array of numbers") from None
+    if row.shape != (dimensions,):
+        raise VectorEngineRejected(f"Wrong input: Vector dimension error: expected dim: {dimensions}, got {row.size}")
+    if not np.isfinite(row).all():
+        raise VectorEngineRejected("Wrong input: vector must contain only finite numbers")
+    return row
+
+
 def _compile(spec: Mapping[str, Any]):  # noqa: ANN202 - a predicate
     try:
         return compile_filter(spec)
@@ -118,7 +125,7 @@ def _compile(spec: Mapping[str, Any]):  # noqa: ANN202 - a predicate
         raise VectorEngineRejected(f"Format error in JSON body: {exc}") from None
 
 
-def _json_payload(payload: Mapping[str, Any] | None) -> dict[str, Any]:
+def json_payload(payload: Mapping[str, Any] | None) -> dict[str, Any]:
     """A private copy of the payload as JSON sees it (what Qdrant stores): tuples become lists."""
     try:
         return json.loads(json.dumps(dict(payload or {}), allow_nan=False))
@@ -207,7 +214,7 @@ class InMemoryVectorEngine(VectorEngine):
                 point_id = normalize_point_id(point.id)
             except FilterError as exc:
                 raise VectorEngineRejected(f"Format error in JSON body: {exc}") from None
-            prepared.append((point_id, collection.prepare(point.vector), _json_payload(point.payload)))
+            prepared.append((point_id, collection.prepare(point.vector), json_payload(point.payload)))
         self._persist_upsert(name, prepared)
         for point_id, row, payload in prepared:
             collection.put(point_id, row, payload)

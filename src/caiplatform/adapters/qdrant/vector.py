@@ -19,6 +19,7 @@ from qdrant_client import QdrantClient
 from qdrant_client.http import models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
+from caiplatform.adapters.qdrant.grammar import parse_filter
 from caiplatform.ports.vector import (
     CollectionConfig,
     CollectionInfo,
@@ -46,19 +47,6 @@ def _quantization(config: CollectionConfig) -> models.QuantizationConfig | None:
     if q.kind == "binary":
         return models.BinaryQuantization(binary=models.BinaryQuantizationConfig(always_ram=q.always_ram))
     return None
-
-
-def _filter(spec: Mapping[str, Any] | None) -> models.Filter | None:
-    if spec is None:
-        return None
-    try:
-        return models.Filter.model_validate(spec)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()) if not str(p).startswith(("list[", "union[")))
-        raise VectorEngineRejected(
-            f"Format error in JSON body: {exc.error_count()} problems in the filter, first at {where}: {first['msg']}"
-        ) from None
 
 
 def _rejection(exc: UnexpectedResponse) -> str:
@@ -199,7 +187,7 @@ class QdrantVectorEngine(VectorEngine):
         score_threshold: float | None = None,
         offset: int = 0,
     ) -> list[ScoredPoint]:
-        query_filter = _filter(filter)
+        query_filter = parse_filter(filter)
         dense = [float(x) for x in vector]
 
         def search(client: QdrantClient) -> list[ScoredPoint]:
@@ -233,7 +221,7 @@ class QdrantVectorEngine(VectorEngine):
         offset: PointId | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> tuple[list[Record], PointId | None]:
-        scroll_filter = _filter(filter)
+        scroll_filter = parse_filter(filter)
 
         def browse(client: QdrantClient) -> tuple[list[Record], PointId | None]:
             records, next_offset = client.scroll(
@@ -248,7 +236,7 @@ class QdrantVectorEngine(VectorEngine):
         self, name: str, *, ids: Sequence[PointId] | None = None, filter: Mapping[str, Any] | None = None
     ) -> None:
         if filter is not None:
-            selector: models.PointsSelector = models.FilterSelector(filter=_filter(filter))
+            selector: models.PointsSelector = models.FilterSelector(filter=parse_filter(filter))
         else:
             selector = models.PointIdsList(points=list(ids or ()))
         await self._call(lambda client: client.delete(name, points_selector=selector, wait=True))
