@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from caiplatform.adapters.edge.vector import EdgeVectorEngine
 from caiplatform.adapters.local.vector import LocalVectorEngine
 from caiplatform.adapters.qdrant.vector import QdrantVectorEngine
 from caiplatform.ports.vector import CollectionConfig, Point, Quantization, VectorEngineRejected
@@ -18,10 +19,12 @@ def rounded(hits):
 
 
 def opener(kind: str, path):
+    if kind == "edge":
+        return lambda: EdgeVectorEngine(path)
     return (lambda: LocalVectorEngine(path)) if kind == "local" else (lambda: QdrantVectorEngine(path=path))
 
 
-@pytest.mark.parametrize("kind", ["local", "qdrant"])
+@pytest.mark.parametrize("kind", ["local", "edge", "qdrant"])
 async def test_reopen_keeps_collections_points_and_settings(tmp_path, kind):
     open_engine = opener(kind, tmp_path)
     engine = open_engine()

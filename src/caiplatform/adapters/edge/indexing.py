@@ -123,5 +123,5 @@ class IndexBuilder:
                 collection.current = old_name
                 raise
             collection.shard, collection.journal = copy, None
-            old.close()
+        old.close()  # a read still on it reads again from the new shard
         shutil.rmtree(collection.home / old_name, ignore_errors=True)

@@ -67,6 +67,13 @@ def edge_config(config: CollectionConfig, index: IndexSettings) -> edge.EdgeConf
     )
 
 
+def _refused_in_qdrant_words(fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except (ValueError, TypeError) as exc:  # Edge refuses bad input with these
+        raise VectorEngineRejected(f"Wrong input: {exc}") from None
+
+
 def _public_id(value: Any) -> PointId:
     return value if isinstance(value, int) else str(value)
 
@@ -145,8 +152,8 @@ class EdgeVectorEngine(VectorEngine):
                 if stale.is_dir() and stale.name != current:
                     shutil.rmtree(stale, ignore_errors=True)
             config = _config_of(data["config"])
-            # A payload_on_disk changed by update_collection takes effect here.
-            shard = edge.EdgeShard.load(str(home / current), edge.EdgeConfig(on_disk_payload=config.payload_on_disk))
+            # A payload_on_disk changed by update_collection, and changed index settings, take effect here.
+            shard = edge.EdgeShard.load(str(home / current), edge_config(config, self.index))
             self._collections[home.name] = Collection(home.name, home, config, current, shard)
         return [(c, c.shard.info()) for c in self._collections.values()]
 
@@ -181,15 +188,31 @@ class EdgeVectorEngine(VectorEngine):
             raise VectorEngineRejected(f"Not found: Collection `{name}` doesn't exist!")
         return collection
 
-    async def _run(self, collection: Collection, fn: Callable[[], T]) -> T:
+    async def _write(self, collection: Collection, fn: Callable[[], T]) -> T:
+        """Writers take the collection's lock (a background build copies the shard under it)."""
+
         def locked() -> T:
             with collection.lock:
-                try:
-                    return fn()
-                except (ValueError, TypeError) as exc:  # Edge refuses bad input with these
-                    raise VectorEngineRejected(f"Wrong input: {exc}") from None
+                return _refused_in_qdrant_words(fn)
 
         return await anyio.to_thread.run_sync(locked)
+
+    async def _read(self, collection: Collection, fn: Callable[[edge.EdgeShard], T]) -> T:
+        """Readers take no lock, so a build's copy does not hold them up; a read that met the shard a
+        build had just replaced (and closed) is read again from the new one."""
+
+        def read() -> T:
+            while True:
+                shard = collection.shard
+                try:
+                    return _refused_in_qdrant_words(lambda shard=shard: fn(shard))
+                except VectorEngineRejected:
+                    raise
+                except Exception:
+                    if collection.shard is shard:
+                        raise
+
+        return await anyio.to_thread.run_sync(read)
 
     async def create_collection(self, name: str, config: CollectionConfig) -> None:
         if not _NAME.match(name):
@@ -234,9 +257,13 @@ class EdgeVectorEngine(VectorEngine):
         collection = self._collections.get(name)
         if collection is None:
             return None
-        info = await self._run(collection, collection.shard.info)
+        info = await self._read(collection, lambda shard: shard.info())
         status = "yellow" if collection.building else "green"
         return CollectionInfo(status, info.points_count, info.points_count, info.segments_count)
+
+    async def collection_config(self, name: str) -> CollectionConfig:
+        """The settings the collection was created with (and updated to)."""
+        return (await self._get(name)).config
 
     async def list_collections(self) -> list[str]:
         if not self._started:
@@ -279,7 +306,7 @@ class EdgeVectorEngine(VectorEngine):
             collection.apply(operation)
             return collection.shard.info()
 
-        self._builder.consider(collection, await self._run(collection, write))
+        self._builder.consider(collection, await self._write(collection, write))
 
     async def query(
         self,
@@ -306,7 +333,7 @@ class EdgeVectorEngine(VectorEngine):
             score_threshold=score_threshold,
             params=edge.SearchParams(exact=parsed is not None, hnsw_ef=max(self.index.ef, top_k + offset)),
         )
-        found = await self._run(collection, lambda: collection.shard.query(request))
+        found = await self._read(collection, lambda shard: shard.query(request))
         return [
             ScoredPoint(
                 id=_public_id(p.id),
@@ -334,7 +361,7 @@ class EdgeVectorEngine(VectorEngine):
             with_payload=True,
             with_vector=False,
         )
-        records, next_offset = await self._run(collection, lambda: collection.shard.scroll(request))
+        records, next_offset = await self._read(collection, lambda shard: shard.scroll(request))
         page = [Record(_public_id(r.id), dict(r.payload or {})) for r in records]
         return page, _public_id(next_offset) if next_offset is not None else None
 
@@ -348,4 +375,4 @@ class EdgeVectorEngine(VectorEngine):
             operation = edge.UpdateOperation.delete_points_by_filter(to_edge(parsed))
         else:
             operation = edge.UpdateOperation.delete_points([point_id(i) for i in ids or ()])
-        await self._run(collection, lambda: collection.apply(operation))
+        await self._write(collection, lambda: collection.apply(operation))

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+import httpx
 from pydantic import ValidationError
 from qdrant_client import QdrantClient
 from qdrant_client.http import models
@@ -49,23 +50,41 @@ def _quantization(config: CollectionConfig) -> models.QuantizationConfig | None:
     return None
 
 
-def _rejection(exc: UnexpectedResponse) -> str:
+def _engine_error(exc: UnexpectedResponse) -> Exception:
+    """A refusal of the request (4xx but 401, 403 and 429) in Qdrant's words; anything else means the
+    engine cannot serve (a key it refuses, overload, its own failure) and is not the caller's fault."""
     try:
-        body = json.loads(exc.content)
-        return str(body["status"]["error"])
+        words = str(json.loads(exc.content)["status"]["error"])
     except (ValueError, KeyError, TypeError):
-        return f"{exc.status_code} {exc.reason_phrase}"
+        words = f"{exc.status_code} {exc.reason_phrase}".strip()
+    status = exc.status_code or 0
+    if 400 <= status < 500 and status not in (401, 403, 429):
+        return VectorEngineRejected(words)
+    return QdrantUnavailable(f"Qdrant answered {status}: {words}")
+
+
+class QdrantUnavailable(Exception):
+    """The Qdrant server did not serve the request for a reason of its own (the API answers 503)."""
 
 
 class QdrantVectorEngine(VectorEngine):
     name = "qdrant"
 
-    def __init__(self, url: str | None = None, *, path: str | Path | None = None, api_key: str | None = None):
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        path: str | Path | None = None,
+        api_key: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        """`transport`: the httpx transport to a server (tests: `caiplatform.testing.qdrant_rest`)."""
         if (url is None) == (path is None):
             raise ValueError("give exactly one of a Qdrant server url or a local-mode path")
         self.url = url
         self.path = Path(path) if path is not None else None
         self.api_key = api_key
+        self.transport = transport
         self._client: QdrantClient | None = None
         # Local mode is one in-process engine guarded by nothing: one call at a time.
         self._limiter = anyio.CapacityLimiter(1 if self.path is not None else 16)
@@ -81,7 +100,10 @@ class QdrantVectorEngine(VectorEngine):
                 self._client = QdrantClient(path=str(self.path))
             else:
                 # No version handshake at connect: a server that is down must not delay the start.
-                self._client = QdrantClient(url=self.url, api_key=self.api_key, timeout=30, check_compatibility=False)
+                options = {"transport": self.transport} if self.transport is not None else {}
+                self._client = QdrantClient(
+                    url=self.url, api_key=self.api_key, timeout=30, check_compatibility=False, **options
+                )
         return self._client
 
     async def _call(self, fn: Callable[[QdrantClient], T]) -> T:
@@ -90,7 +112,7 @@ class QdrantVectorEngine(VectorEngine):
             try:
                 return fn(client)
             except UnexpectedResponse as exc:
-                raise VectorEngineRejected(_rejection(exc)) from None
+                raise _engine_error(exc) from None
             except ValidationError as exc:
                 raise VectorEngineRejected(f"Format error in JSON body: {exc.errors()[0]['msg']}") from None
             except ValueError as exc:  # local mode refuses with ValueError
