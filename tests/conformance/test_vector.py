@@ -63,4 +63,4 @@ async def engine(request, backend, tmp_path):
     finally:
         await adapter.close()
         if fake is not None:
-            await anyio.to_thread.run_sync(fake.close)
+            await anyio.to_thread.run_sync(fake.shutdown)

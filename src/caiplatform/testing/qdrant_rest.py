@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -57,14 +58,19 @@ def _quantization(config: models.QuantizationConfig | None) -> Quantization:
 
 
 class QdrantRestFake(httpx.BaseTransport):
-    def __init__(self, api_key: str | None = None):
+    def __init__(self, api_key: str | None = None, *, now: Callable[[], float] = time.time):
         self.api_key = api_key
+        self.now = now  # the clock a token's `exp` is read against
         self._directory = tempfile.TemporaryDirectory(prefix="qdrant-rest-fake-")
         self.engine = EdgeVectorEngine(self._directory.name)
         self.requests: list[tuple[str, str, Any]] = []  # (method, path, JSON body) as received
         self.fail_next: tuple[int, bytes] | None = None  # the next answer, raw (status, body)
 
     def close(self) -> None:
+        """httpx closes its transport with each client; the fake outlives its clients (see `shutdown`)."""
+
+    def shutdown(self) -> None:
+        """Close the engine behind it and remove its files (from a worker thread, like every call)."""
         anyio.from_thread.run(self.engine.close)
         self._directory.cleanup()
 
@@ -119,9 +125,11 @@ class QdrantRestFake(httpx.BaseTransport):
         if presented == self.api_key:
             return
         try:
-            claims = jwt.decode(presented, self.api_key, algorithms=["HS256"])
+            claims = jwt.decode(presented, self.api_key, algorithms=["HS256"], options={"verify_exp": False})
         except jwt.PyJWTError as exc:
             raise QdrantError(401, f"Invalid API key or token: {exc}") from None
+        if "exp" in claims and claims["exp"] <= self.now():
+            raise QdrantError(401, "Invalid API key or token: the token has expired")
         access = claims.get("access")
         if access == "m":
             return
