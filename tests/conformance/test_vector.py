@@ -1,6 +1,5 @@
-"""Vector engine conformance: the in-memory numpy engine, the numpy engine written ahead to SQLite
-(`local`), Qdrant Edge (`edge`, the embedded default), and the Qdrant adapter in Qdrant's local mode
-(`qdrant`) and on its server path (`qdrant-rest`: qdrant-client over HTTP to `QdrantRestFake`, Qdrant's
+"""Vector engine conformance: the in-memory numpy engine (`memory`), Qdrant Edge (`edge`, the embedded
+default), and the Qdrant adapter in qdrant-client's local mode (`qdrant`) and on its server path (`qdrant-rest`: qdrant-client over HTTP to `QdrantRestFake`, Qdrant's
 REST API answered in process by Qdrant Edge).
 
 No Qdrant server ships on PyPI. To run the suite against a real one as well, set `CAI_TEST_QDRANT_URL`
@@ -19,7 +18,7 @@ from caiplatform.testing.conformance.vector import *  # noqa: F403
 from caiplatform.testing.conformance.vector import apply_notimpl
 
 SERVER_URL = os.environ.get("CAI_TEST_QDRANT_URL")
-BACKENDS = ["memory", "local", "edge", "qdrant", "qdrant-rest"] + (["qdrant-server"] if SERVER_URL else [])
+BACKENDS = ["memory", "edge", "qdrant", "qdrant-rest"] + (["qdrant-server"] if SERVER_URL else [])
 
 
 @pytest.fixture(params=BACKENDS)
@@ -35,10 +34,6 @@ async def engine(request, backend, tmp_path):
         from caiplatform.adapters.memory.vector import InMemoryVectorEngine
 
         adapter = InMemoryVectorEngine()
-    elif backend == "local":
-        from caiplatform.adapters.local.vector import LocalVectorEngine
-
-        adapter = LocalVectorEngine(tmp_path / "vectors")
     elif backend == "edge":
         from caiplatform.adapters.edge.vector import EdgeVectorEngine
 

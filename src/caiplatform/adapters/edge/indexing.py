@@ -62,7 +62,11 @@ class IndexBuilder:
         collection.building = True
         task = asyncio.get_running_loop().create_task(self._build(collection), name=f"hnsw-{collection.name}")
         self._tasks[collection.name] = task
-        task.add_done_callback(lambda _: self._tasks.pop(collection.name, None))
+        task.add_done_callback(lambda done: self._forget(collection.name, done))
+
+    def _forget(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._tasks.get(name) is task:  # a build may have started the next one already
+            del self._tasks[name]
 
     def cancel(self, name: str) -> None:
         task = self._tasks.pop(name, None)
@@ -85,12 +89,13 @@ class IndexBuilder:
         target_name = f"shard-{number}"
         target = collection.home / target_name
         copy: edge.EdgeShard | None = None
+        built = False
         try:
             await anyio.to_thread.run_sync(self._copy, collection, target)
             await anyio.run_process([sys.executable, "-c", _OPTIMIZE, str(target)], stdout=subprocess.DEVNULL)
             copy = await anyio.to_thread.run_sync(edge.EdgeShard.load, str(target))
             await anyio.to_thread.run_sync(self._swap, collection, copy, target_name)
-            copy = None
+            copy, built = None, True
         except Exception:
             log.exception("building the HNSW index of %s failed; it is searched without it", collection.name)
             self._failed_at[collection.name] = time.monotonic()
@@ -101,6 +106,8 @@ class IndexBuilder:
                 copy.close()
             if collection.current != target_name:
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(target, ignore_errors=True))
+        if built:  # what was written during the build may be enough for the next one
+            self.consider(collection, await anyio.to_thread.run_sync(collection.shard.info))
 
     @staticmethod
     def _copy(collection: Collection, target: Any) -> None:

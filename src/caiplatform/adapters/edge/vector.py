@@ -27,6 +27,7 @@ import anyio.to_thread
 import qdrant_edge as edge
 
 from caiplatform.adapters.edge.filters import to_edge
+from caiplatform.adapters.edge.former import former_collections, set_aside
 from caiplatform.adapters.edge.indexing import IndexBuilder, IndexSettings
 from caiplatform.adapters.memory.vector import checked_vector, json_payload
 from caiplatform.adapters.qdrant.grammar import parse_filter, point_id
@@ -134,8 +135,21 @@ class EdgeVectorEngine(VectorEngine):
             return
         infos = await anyio.to_thread.run_sync(self._open_all)
         self._started = True
+        await self._import_former()
         for collection, info in infos:
             self._builder.consider(collection, info)
+
+    async def _import_former(self) -> None:
+        """The data of the former embedded engine (`vectors.db`), once (`adapters/edge/former.py`)."""
+        database = self.directory / "vectors.db"
+        if not database.is_file():
+            return
+        for name, config, batches in former_collections(database):
+            if name not in self._collections:  # else an import cut short: upserting again is harmless
+                await self.create_collection(name, config)
+            for points in batches:
+                await self.upsert(name, points)
+        await anyio.to_thread.run_sync(set_aside, database)
 
     def _open_all(self) -> list[tuple[Collection, Any]]:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -134,29 +134,12 @@ def json_payload(payload: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 class InMemoryVectorEngine(VectorEngine):
-    """Exact search in numpy. The `_persist_*` hooks run before each change is applied in memory, so a
-    durable subclass writes ahead (all or nothing) and loads everything back when it starts."""
+    """Exact search in numpy; filters by `caiplatform.domain.vector_filter` (no engine to install)."""
 
     name = "memory"
 
     def __init__(self) -> None:
         self._collections: dict[str, _Collection] = {}
-
-    # Hooks for a durable subclass; in memory nothing is kept.
-    def _persist_create(self, name: str, config: CollectionConfig) -> None:
-        pass
-
-    def _persist_drop(self, name: str) -> None:
-        pass
-
-    def _persist_config(self, name: str, config: CollectionConfig) -> None:
-        pass
-
-    def _persist_upsert(self, name: str, rows: Sequence[tuple[PointId, np.ndarray, dict[str, Any]]]) -> None:
-        pass
-
-    def _persist_delete(self, name: str, ids: Sequence[PointId]) -> None:
-        pass
 
     def service_url(self) -> str:
         return "memory://in-process"
@@ -173,13 +156,11 @@ class InMemoryVectorEngine(VectorEngine):
     async def create_collection(self, name: str, config: CollectionConfig) -> None:
         if name in self._collections:
             raise VectorEngineRejected(f"Wrong input: Collection `{name}` already exists!")
-        self._persist_create(name, config)
         self._collections[name] = _Collection(config)
 
     async def drop_collection(self, name: str) -> bool:
         if name not in self._collections:
             return False
-        self._persist_drop(name)
         del self._collections[name]
         return True
 
@@ -202,7 +183,6 @@ class InMemoryVectorEngine(VectorEngine):
         if payload_on_disk is not None:
             changes["payload_on_disk"] = payload_on_disk
         config = replace(collection.config, **changes)
-        self._persist_config(name, config)
         collection.config = config
 
     async def upsert(self, name: str, points: Sequence[Point]) -> None:
@@ -215,7 +195,6 @@ class InMemoryVectorEngine(VectorEngine):
             except FilterError as exc:
                 raise VectorEngineRejected(f"Format error in JSON body: {exc}") from None
             prepared.append((point_id, collection.prepare(point.vector), json_payload(point.payload)))
-        self._persist_upsert(name, prepared)
         for point_id, row, payload in prepared:
             collection.put(point_id, row, payload)
 
@@ -311,9 +290,6 @@ class InMemoryVectorEngine(VectorEngine):
                 doomed = [normalize_point_id(i) for i in ids or ()]
             except FilterError as exc:
                 raise VectorEngineRejected(f"Format error in JSON body: {exc}") from None
-        doomed = [point_id for point_id in doomed if point_id in collection.rows]
-        if doomed:
-            self._persist_delete(name, doomed)
         for point_id in doomed:
             collection.remove(point_id)
 
