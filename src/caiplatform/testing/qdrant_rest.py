@@ -20,8 +20,9 @@ import json
 import re
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import anyio.from_thread
 import httpx
@@ -198,9 +199,10 @@ class QdrantRestFake(httpx.BaseTransport):
             raise QdrantError(400, "Wrong input: this fake takes points as a list")
         points = []
         for p in operation.points:
-            if not isinstance(p.vector, list):
+            if not isinstance(p.vector, list) or (p.vector and not isinstance(p.vector[0], float | int)):
                 raise QdrantError(400, "Wrong input: this fake serves one unnamed dense vector per point")
-            points.append(Point(p.id, p.vector, p.payload or {}))
+            vector = cast(list[float], p.vector)
+            points.append(Point(str(p.id) if isinstance(p.id, uuid.UUID) else p.id, vector, p.payload or {}))
         self._call(self.engine.upsert, name, points)
         return {"operation_id": len(self.requests), "status": "completed"}
 

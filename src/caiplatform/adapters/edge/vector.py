@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio.to_thread
 import qdrant_edge as edge
@@ -218,8 +218,12 @@ class EdgeVectorEngine(VectorEngine):
         def read() -> T:
             while True:
                 shard = collection.shard
+
+                def on_this_shard(shard: edge.EdgeShard = shard) -> T:
+                    return fn(shard)
+
                 try:
-                    return _refused_in_qdrant_words(lambda shard=shard: fn(shard))
+                    return _refused_in_qdrant_words(on_this_shard)
                 except VectorEngineRejected:
                     raise
                 except Exception:
@@ -353,7 +357,8 @@ class EdgeVectorEngine(VectorEngine):
                 id=_public_id(p.id),
                 score=float(p.score),
                 payload=dict(p.payload or {}) if with_payload else None,
-                vector=[float(x) for x in p.vector] if with_vector and isinstance(p.vector, list) else None,
+                vector=[float(x) for x in cast(list[float], p.vector)] if with_vector and isinstance(p.vector, list)
+                else None,
             )
             for p in found
         ]

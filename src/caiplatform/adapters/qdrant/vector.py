@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.to_thread
@@ -20,7 +20,7 @@ from qdrant_client import QdrantClient
 from qdrant_client.http import models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
-from caiplatform.adapters.qdrant.grammar import parse_filter
+from caiplatform.adapters.qdrant.grammar import parse_filter, point_id
 from caiplatform.ports.vector import (
     CollectionConfig,
     CollectionInfo,
@@ -100,9 +100,8 @@ class QdrantVectorEngine(VectorEngine):
                 self._client = QdrantClient(path=str(self.path))
             else:
                 # No version handshake at connect: a server that is down must not delay the start.
-                options = {"transport": self.transport} if self.transport is not None else {}
                 self._client = QdrantClient(
-                    url=self.url, api_key=self.api_key, timeout=30, check_compatibility=False, **options
+                    url=self.url, api_key=self.api_key, timeout=30, check_compatibility=False, transport=self.transport
                 )
         return self._client
 
@@ -225,10 +224,11 @@ class QdrantVectorEngine(VectorEngine):
             ).points
             return [
                 ScoredPoint(
-                    id=p.id,
+                    id=point_id(p.id),
                     score=float(p.score),
                     payload=dict(p.payload or {}) if with_payload else None,
-                    vector=[float(x) for x in p.vector] if with_vector and isinstance(p.vector, list) else None,
+                    vector=[float(x) for x in cast(list[float], p.vector)]
+                    if with_vector and isinstance(p.vector, list) else None,
                 )
                 for p in found
             ]
@@ -249,8 +249,8 @@ class QdrantVectorEngine(VectorEngine):
             records, next_offset = client.scroll(
                 name, scroll_filter=scroll_filter, limit=limit, offset=offset, with_payload=True, with_vectors=False
             )
-            page = [Record(r.id, dict(r.payload or {})) for r in records]
-            return page, next_offset  # type: ignore[return-value]
+            page = [Record(point_id(r.id), dict(r.payload or {})) for r in records]
+            return page, point_id(next_offset) if next_offset is not None else None
 
         return await self._call(browse)
 
@@ -258,7 +258,7 @@ class QdrantVectorEngine(VectorEngine):
         self, name: str, *, ids: Sequence[PointId] | None = None, filter: Mapping[str, Any] | None = None
     ) -> None:
         if filter is not None:
-            selector: models.PointsSelector = models.FilterSelector(filter=parse_filter(filter))
+            selector: models.PointsSelector = models.FilterSelector(filter=parse_filter(filter) or models.Filter())
         else:
             selector = models.PointIdsList(points=list(ids or ()))
         await self._call(lambda client: client.delete(name, points_selector=selector, wait=True))
