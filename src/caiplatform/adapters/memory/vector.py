@@ -2,7 +2,9 @@
 
 Vectors are float32 like Qdrant's; cosine collections store unit-normalised vectors (as Qdrant does, so
 `with_vector` returns them normalised); euclid scores are distances (smaller is better). Filters use
-Qdrant's grammar through `caiplatform.domain.vector_filter`. Nothing survives the process.
+Qdrant's grammar through `caiplatform.domain.vector_filter`, a hand-written evaluator kept so that this
+engine (the unit tests' and `Platform.in_memory()`'s) needs nothing beyond numpy; the conformance suite
+and a hypothesis test hold its answers to Qdrant Edge's. Nothing survives the process.
 """
 
 from __future__ import annotations
