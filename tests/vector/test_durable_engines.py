@@ -152,6 +152,10 @@ async def test_hnsw_is_built_in_the_background_and_keeps_the_writes_made_meanwhi
         exact = sorted(range(written, 2000 + written), key=lambda i: -float(rows[i] @ q))[:10]
         found = [h.id for h in await engine.query("c", q.tolist())]
         assert len(set(found) & set(exact)) >= 9  # approximate, but close
+        # a filter searches exactly: every match, in the exact order
+        late_only = {"must": [{"key": "i", "match": {"value": "late"}}]}
+        hits = await engine.query("c", q.tolist(), top_k=1000, filter=late_only)
+        assert [h.id for h in hits] == sorted(range(2000, 2000 + written), key=lambda i: -float(rows[i] @ q))
     finally:
         await engine.close()
     assert sorted(p.name for p in (tmp_path / "collections" / "c").iterdir()) == ["collection.json", "shard-1"]
@@ -162,3 +166,23 @@ async def test_hnsw_is_built_in_the_background_and_keeps_the_writes_made_meanwhi
         assert again._collections["c"].shard.info().indexed_vectors_count > 0
     finally:
         await again.close()
+
+
+async def test_dropping_a_collection_while_its_index_builds(tmp_path):
+    from caiplatform.adapters.edge.indexing import IndexSettings
+
+    engine = EdgeVectorEngine(tmp_path, index=IndexSettings(threshold_kb=1))
+    await engine.start()
+    try:
+        await engine.create_collection("c", CollectionConfig(dimensions=4))
+        await engine.create_collection("kept", CollectionConfig(dimensions=4))
+        await engine.upsert("c", [Point(i, [1.0, float(i), 0.0, 1.0]) for i in range(500)])
+        assert engine._builder._tasks
+        assert await engine.drop_collection("c") is True
+        await engine.wait_indexed()
+        assert await engine.list_collections() == ["kept"]
+        assert [p.name for p in (tmp_path / "collections").iterdir()] == ["kept"]
+        await engine.create_collection("c", CollectionConfig(dimensions=4))  # the name is free again
+        assert (await engine.collection_info("c")).points_count == 0
+    finally:
+        await engine.close()

@@ -110,6 +110,17 @@ async def test_refusals_and_failures_map_onto_the_spec(served):
     assert (await engine.scroll("docs"))[0] == []
 
 
+async def test_concurrent_calls_share_the_client(served):
+    """The server path runs calls side by side (up to its limiter's 16 threads) on one client."""
+    import asyncio
+
+    fake, engine = served
+    await engine.create_collection("docs", CollectionConfig(dimensions=2, distance="dot"))
+    await asyncio.gather(*(engine.upsert("docs", [Point(i, [float(i), 1.0])]) for i in range(1, 41)))
+    answers = await asyncio.gather(*(engine.query("docs", [1.0, 0.0], top_k=3) for _ in range(40)))
+    assert all([h.id for h in hits] == [40, 39, 38] for hits in answers)
+
+
 async def test_unreachable_server_is_not_a_refusal():
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)
