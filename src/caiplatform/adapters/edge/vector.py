@@ -12,6 +12,7 @@ See docs/decisions/vector.md for the measurements behind the defaults.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -121,6 +122,7 @@ class EdgeVectorEngine(VectorEngine):
         self.index = index or IndexSettings()
         self._collections: dict[str, Collection] = {}
         self._started = False
+        self._starting = asyncio.Lock()  # the first calls may all find the engine not started yet
         self._builder = IndexBuilder(self.index)
 
     async def wait_indexed(self) -> None:
@@ -131,13 +133,14 @@ class EdgeVectorEngine(VectorEngine):
 
     async def start(self) -> None:
         """Open every collection (its write-ahead log replays what the last run accepted)."""
-        if self._started:
-            return
-        infos = await anyio.to_thread.run_sync(self._open_all)
-        self._started = True
-        await self._import_former()
-        for collection, info in infos:
-            self._builder.consider(collection, info)
+        async with self._starting:
+            if self._started:
+                return
+            infos = await anyio.to_thread.run_sync(self._open_all)
+            self._started = True
+            await self._import_former()
+            for collection, info in infos:
+                self._builder.consider(collection, info)
 
     async def _import_former(self) -> None:
         """The data of the former embedded engine (`vectors.db`), once (`adapters/edge/former.py`)."""
