@@ -301,13 +301,16 @@ class EdgeVectorEngine(VectorEngine):
             changes["replicas"] = replicas
         if payload_on_disk is not None:
             changes["payload_on_disk"] = payload_on_disk
-        previous = collection.config
-        collection.config = replace(previous, **changes)
-        try:
-            await anyio.to_thread.run_sync(collection.write_settings)
-        except BaseException:
-            collection.config = previous
-            raise
+        def record() -> None:  # under the lock: a build's swap rewrites the same file
+            previous = collection.config
+            collection.config = replace(previous, **changes)
+            try:
+                collection.write_settings()
+            except BaseException:
+                collection.config = previous
+                raise
+
+        await self._write(collection, record)
 
     # --------------------------------------------------------------------------------------- points
 
