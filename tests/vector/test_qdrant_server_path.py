@@ -164,6 +164,7 @@ async def test_the_per_project_token_reaches_only_its_collections(settings, cloc
                                   check_compatibility=False)
             client.upsert(own, points=[models.PointStruct(id=1, vector=[1.0, 0.0], payload={"a": 1})], wait=True)
             assert [p.id for p in client.query_points(own, query=[1.0, 0.0]).points] == [1]
+            assert [c.name for c in client.get_collections().collections] == [own]
             for forbidden in (
                 lambda: client.scroll(other),
                 lambda: client.create_collection("p_new", vectors_config=models.VectorParams(

@@ -105,9 +105,9 @@ class QdrantRestFake(httpx.BaseTransport):
             ("POST", "/points/scroll"): self._scroll,
             ("POST", "/points/delete"): self._delete,
         }
-        if name is None:
-            self._authorize(request, None, write=False, manage=True)
-            return {"collections": [{"name": n} for n in self._call(self.engine.list_collections)]}
+        if name is None:  # a token lists the collections it may read
+            names = self._call(self.engine.list_collections)
+            return {"collections": [{"name": n} for n in names if self._may_read(request, n)]}
         handler = handlers.get((request.method, rest))
         if handler is None:
             raise QdrantError(404, f"Not found: {request.method} {request.url.path}")
@@ -138,6 +138,15 @@ class QdrantRestFake(httpx.BaseTransport):
         granted = grants.get(collection)
         if manage or collection is None or granted is None or (write and granted != "rw"):
             raise QdrantError(403, f"Forbidden: Access to collection {collection} is required")
+
+    def _may_read(self, request: httpx.Request, collection: str) -> bool:
+        try:
+            self._authorize(request, collection, write=False, manage=False)
+        except QdrantError as exc:
+            if exc.status == 401:
+                raise
+            return False
+        return True
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
