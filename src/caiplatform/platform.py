@@ -466,9 +466,8 @@ class Platform:
         return self.indexes.engine
 
     def _build_vector(self) -> IndexService:
-        """A Qdrant server at `CAI_QDRANT_URL`; in memory for `in_memory()`; else the embedded engine, Qdrant
-        Edge, in `<data-dir>/vectors` (`CAI_VECTOR_ENGINE=qdrant-local`: Qdrant's local mode;
-        docs/decisions/vector.md)."""
+        """A Qdrant server at `CAI_QDRANT_URL`; in memory for `in_memory()`; else the embedded engine in
+        `<data-dir>/vectors` (`CAI_VECTOR_ENGINE=qdrant-local`: Qdrant's local mode; docs/decisions/vector.md)."""
         from caiplatform.services.vector import IndexService
 
         if self.settings.qdrant_url:
