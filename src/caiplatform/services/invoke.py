@@ -43,7 +43,6 @@ from caiplatform.redaction import one_line
 from caiplatform.services import invoke_ids
 from caiplatform.services.access import AUTH_REQUIRED
 from caiplatform.services.agent_directory import AgentDirectory, EmbedTarget, InvokeTarget
-from caiplatform.services.invoke_errors import upstream_reason
 from caiplatform.turns.browse import INTERNAL_HEADER, NOT_CONFIGURED
 
 MiB = 1024 * 1024
@@ -206,7 +205,7 @@ class InvokeService:
     def _failed(self, target: InvokeTarget, detail: str) -> BadGateway:
         """Document 1's 502: one line for the caller; tracebacks and paths only in the server's log (the
         instance's own output is in the agent's logs already)."""
-        reason = upstream_reason(detail, agent=target.kind != "function", model_base_url=self.settings.model_base_url)
+        reason = one_line(detail) or "the agent failed without a message"  # the harness named a missing model
         if reason != detail:
             log.warning("invoke agent %s (project %s) failed: %s", target.agent, target.project_short, detail)
         return BadGateway(f"invoke agent {target.agent}: {reason}")

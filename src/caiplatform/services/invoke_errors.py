@@ -1,6 +1,7 @@
-"""How an invoke failure reads to the caller (document 1: "upstream detail errors are normalized into
-the envelope"): one line, no server paths, and the missing setting named when an agent could not reach
-a model because none is configured. Used by the control plane's 502 and by the harness's stream lines."""
+"""How a failed turn reads to the caller (document 1: "upstream detail errors are normalized into the
+envelope"): one line, no server paths, and the missing setting named when an agent could not reach a
+model because its environment names none. The harness applies it (it knows the agent's environment);
+the control plane's 502 then keeps that line (`redaction.one_line`)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 
 import caiplatform
-from caiplatform.mcp.source import check_tool_source, image_digest, write_source_tree
+from caiplatform.mcp.source import HELPER_HINT, check_tool_source, image_digest, write_source_tree
 from caiplatform.ports.mcp_host import (
     McpBuild,
     McpBuildError,
@@ -141,7 +141,10 @@ class LocalMcpHost(McpHost):
             raise McpBuildError(f"loading the tools took longer than {BUILD_CHECK_TIMEOUT_SECONDS:g} s") from None
         if proc.returncode != 0:
             lines = stderr.decode("utf-8", "replace").strip().splitlines()
-            raise McpBuildError("the tools do not load: " + (lines[-1] if lines else f"exit code {proc.returncode}"))
+            reason = lines[-1] if lines else f"exit code {proc.returncode}"
+            if reason.startswith("ModuleNotFoundError"):
+                reason += f" ({HELPER_HINT})"
+            raise McpBuildError("the tools do not load: " + reason)
 
     # -- serving --------------------------------------------------------------------------------
 
