@@ -166,6 +166,7 @@ async def test_apply_becomes_ready_with_one_revision(kit: RuntimeKit):
     assert status.url
 
 
+@pytest.mark.notimpl(["kubernetes"], reason="requests reach a workload through Knative's activator and queue-proxy; the API emulator has no data plane")
 async def test_request_reaches_instance_with_env_secrets_and_port(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w, env={"GREETING": "hello"}, secret_env={"API_TOKEN": "s3cret"})
@@ -177,6 +178,7 @@ async def test_request_reaches_instance_with_env_secrets_and_port(kit: RuntimeKi
     assert (await get(kit, w, "/env/PORT"))["value"]
 
 
+@pytest.mark.notimpl(["kubernetes"], reason="requests reach a workload through Knative's activator and queue-proxy; the API emulator has no data plane")
 async def test_new_revision_takes_latest_traffic(kit: RuntimeKit):
     w = ref()
     first = spec(kit, w, env={"GREETING": "one"})
@@ -189,6 +191,7 @@ async def test_new_revision_takes_latest_traffic(kit: RuntimeKit):
     assert (await get(kit, w, "/whoami"))["greeting"] == "two"
 
 
+@pytest.mark.notimpl(["kubernetes"], reason="requests reach a workload through Knative's activator and queue-proxy; the API emulator has no data plane")
 async def test_traffic_split_by_percent(kit: RuntimeKit):
     w = ref()
     first, second = spec(kit, w), spec(kit, w, 2)
@@ -202,6 +205,7 @@ async def test_traffic_split_by_percent(kit: RuntimeKit):
     assert seen == {first.revision: 6, second.revision: 14}
 
 
+@pytest.mark.notimpl(["kubernetes"], reason="requests reach a workload through Knative's activator and queue-proxy; the API emulator has no data plane")
 async def test_tagged_target_reaches_its_revision(kit: RuntimeKit):
     w = ref()
     first, second = spec(kit, w), spec(kit, w, 2)
@@ -229,6 +233,7 @@ async def test_failing_start_leaves_revision_not_ready(kit: RuntimeKit):
         await kit.runtime.acquire(w, timeout=5)
 
 
+@pytest.mark.notimpl(["kubernetes"], reason="Knative reports a failing readiness probe as its own condition after the progress deadline, not as HealthCheckFailed")
 async def test_unhealthy_instance_is_not_ready(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w, image=kit.image(TINY_UNHEALTHY="1"))
@@ -238,6 +243,7 @@ async def test_unhealthy_instance_is_not_ready(kit: RuntimeKit):
     assert status.revisions[0].reason == "HealthCheckFailed" and "503" in status.revisions[0].message
 
 
+@pytest.mark.notimpl(["kubernetes"], reason="requests reach a workload through Knative's activator and queue-proxy; the API emulator has no data plane")
 async def test_failed_new_revision_keeps_traffic_on_ready_one(kit: RuntimeKit):
     w = ref()
     good = spec(kit, w)
@@ -250,6 +256,7 @@ async def test_failed_new_revision_keeps_traffic_on_ready_one(kit: RuntimeKit):
     assert (await get(kit, w, "/whoami"))["revision"] == good.revision
 
 
+@pytest.mark.notimpl(["kubernetes"], reason="Knative's autoscaler owns scale to zero, concurrency and burst scaling; the API emulator has none")
 async def test_idle_instance_scales_to_zero_and_cold_starts(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w)
@@ -272,6 +279,7 @@ async def test_min_scale_keeps_instances_warm(kit: RuntimeKit):
     assert await replicas(kit, w, s.revision) == 2
 
 
+@pytest.mark.notimpl(["kubernetes"], reason="Knative's autoscaler owns scale to zero, concurrency and burst scaling; the API emulator has none")
 async def test_concurrency_and_max_scale_bound_slots(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w, scaling=Scaling(max_scale=1, container_concurrency=1))
@@ -291,6 +299,7 @@ async def test_concurrency_and_max_scale_bound_slots(kit: RuntimeKit):
     assert await replicas(kit, w, s.revision) == 1
 
 
+@pytest.mark.notimpl(["kubernetes"], reason="Knative's autoscaler owns scale to zero, concurrency and burst scaling; the API emulator has none")
 async def test_max_scale_adds_instances_under_load(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w, scaling=Scaling(max_scale=2, container_concurrency=1))
@@ -300,6 +309,7 @@ async def test_max_scale_adds_instances_under_load(kit: RuntimeKit):
     assert await replicas(kit, w, s.revision) == 2
 
 
+@pytest.mark.notimpl(["kubernetes"], reason="log lines come from running containers; the API emulator runs none (no log collector keeps history)")
 async def test_logs_live_and_history(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w)
@@ -324,6 +334,7 @@ async def test_logs_live_and_history(kit: RuntimeKit):
     assert await kit.runtime.log_history(w, since=datetime.now(UTC) + timedelta(hours=1)) == []
 
 
+@pytest.mark.notimpl(["kubernetes"], reason="log lines come from running containers; the API emulator runs none (no log collector keeps history)")
 async def test_logs_follow_sees_new_lines(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w, scaling=Scaling(min_scale=1))
@@ -345,6 +356,7 @@ async def test_logs_follow_sees_new_lines(kit: RuntimeKit):
     await stream.aclose()  # type: ignore[attr-defined]
 
 
+@pytest.mark.notimpl(["kubernetes"], reason="log lines come from running containers; the API emulator runs none (no log collector keeps history)")
 async def test_logs_none_when_scaled_to_zero(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w)
@@ -404,6 +416,7 @@ async def test_usage_counts_pods_services_deployments(kit: RuntimeKit):
     assert await kit.runtime.usage("cai-p-nothing0") == {"pods": 0, "services": 0, "count/deployments.apps": 0}
 
 
+@pytest.mark.notimpl(["kubernetes"], reason="requests reach a workload through Knative's activator and queue-proxy; the API emulator has no data plane")
 async def test_delete_forgets_everything(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w, scaling=Scaling(min_scale=1))
@@ -439,6 +452,7 @@ async def test_revisions_are_immutable(kit: RuntimeKit):
         await kit.runtime.apply(RevisionSpec(**{**s.__dict__, "env": {"OTHER": "1"}}))
 
 
+@pytest.mark.notimpl(["kubernetes"], reason="Knative's autoscaler owns scale to zero, concurrency and burst scaling; the API emulator has none")
 async def test_burst_on_a_cold_revision_starts_one_instance_per_concurrency(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w, scaling=Scaling(max_scale=5, container_concurrency=10))

@@ -1,0 +1,318 @@
+"""A Kubernetes API in process for the Kubernetes adapters' tests: `kmock`'s emulator plus a controller
+double that does what a cluster's controllers would.
+
+`kmock.KubernetesEmulator` stores objects and serves the API's verbs over HTTP on a loopback port; the
+official client talks to it as to an API server. It is not an API server, and these are the differences
+the tests work around here (so the adapters stay written for a real cluster):
+
+- kmock cannot route the cluster-scoped `/api/v1/namespaces[/<name>]` (it reads the segment after
+  `namespaces` as a namespace): `_parse_path` routes those paths to the `namespaces` resource.
+- kmock ignores `labelSelector`: `FilteringEmulator` filters list answers by equality selectors.
+- kmock deletes nothing when a namespace goes: `FilteringEmulator` removes the namespace's objects, as the
+  namespace controller would.
+- kmock answers POST with 200 (not 201) and keeps no `resourceVersion`, `uid` or `creationTimestamp`:
+  the adapters never rely on a create's answer nor on optimistic concurrency, and `creationTimestamp` is
+  set by the controller double on what the controllers create (revisions, pods).
+- kmock serves the `log` subresource as the pod itself: `FilteringEmulator` answers it from `pod_logs`.
+- kmock merges every PATCH as JSON merge patch (lists replaced, `null` removes), whatever its content
+  type; the adapters only send merge patches, so this matches a real server for them.
+- kmock validates nothing: `caiplatform.testing.kube_schemas` checks every object against the schemas.
+
+The controller double (`ControllerDouble`) stands in for Knative Serving (a Revision per template, its
+readiness from its container, status traffic, URLs, scale: `min-scale` pods while routed, zero
+otherwise, plus the Deployment and two Services Knative makes per revision), the Job controller (a build
+Job succeeds, or fails when its source says so), the StatefulSet controller (ready after a moment, again
+after a restart), the garbage collector (what a Knative Service or a StatefulSet owns goes with it) and
+the ResourceQuota controller (`status.used` counts pods, services and deployments). It has no data
+plane: nothing runs, so requests, logs of a live process and autoscaling are not emulated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+import kmock
+from kmock._internal import parsing
+
+from caiplatform.adapters.kubernetes.client import ClusterSettings
+
+RESOURCES = (
+    "v1/namespaces", "v1/pods", "v1/services", "v1/secrets", "v1/resourcequotas", "v1/limitranges",
+    "v1/persistentvolumeclaims", "v1/configmaps", "apps/v1/deployments", "apps/v1/statefulsets", "batch/v1/jobs",
+    "networking.k8s.io/v1/networkpolicies", "serving.knative.dev/v1/services", "serving.knative.dev/v1/revisions",
+)
+_original_parse_path = parsing.parse_path
+
+
+def _parse_path(path: str) -> parsing.ParsedPath:
+    parts = path.strip("/").split("?")[0].split("/")
+    if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
+        return parsing.ParsedPath("", "v1", "namespaces", None, parts[3] if len(parts) == 4 else None, None)
+    return _original_parse_path(path)
+
+
+parsing.parse_path = _parse_path  # kmock's parser of request paths, read at every request
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _matches(labels: dict[str, str], selector: str) -> bool:
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        key, sep, value = term.partition("=")
+        if sep:
+            if labels.get(key) != value.lstrip("="):
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+@attrs.define(kw_only=True)
+class FilteringEmulator(kmock.KubernetesEmulator):
+    pod_logs: dict[tuple[str, str], str] = attrs.field(factory=dict)
+
+    async def _serve_list(self, request):  # type: ignore[no-untyped-def]
+        body = await super()._serve_list(request)
+        selector = (request.params or {}).get("labelSelector", "")
+        body["items"] = [o for o in body["items"] if _matches((o.get("metadata") or {}).get("labels") or {}, selector)]
+        return body
+
+    async def _serve_fetch(self, request):  # type: ignore[no-untyped-def]
+        if request.subresource == "log":
+            await super()._serve_fetch(request)  # 404 for a pod that is not there
+            return self.pod_logs.get((request.namespace, request.name), "").encode()
+        return await super()._serve_fetch(request)
+
+    async def _handle(self, request):  # type: ignore[no-untyped-def]
+        response = await super()._handle(request)
+        resource = request.resource
+        if (request.action == kmock.action.DELETE and resource is not None and resource.plural == "namespaces"
+                and request.name and response.status < 300):
+            for (_, namespace, _), obj in list(self.objects.items()):
+                if namespace == request.name and not obj.deleted:
+                    obj.delete()
+        return response
+
+
+def live(emulator: kmock.KubernetesEmulator, plural: str, group: str = "") -> list[tuple[str | None, str, Any]]:
+    return [(ns, name, obj) for (res, ns, name), obj in list(emulator.objects.items())
+            if res.plural == plural and res.group == group and not obj.deleted]
+
+
+@dataclass
+class ApiCall:
+    verb: str
+    group: str
+    resource: str  # plural, with `/subresource` when there is one
+    namespace: str | None
+
+
+def recorded_calls(emulator: kmock.KubernetesEmulator) -> list[ApiCall]:
+    """Every API call the emulator served, as RBAC names them (verb, API group, resource)."""
+    calls = []
+    for request in list(emulator):
+        resource = request.resource
+        if resource is None or resource.plural is None:
+            continue  # discovery (/api, /apis, /version) needs no rule
+        method = str(request.method.value if hasattr(request.method, "value") else request.method).upper()
+        params = request.params or {}
+        if method == "GET":
+            verb = "watch" if params.get("watch") == "true" else "get" if request.name else "list"
+        else:
+            verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method) or (
+                "delete" if request.name else "deletecollection")
+        plural = resource.plural + (f"/{request.subresource}" if request.subresource else "")
+        calls.append(ApiCall(verb, resource.group or "", plural, request.namespace))
+    return calls
+
+
+class ControllerDouble:
+    """What the cluster's controllers would write, one pass every `period` seconds (see the module doc)."""
+
+    def __init__(self, emulator: FilteringEmulator, period: float = 0.02):
+        self.k = emulator
+        self.period = period
+        self.build_outcome: Callable[[dict[str, Any]], tuple[bool, str]] = lambda job: (True, "")
+
+    async def run(self) -> None:
+        while True:
+            for step in (self._knative, self._jobs, self._statefulsets, self._quota):
+                step()
+            await asyncio.sleep(self.period)
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def _put(self, resource: str, namespace: str | None, name: str, body: dict[str, Any]) -> None:
+        self.k.objects[resource, namespace, name] = body
+
+    def _patch(self, obj: Any, changes: dict[str, Any]) -> None:
+        merged = dict(obj.raw)
+        if any(merged.get(k) != v for k, v in changes.items()):
+            obj.patch(changes)
+
+    def _reap(self, plural: str, group: str, namespace: str | None, label: str, value: str) -> None:
+        for ns, _, obj in live(self.k, plural, group):
+            if ns == namespace and (obj.raw.get("metadata", {}).get("labels") or {}).get(label) == value:
+                obj.delete()
+
+    # -- Knative Serving ----------------------------------------------------------------------------
+    def _knative(self) -> None:
+        services = {(ns, name): obj for ns, name, obj in live(self.k, "services", "serving.knative.dev")}
+        revisions = live(self.k, "revisions", "serving.knative.dev")
+        for ns, name, obj in revisions:  # the garbage collector: a revision goes with its service
+            if (ns, obj.raw["metadata"]["labels"]["serving.knative.dev/service"]) not in services:
+                obj.delete()
+                for plural, group in (("deployments", "apps"), ("services", ""), ("pods", "")):
+                    self._reap(plural, group, ns, "serving.knative.dev/revision", name)
+        for (ns, name), service in services.items():
+            self._reconcile_service(ns or "", name, service)
+
+    def _reconcile_service(self, ns: str, name: str, service: Any) -> None:
+        body = service.raw
+        template = body["spec"]["template"]
+        revision_name = template["metadata"]["name"]
+        existing = {n: o for rns, n, o in live(self.k, "revisions", "serving.knative.dev") if rns == ns
+                    and o.raw["metadata"]["labels"]["serving.knative.dev/service"] == name}
+        if revision_name not in existing:
+            labels = {**(template["metadata"].get("labels") or {}), "serving.knative.dev/service": name,
+                      "serving.knative.dev/configuration": name, "serving.knative.dev/revision": revision_name}
+            self._put("serving.knative.dev/v1/revisions", ns, revision_name, {
+                "apiVersion": "serving.knative.dev/v1", "kind": "Revision",
+                "metadata": {"name": revision_name, "namespace": ns, "labels": labels, "creationTimestamp": now(),
+                             "annotations": dict(template["metadata"].get("annotations") or {})},
+                "spec": template["spec"], "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}})
+            return  # readiness on a later pass, as the real controller takes a moment
+        for revision in existing.values():
+            if revision.raw["status"]["conditions"][0]["status"] == "Unknown":
+                self._patch(revision, {"status": self._revision_outcome(ns, revision.raw)})
+        ready = sorted((o.raw["metadata"]["creationTimestamp"], n) for n, o in existing.items()
+                       if o.raw["status"]["conditions"][0]["status"] == "True")
+        latest_ready = ready[-1][1] if ready else None
+        host = f"{name}.{ns}.svc.cluster.local"
+        traffic = []
+        for entry in body["spec"].get("traffic") or [{"latestRevision": True, "percent": 100}]:
+            target = latest_ready if entry.get("latestRevision") else entry.get("revisionName")
+            resolved = {"percent": entry.get("percent", 0), "latestRevision": bool(entry.get("latestRevision"))}
+            if target:
+                resolved["revisionName"] = target
+            if entry.get("tag"):
+                resolved["tag"] = entry["tag"]
+                resolved["url"] = f"http://{entry['tag']}-{host}"
+            traffic.append(resolved)
+        created = existing[revision_name].raw["status"]["conditions"][0]
+        ready_condition = {"type": "Ready", "status": created["status"], "lastTransitionTime": now()}
+        if created["status"] == "False":
+            ready_condition |= {"reason": "RevisionFailed",
+                                "message": f'Revision "{revision_name}" failed with message: {created["message"]}.'}
+        self._patch(service, {"status": {
+            "observedGeneration": 1, "url": f"http://{host}", "address": {"url": f"http://{host}"},
+            "latestCreatedRevisionName": revision_name, "latestReadyRevisionName": latest_ready,
+            "traffic": traffic, "conditions": [ready_condition]}})
+        routed = {t.get("revisionName") for t in traffic if t["percent"] > 0 or t.get("tag")}
+        for rev_name, revision in existing.items():
+            annotations = revision.raw["metadata"].get("annotations") or {}
+            ok = revision.raw["status"]["conditions"][0]["status"] == "True"
+            scale = int(annotations.get("autoscaling.knative.dev/min-scale", "0")) if ok and rev_name in routed else 0
+            self._run_revision(ns, rev_name, revision, scale)
+
+    def _revision_outcome(self, ns: str, revision: dict[str, Any]) -> dict[str, Any]:
+        """The kubelet's verdict on the revision's container: a missing Secret key or an image that is
+        built to fail (the tiny test app's `TINY_FAIL_START`) makes it fail."""
+        container = revision["spec"]["containers"][0]
+        for env in container.get("env") or []:
+            ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+            if ref:
+                found = [o for sns, n, o in live(self.k, "secrets") if sns == ns and n == ref["name"]]
+                if not found or ref["key"] not in (found[0].raw.get("stringData") or found[0].raw.get("data") or {}):
+                    return {"actualReplicas": 0, "conditions": [{"type": "Ready", "status": "False",
+                            "reason": "CreateContainerConfigError", "message": f'secret "{ref["name"]}" not found'}]}
+            if env.get("name") == "TINY_UNHEALTHY" and env.get("value") == "1":
+                return {"actualReplicas": 0, "conditions": [{"type": "Ready", "status": "False",
+                        "reason": "ProgressDeadlineExceeded", "message": "Initial scale was never achieved"}]}
+            if env.get("name") == "TINY_FAIL_START" and env.get("value") == "1":
+                return {"actualReplicas": 0, "conditions": [{"type": "Ready", "status": "False", "reason": "ExitCode1",
+                        "message": "Container failed with: tiny app refused to start"}]}
+        return {"actualReplicas": 0, "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now()}]}
+
+    def _run_revision(self, ns: str, name: str, revision: Any, replicas: int) -> None:
+        labels = {"serving.knative.dev/revision": name,
+                  "serving.knative.dev/service": revision.raw["metadata"]["labels"]["serving.knative.dev/service"]}
+        if not [1 for dns, n, _ in live(self.k, "deployments", "apps") if dns == ns and n == f"{name}-deployment"]:
+            self._put("apps/v1/deployments", ns, f"{name}-deployment", {"metadata": {"name": f"{name}-deployment",
+                      "namespace": ns, "labels": labels}, "spec": {"replicas": replicas}})
+            for service in (name, f"{name}-private"):
+                self._put("v1/services", ns, service, {"metadata": {"name": service, "namespace": ns, "labels": labels}})
+        pods = sorted(n for pns, n, o in live(self.k, "pods") if pns == ns
+                      and (o.raw["metadata"].get("labels") or {}).get("serving.knative.dev/revision") == name)
+        for index in range(len(pods), replicas):
+            pod = f"{name}-deployment-{index:05d}"
+            self._put("v1/pods", ns, pod, {"metadata": {"name": pod, "namespace": ns, "labels": labels,
+                      "creationTimestamp": now()}, "status": {"phase": "Running"}})
+        for pod in pods[replicas:]:
+            self.k.objects["v1/pods", ns, pod].delete()
+        self._patch(revision, {"status": {**revision.raw["status"], "actualReplicas": replicas}})
+
+    # -- Jobs, StatefulSets, quota ------------------------------------------------------------------
+    def _jobs(self) -> None:
+        for _, _, job in live(self.k, "jobs", "batch"):
+            if not job.raw.get("status"):
+                succeeded, message = self.build_outcome(job.raw)
+                condition = {"type": "Complete" if succeeded else "Failed", "status": "True", "message": message}
+                self._patch(job, {"status": {"succeeded" if succeeded else "failed": 1, "conditions": [condition]}})
+
+    def _statefulsets(self) -> None:
+        for _, _, obj in live(self.k, "statefulsets", "apps"):
+            restarted = (obj.raw["spec"]["template"]["metadata"].get("annotations") or {}).get(
+                "kubectl.kubernetes.io/restartedAt", "")
+            status = obj.raw.get("status") or {}
+            if status.get("observedRestart") != restarted:
+                self._patch(obj, {"status": {"replicas": 1, "readyReplicas": 0, "observedRestart": restarted}})
+            elif status.get("readyReplicas") != 1:
+                self._patch(obj, {"status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1,
+                                             "observedRestart": restarted}})
+
+    def _quota(self) -> None:
+        for ns, _, quota in live(self.k, "resourcequotas"):
+            used = {"pods": sum(1 for pns, _, _ in live(self.k, "pods") if pns == ns),
+                    "services": sum(1 for sns, _, _ in live(self.k, "services") if sns == ns),
+                    "count/deployments.apps": sum(1 for dns, _, _ in live(self.k, "deployments", "apps") if dns == ns)}
+            hard = quota.raw.get("spec", {}).get("hard") or {}
+            status = {"hard": dict(hard), "used": {r: str(used.get(r, 0)) for r in hard}}
+            if quota.raw.get("status") != status:
+                quota.patch({"status": None})
+                quota.patch({"status": status})
+
+
+@dataclass
+class EmulatedCluster:
+    emulator: FilteringEmulator
+    controllers: ControllerDouble
+    settings: ClusterSettings
+
+    def calls(self) -> list[ApiCall]:
+        return recorded_calls(self.emulator)
+
+
+@contextlib.asynccontextmanager
+async def emulated_cluster(**settings: Any) -> AsyncIterator[EmulatedCluster]:
+    async with FilteringEmulator() as emulator, kmock.Server(emulator) as server:
+        for resource in RESOURCES:
+            emulator.resources[resource] = kmock.ResourceInfo()
+        controllers = ControllerDouble(emulator)
+        task = asyncio.ensure_future(controllers.run())
+        try:
+            yield EmulatedCluster(emulator, controllers, ClusterSettings(host=str(server.url).rstrip("/"), **settings))
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
