@@ -32,6 +32,6 @@ async def cluster() -> AsyncIterator[Cluster]:
     from caiplatform.testing.kube_cluster import emulated_cluster
     from caiplatform.testing.kube_schemas import audit
 
-    async with emulated_cluster() as emulated:
+    with emulated_cluster() as emulated:
         yield Cluster(emulated.settings, emulated)
         audit(emulated.emulator, emulated.calls(), ROLE)

@@ -16,6 +16,8 @@ the tests work around here (so the adapters stay written for a real cluster):
 - kmock serves the `log` subresource as the pod itself: `FilteringEmulator` answers it from `pod_logs`.
 - kmock merges every PATCH as JSON merge patch (lists replaced, `null` removes), whatever its content
   type; the adapters only send merge patches, so this matches a real server for them.
+- kmock keeps a Secret's `stringData` as sent: `FilteringEmulator` folds it into base64 `data`, as the API
+  server does (so reads see only `data`).
 - kmock validates nothing: `caiplatform.testing.kube_schemas` checks every object against the schemas.
 
 The controller double (`ControllerDouble`) stands in for Knative Serving (a Revision per template, its
@@ -30,8 +32,11 @@ plane: nothing runs, so requests, logs of a live process and autoscaling are not
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import queue
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -97,6 +102,11 @@ class FilteringEmulator(kmock.KubernetesEmulator):
     async def _handle(self, request):  # type: ignore[no-untyped-def]
         response = await super()._handle(request)
         resource = request.resource
+        if resource is not None and resource.plural == "secrets" and response.status < 300:
+            for _, _, obj in live(self, "secrets"):
+                if obj.raw.get("stringData"):
+                    folded = {k: base64.b64encode(v.encode()).decode() for k, v in obj.raw["stringData"].items()}
+                    obj.patch({"stringData": None, "data": folded})
         if (request.action == kmock.action.DELETE and resource is not None and resource.plural == "namespaces"
                 and request.name and response.status < 300):
             for (_, namespace, _), obj in list(self.objects.items()):
@@ -233,7 +243,7 @@ class ControllerDouble:
             ref = (env.get("valueFrom") or {}).get("secretKeyRef")
             if ref:
                 found = [o for sns, n, o in live(self.k, "secrets") if sns == ns and n == ref["name"]]
-                if not found or ref["key"] not in (found[0].raw.get("stringData") or found[0].raw.get("data") or {}):
+                if not found or ref["key"] not in (found[0].raw.get("data") or {}):
                     return {"actualReplicas": 0, "conditions": [{"type": "Ready", "status": "False",
                             "reason": "CreateContainerConfigError", "message": f'secret "{ref["name"]}" not found'}]}
             if env.get("name") == "TINY_UNHEALTHY" and env.get("value") == "1":
@@ -303,16 +313,39 @@ class EmulatedCluster:
         return recorded_calls(self.emulator)
 
 
-@contextlib.asynccontextmanager
-async def emulated_cluster(**settings: Any) -> AsyncIterator[EmulatedCluster]:
-    async with FilteringEmulator() as emulator, kmock.Server(emulator) as server:
-        for resource in RESOURCES:
-            emulator.resources[resource] = kmock.ResourceInfo()
-        controllers = ControllerDouble(emulator)
-        task = asyncio.ensure_future(controllers.run())
+@contextlib.contextmanager
+def emulated_cluster(**settings: Any) -> Iterator[EmulatedCluster]:
+    """The emulator and the controller double on an event loop of their own, in a thread: the API server
+    answers whatever loop (or none) the test and the adapters run on."""
+    started: queue.Queue[EmulatedCluster | BaseException] = queue.Queue()
+    stop: list[Callable[[], object]] = []
+
+    async def serve() -> None:
         try:
-            yield EmulatedCluster(emulator, controllers, ClusterSettings(host=str(server.url).rstrip("/"), **settings))
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            async with FilteringEmulator() as emulator, kmock.Server(emulator) as server:
+                for resource in RESOURCES:
+                    emulator.resources[resource] = kmock.ResourceInfo()
+                controllers = ControllerDouble(emulator)
+                task = asyncio.ensure_future(controllers.run())
+                stopped = asyncio.Event()
+                loop = asyncio.get_running_loop()
+                stop.append(lambda: loop.call_soon_threadsafe(stopped.set))
+                started.put(EmulatedCluster(emulator, controllers,
+                                            ClusterSettings(host=str(server.url).rstrip("/"), **settings)))
+                await stopped.wait()
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting test
+            started.put(exc)
+
+    thread = threading.Thread(target=lambda: asyncio.run(serve()), name="kube-emulator", daemon=True)
+    thread.start()
+    cluster = started.get(timeout=30)
+    if isinstance(cluster, BaseException):
+        raise cluster
+    try:
+        yield cluster
+    finally:
+        stop[0]()
+        thread.join(timeout=10)

@@ -9,6 +9,7 @@ is a field Knative does not define, and fails.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,9 @@ import yaml
 from caiplatform.testing.kube_cluster import ApiCall
 
 KNATIVE_GROUP = "serving.knative.dev"
+
+# kubernetes-validate reads its (multi-megabyte) definitions file at every call; read each file once.
+kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents)
 
 
 def newest_versions(count: int = 2) -> list[str]:
