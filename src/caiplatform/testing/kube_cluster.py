@@ -299,7 +299,13 @@ class ControllerDouble:
                 pod.delete()
 
     def _statefulsets(self) -> None:
-        for _, _, obj in live(self.k, "statefulsets", "apps"):
+        for ns, name, obj in live(self.k, "statefulsets", "apps"):
+            for claim in obj.raw["spec"].get("volumeClaimTemplates") or []:  # one replica: ordinal 0
+                claim_name = f"{claim['metadata']['name']}-{name}-0"
+                if not [1 for cns, n, _ in live(self.k, "persistentvolumeclaims") if cns == ns and n == claim_name]:
+                    self._put("v1/persistentvolumeclaims", ns, claim_name, {
+                        "metadata": {"name": claim_name, "namespace": ns, "labels": claim["metadata"].get("labels") or {}},
+                        "spec": claim["spec"], "status": {"phase": "Bound"}})
             restarted = (obj.raw["spec"]["template"]["metadata"].get("annotations") or {}).get(
                 "kubectl.kubernetes.io/restartedAt", "")
             status = obj.raw.get("status") or {}

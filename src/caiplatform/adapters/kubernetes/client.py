@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+
 from kubernetes import client, config
 
 #: Every object an adapter creates carries these labels (and `PART_LABEL` naming what it is for).
@@ -61,10 +62,18 @@ class ClusterSettings:
     host: str | None = None  # an API server address without credentials (tests, `kubectl proxy`)
     context: str | None = None
     platform_namespace: str = "caiplatform"
-    build_namespace: str = "caiplatform-builds"
+    build_namespace: str = "caiplatform"  # build Jobs share the build-context volume with the control plane
     harness_image: str = "ghcr.io/caiplatform/harness:latest"
     builder_image: str = "gcr.io/kaniko-project/executor:v1.23.2"
     valkey_image: str = "docker.io/valkey/valkey:8.1"
+
+
+def cluster_settings(settings: Any) -> ClusterSettings:
+    """The cluster part of `caiplatform.settings.Settings`."""
+    return ClusterSettings(kubeconfig=settings.kubeconfig, host=settings.kube_api_url, context=settings.kube_context,
+                           platform_namespace=settings.platform_namespace, build_namespace=settings.build_namespace,
+                           harness_image=settings.harness_image, builder_image=settings.builder_image,
+                           valkey_image=settings.valkey_image)
 
 
 class KubeClient:

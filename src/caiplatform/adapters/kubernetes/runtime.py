@@ -60,7 +60,6 @@ GENERATION_LABEL = "caiplatform.dev/generation"
 HASH_ANNOTATION = "caiplatform.dev/revision-hash"
 SERVICE_LABEL = "serving.knative.dev/service"
 REVISION_LABEL = "serving.knative.dev/revision"
-ZERO_USAGE = ("pods", "services", "count/deployments.apps")
 _KIND_SUFFIX = {"service": "-svc", "mcp": "-mcp"}
 
 
@@ -368,21 +367,20 @@ class KnativeRuntime(WorkloadRuntime):
         self._pods.pop((ref.namespace, knative_name(ref)), None)
 
     async def usage(self, namespace: str) -> dict[str, int]:
-        """The ResourceQuota's `status.used` (the cluster's own count); without a quota in the namespace,
-        the same count made from the objects."""
+        """The ResourceQuota's `status.used` (the cluster's own count). A resource the quota does not
+        track (no hard: unlimited) or a namespace without a quota is counted from the objects."""
         from caiplatform.adapters.kubernetes.projects import QUOTA_NAME
         from caiplatform.quantity import parse_quantity
 
         quota = await self.kube.get(self.kube.core.read_namespaced_resource_quota, QUOTA_NAME, namespace)
-        if quota is not None and (quota.get("status") or {}).get("used") is not None:
-            used = quota["status"]["used"]
-            return {**dict.fromkeys(ZERO_USAGE, 0), **{r: parse_quantity(r, str(v)) for r, v in used.items()}}
+        used = ((quota or {}).get("status") or {}).get("used") or {}
+        usage = {r: parse_quantity(r, str(v)) for r, v in used.items()}
         core, apps = self.kube.core, self.kube.apps
-        counts = {}
         for resource, method in (("pods", core.list_namespaced_pod), ("services", core.list_namespaced_service),
                                  ("count/deployments.apps", apps.list_namespaced_deployment)):
-            counts[resource] = len((await self.kube.call(method, namespace)).get("items") or [])
-        return counts
+            if resource not in usage:
+                usage[resource] = len((await self.kube.call(method, namespace)).get("items") or [])
+        return usage
 
     async def close(self) -> None:
         await self.kube.close()
