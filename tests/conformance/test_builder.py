@@ -23,12 +23,12 @@ def shared_data_dir(tmp_path_factory):
 
 @pytest.fixture
 async def builder(request, backend, shared_data_dir):
-    apply_notimpl(request, backend)
+    apply_notimpl(request, kube_support.marked_as(backend))
     if backend == "kubernetes":
         from caiplatform.adapters.kubernetes.builder import KanikoJobBuilder
 
         async with kube_support.cluster() as cluster:
-            adapter = KanikoJobBuilder(settings=cluster.settings, context_dir=shared_data_dir / "build-context",
+            adapter = KanikoJobBuilder(settings=cluster.settings, context_dir=kube_support.build_context_dir(shared_data_dir / "build-context"),
                                        poll_seconds=0.02)
             try:
                 yield adapter

@@ -17,7 +17,7 @@ def backend(request) -> str:
 
 @pytest.fixture
 async def provisioner(request, backend, tmp_path):
-    apply_notimpl(request, backend)
+    apply_notimpl(request, kube_support.marked_as(backend))
     if backend == "kubernetes":
         from caiplatform.adapters.kubernetes.memorystore import ValkeyStatefulSetProvisioner
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
@@ -114,6 +115,14 @@ class KubeClient:
             if not conflict(exc):
                 raise
             await self.call(patch, body, _content_type=MERGE_PATCH)
+
+    async def ensure_namespace(self, namespace: str, project_id: str) -> None:
+        """The project's provisioner creates the namespace; an object of a project whose namespace step
+        failed repairs it here rather than failing every deploy (the quota step still needs a re-run)."""
+        if await self.get(self.core.read_namespace, namespace) is None:
+            body = {"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": namespace, "labels": owned({PROJECT_LABEL: project_id})}}
+            await self.create_or_patch(self.core.create_namespace, partial(self.core.patch_namespace, namespace), body)
 
     async def delete(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
         """Delete in the background; False when it was already gone."""

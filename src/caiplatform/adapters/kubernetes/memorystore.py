@@ -137,6 +137,7 @@ class ValkeyStatefulSetProvisioner(MemoryStoreProvisioner):
             raise Conflict(f"memory store {spec.name} already exists in this project")
         ns, core, now = namespace_of(spec), self.kube.core, self.clock.now().astimezone(UTC)
         name = object_name(spec.name)
+        await self.kube.ensure_namespace(ns, spec.project_id)
         await self.kube.create_or_patch(partial(core.create_namespaced_secret, ns),
                                         partial(core.patch_namespaced_secret, spec.credential_secret, ns),
                                         secret_manifest(spec, password))

@@ -180,15 +180,6 @@ class KnativeRuntime(WorkloadRuntime):
             entries.append(entry)
         return entries
 
-    async def _ensure_namespace(self, ref: WorkloadRef) -> None:
-        """The project's provisioner creates the namespace; a workload of a project whose namespace step
-        failed repairs it here rather than failing every deploy (its quota step still needs a re-run)."""
-        if await self.kube.get(self.kube.core.read_namespace, ref.namespace) is None:
-            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-                "name": ref.namespace, "labels": owned({PROJECT_LABEL: ref.project_id})}}
-            await self.kube.create_or_patch(self.kube.core.create_namespace,
-                                            partial(self.kube.core.patch_namespace, ref.namespace), body)
-
     async def apply(self, spec: RevisionSpec, traffic: list[TrafficTarget] | None = None) -> None:
         ref = spec.workload
         name, revision = knative_name(ref), knative_revision(ref, spec.revision)
@@ -203,7 +194,7 @@ class KnativeRuntime(WorkloadRuntime):
                     return  # the same revision again changes nothing
                 raise WorkloadError(f"revision {spec.revision} already exists; revisions are immutable")
         else:
-            await self._ensure_namespace(ref)
+            await self.kube.ensure_namespace(ref.namespace, ref.project_id)
         image = await self.images(spec.image) if self.images else None
         secret_name = f"{revision}-env"
         if spec.secret_env:
