@@ -3,7 +3,7 @@
 The quota's resources are exactly the spec's quota table (document 2); the LimitRange gives containers
 without requests the spec's per-container defaults so they still fit the quota; the NetworkPolicy denies
 ingress except from the project's own namespace, the platform's namespace and Knative's (its activator
-and ingress deliver requests to scaled workloads). The quota view reads `status.hard`/`status.used`
+and ingress gateways deliver requests to workloads). The quota view reads `status.hard`/`status.used`
 (the runtime's `usage`), which is what "live from cluster enforcement" means.
 
 The model credential and the cache access user are not cluster objects: they are recorded as
@@ -33,7 +33,9 @@ LIMIT_RANGE_NAME = "cai-defaults"
 NETWORK_POLICY_NAME = "cai-default-deny"
 #: The spec's per-container defaults (document 2, operator settings).
 CONTAINER_DEFAULTS = {"default": {"cpu": "2", "memory": "4Gi"}, "defaultRequest": {"cpu": "100m", "memory": "256Mi"}}
-KNATIVE_NAMESPACE = "knative-serving"
+#: Knative's activator, and the ingress gateways that send to a scaled-up revision's pods directly
+#: (Kourier's, Istio's); a cluster with another gateway adds its namespace to the policy by hand.
+KNATIVE_NAMESPACES = ("knative-serving", "kourier-system", "istio-system")
 STEP_ANNOTATION = "caiplatform.dev/step-"
 
 
@@ -66,7 +68,7 @@ def limit_range_manifest(project: ProjectSpec) -> dict[str, Any]:
 
 
 def network_policy_manifest(project: ProjectSpec, platform_namespace: str) -> dict[str, Any]:
-    admitted = sorted({project.namespace, platform_namespace, KNATIVE_NAMESPACE})
+    admitted = sorted({project.namespace, platform_namespace, *KNATIVE_NAMESPACES})
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": NETWORK_POLICY_NAME, "namespace": project.namespace, "labels": project_labels(project)},
             "spec": {"podSelector": {}, "policyTypes": ["Ingress"],
