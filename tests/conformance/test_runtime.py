@@ -52,7 +52,9 @@ async def kit(request, backend, tmp_path):
             from caiplatform.adapters.kubernetes.runtime import KnativeRuntime
 
             kit = RuntimeKit(runtime=None, image_for=_memory_image)  # type: ignore[arg-type]
-            kit.runtime = KnativeRuntime(settings=cluster.settings, images=kit.resolve, poll_seconds=0.02)
+            transport = cluster.emulated.data_plane if cluster.emulated else None  # type: ignore[attr-defined]
+            kit.runtime = KnativeRuntime(settings=cluster.settings, images=kit.resolve, poll_seconds=0.02,
+                                         transport=transport)
             try:
                 yield kit
             finally:

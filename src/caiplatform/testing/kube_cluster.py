@@ -25,8 +25,9 @@ readiness from its container, status traffic, URLs, scale: `min-scale` pods whil
 otherwise, plus the Deployment and two Services Knative makes per revision), the Job controller (a build
 Job succeeds, or fails when its source says so), the StatefulSet controller (ready after a moment, again
 after a restart), the garbage collector (what a Knative Service or a StatefulSet owns goes with it) and
-the ResourceQuota controller (`status.used` counts pods, services and deployments). It has no data
-plane: nothing runs, so requests, logs of a live process and autoscaling are not emulated.
+the ResourceQuota controller (`status.used` counts pods, services and deployments). `DataPlane` stands in
+for Knative's request path with in-process tiny apps; nothing else runs, so logs of a live process and
+autoscaling are not emulated.
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 import attrs
+import httpx
 import kmock
 from kmock._internal import parsing
 
@@ -327,11 +330,83 @@ class ControllerDouble:
                 quota.patch({"status": status})
 
 
+class DataPlane(httpx.AsyncBaseTransport):
+    """Knative's data plane, as far as the runtime suite needs it: a request to a Service's (or a traffic
+    tag's) cluster address reaches an in-process instance of the tiny test app
+    (`caiplatform.testing.tiny_app`) for the revision the Service's `status.traffic` picks (by weight,
+    smooth round robin, as the in-process runtimes split), with the revision's container env, its
+    `secretKeyRef`s read from the Secrets in the emulator, and `PORT`/`K_REVISION` as Knative sets them.
+    No scaling: one instance per revision (hand it to the runtime as its `transport`)."""
+
+    def __init__(self, emulator: FilteringEmulator):
+        self.k = emulator
+        self.apps: dict[tuple[str, str], httpx.ASGITransport] = {}
+        self.credit: dict[tuple[str, str, str], float] = {}
+
+    def _object(self, plural: str, group: str, namespace: str, name: str) -> dict[str, Any] | None:
+        found = [o.raw for ns, n, o in live(self.k, plural, group) if ns == namespace and n == name]
+        return found[0] if found else None
+
+    def _pick(self, namespace: str, host: str) -> str | None:
+        for ns, name, service in live(self.k, "services", "serving.knative.dev"):
+            if ns != namespace:
+                continue
+            traffic = (service.raw.get("status") or {}).get("traffic") or []
+            tagged = [t for t in traffic if t.get("url", "").split("://")[-1] == host]
+            if tagged:
+                return str(tagged[0].get("revisionName") or "") or None
+            if host.split(".")[0] != name:
+                continue
+            weights = [(t["revisionName"], int(t.get("percent") or 0)) for t in traffic
+                       if t.get("revisionName") and int(t.get("percent") or 0) > 0]
+            if not weights:
+                return None
+            for revision, weight in weights:  # smooth weighted round robin
+                self.credit[(ns or "", name, revision)] = self.credit.get((ns or "", name, revision), 0) + weight
+            chosen = max(weights, key=lambda w: self.credit[(ns or "", name, w[0])])[0]
+            self.credit[(ns or "", name, chosen)] -= sum(w for _, w in weights)
+            return str(chosen)
+        return None
+
+    def _instance(self, namespace: str, revision_name: str) -> httpx.ASGITransport | None:
+        from caiplatform.testing import tiny_app
+
+        if (namespace, revision_name) not in self.apps:
+            revision = self._object("revisions", "serving.knative.dev", namespace, revision_name)
+            if revision is None:
+                return None
+            container = revision["spec"]["containers"][0]
+            env = {"PORT": str(container["ports"][0]["containerPort"]), "K_REVISION": revision_name}
+            for entry in container.get("env") or []:
+                ref = (entry.get("valueFrom") or {}).get("secretKeyRef")
+                if ref:
+                    secret = self._object("secrets", "", namespace, ref["name"]) or {}
+                    env[entry["name"]] = base64.b64decode((secret.get("data") or {})[ref["key"]]).decode()
+                else:
+                    env[entry["name"]] = entry.get("value", "")
+            self.apps[(namespace, revision_name)] = httpx.ASGITransport(app=tiny_app.create_app(env))
+        return self.apps[(namespace, revision_name)]
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        parts = host.split(".")
+        namespace = parts[1] if len(parts) > 2 and parts[2] == "svc" else ""
+        revision = self._pick(namespace, host)
+        instance = self._instance(namespace, revision) if revision else None
+        if instance is None:
+            return httpx.Response(503, text=f"no ready revision serves {host}")
+        return await instance.handle_async_request(request)
+
+
 @dataclass
 class EmulatedCluster:
     emulator: FilteringEmulator
     controllers: ControllerDouble
     settings: ClusterSettings
+
+    @cached_property
+    def data_plane(self) -> DataPlane:
+        return DataPlane(self.emulator)
 
     def calls(self) -> list[ApiCall]:
         return recorded_calls(self.emulator)

@@ -95,6 +95,18 @@ def replacing(old: Any, new: Any) -> Any:
     return patch
 
 
+def _routed(desired: list[dict[str, Any]], status: list[dict[str, Any]]) -> bool:
+    """Whether the route's status carries the desired split (latest-revision entries resolved)."""
+    if len(desired) != len(status):
+        return False
+    for want, have in zip(desired, status, strict=True):
+        if want.get("percent") != have.get("percent") or want.get("tag") != have.get("tag"):
+            return False
+        if want.get("revisionName") and want["revisionName"] != have.get("revisionName"):
+            return False
+    return True
+
+
 def _condition(obj: dict[str, Any], kind: str = "Ready") -> dict[str, Any]:
     for condition in (obj.get("status") or {}).get("conditions") or []:
         if condition.get("type") == kind:
@@ -117,11 +129,13 @@ class KnativeRuntime(WorkloadRuntime):
 
     def __init__(self, kube: KubeClient | None = None, *, settings: ClusterSettings | None = None,
                  images: Callable[[str], Awaitable[Image | None]] | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None, poll_seconds: float = 0.1, **_: object):
+                 transport: httpx.AsyncBaseTransport | None = None, poll_seconds: float = 0.1,
+                 settle_seconds: float = 10.0, **_: object):
         self.kube = kube or KubeClient(settings)
         self.images = images
         self.transport = transport  # None: the cluster's own network (the platform runs in the cluster)
         self.poll_seconds = poll_seconds
+        self.settle_seconds = settle_seconds
         self._pods: dict[tuple[str, str], int] = {}  # the last observed instance count, for `logs`
 
     def _custom(self, verb: str) -> Any:
@@ -223,9 +237,18 @@ class KnativeRuntime(WorkloadRuntime):
                              knative_name(ref), patch, _content_type=MERGE_PATCH)
 
     async def set_traffic(self, ref: WorkloadRef, traffic: list[TrafficTarget]) -> None:
+        """Replace the split, then wait (a few seconds at most) until Knative's route reports it, so a
+        status read right after shows the new split as the other runtimes do."""
         if await self._service(ref) is None:
             raise LookupError(f"workload {ref.name} has no revision")
-        await self._patch_service(ref, {"spec": {"traffic": self._traffic(ref, traffic)}})
+        desired = self._traffic(ref, traffic)
+        await self._patch_service(ref, {"spec": {"traffic": desired}})
+        deadline = time.monotonic() + self.settle_seconds
+        while time.monotonic() < deadline:
+            service = await self._service(ref)
+            if service is None or _routed(desired, (service.get("status") or {}).get("traffic") or []):
+                return
+            await asyncio.sleep(self.poll_seconds)
 
     # -- reading ------------------------------------------------------------------------------------
     async def status(self, ref: WorkloadRef) -> WorkloadStatus | None:
@@ -278,22 +301,22 @@ class KnativeRuntime(WorkloadRuntime):
     async def acquire(self, ref: WorkloadRef, *, timeout: float, tag: str | None = None) -> Endpoint:
         deadline = time.monotonic() + timeout
         while True:
-            current = await self.status(ref)
-            if current is None:
+            service = await self._service(ref)
+            if service is None:
                 raise LookupError(f"workload {ref.name} has no revision")
-            routes = [t for t in current.traffic if (t.tag == tag if tag else t.percent > 0) and t.revision_name]
-            if tag and not any(t.tag == tag for t in current.traffic):
+            if tag and not any(t.get("tag") == tag for t in service["spec"].get("traffic") or []):
                 raise LookupError(f"workload {ref.name} has no traffic tag {tag!r}")
+            current = self._status(ref, service, await self._revisions(ref))
             ready = {r.name for r in current.revisions if r.ready}
-            routes = [t for t in routes if t.revision_name in ready]
+            routes = [t for t in current.traffic if t.revision_name in ready and (t.tag == tag if tag else t.percent > 0)]
             if routes:
                 best = max(routes, key=lambda t: t.percent)
-                url = best.url if tag else current.url
 
                 async def release() -> None:
                     return None
 
-                return Endpoint(revision=best.revision_name or "", base_url=url, release=release, transport=self.transport)
+                return Endpoint(revision=best.revision_name or "", base_url=best.url if tag else current.url,
+                                release=release, transport=self.transport)
             if time.monotonic() >= deadline:
                 raise NoCapacity(f"workload {ref.name} has no ready revision (waited {timeout:g} s)")
             await asyncio.sleep(min(self.poll_seconds, max(0.0, deadline - time.monotonic())))

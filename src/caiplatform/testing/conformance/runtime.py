@@ -166,7 +166,6 @@ async def test_apply_becomes_ready_with_one_revision(kit: RuntimeKit):
     assert status.url
 
 
-@pytest.mark.notimpl(["kubernetes"], reason="requests reach a workload through Knative's activator and queue-proxy; the API emulator has no data plane")
 async def test_request_reaches_instance_with_env_secrets_and_port(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w, env={"GREETING": "hello"}, secret_env={"API_TOKEN": "s3cret"})
@@ -178,7 +177,6 @@ async def test_request_reaches_instance_with_env_secrets_and_port(kit: RuntimeKi
     assert (await get(kit, w, "/env/PORT"))["value"]
 
 
-@pytest.mark.notimpl(["kubernetes"], reason="requests reach a workload through Knative's activator and queue-proxy; the API emulator has no data plane")
 async def test_new_revision_takes_latest_traffic(kit: RuntimeKit):
     w = ref()
     first = spec(kit, w, env={"GREETING": "one"})
@@ -192,7 +190,6 @@ async def test_new_revision_takes_latest_traffic(kit: RuntimeKit):
 
 
 @pytest.mark.notimpl(["kubernetes-cluster"], reason="Knative splits traffic at random by weight; the exact per-request counts are the in-process runtimes'")
-@pytest.mark.notimpl(["kubernetes"], reason="requests reach a workload through Knative's activator and queue-proxy; the API emulator has no data plane")
 async def test_traffic_split_by_percent(kit: RuntimeKit):
     w = ref()
     first, second = spec(kit, w), spec(kit, w, 2)
@@ -206,7 +203,6 @@ async def test_traffic_split_by_percent(kit: RuntimeKit):
     assert seen == {first.revision: 6, second.revision: 14}
 
 
-@pytest.mark.notimpl(["kubernetes"], reason="requests reach a workload through Knative's activator and queue-proxy; the API emulator has no data plane")
 async def test_tagged_target_reaches_its_revision(kit: RuntimeKit):
     w = ref()
     first, second = spec(kit, w), spec(kit, w, 2)
@@ -245,7 +241,6 @@ async def test_unhealthy_instance_is_not_ready(kit: RuntimeKit):
     assert status.revisions[0].reason == "HealthCheckFailed" and "503" in status.revisions[0].message
 
 
-@pytest.mark.notimpl(["kubernetes"], reason="requests reach a workload through Knative's activator and queue-proxy; the API emulator has no data plane")
 async def test_failed_new_revision_keeps_traffic_on_ready_one(kit: RuntimeKit):
     w = ref()
     good = spec(kit, w)
@@ -422,7 +417,6 @@ async def test_usage_counts_pods_services_deployments(kit: RuntimeKit):
     assert await kit.runtime.usage("cai-p-nothing0") == {"pods": 0, "services": 0, "count/deployments.apps": 0}
 
 
-@pytest.mark.notimpl(["kubernetes"], reason="requests reach a workload through Knative's activator and queue-proxy; the API emulator has no data plane")
 async def test_delete_forgets_everything(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w, scaling=Scaling(min_scale=1))
