@@ -81,6 +81,15 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     status = await until(lambda: _split(runtime, ref))
     assert {r.name: r.traffic_percent for r in status.revisions} == {"agent-a-00001": 40, "agent-a-00002": 60}
     usage = await until(lambda: _usage(runtime, ns, pods=2))
+    pods = [(o.raw["metadata"]["creationTimestamp"], n) for pns, n, o in live(cluster.emulator, "pods") if pns == ns]
+    pod = max(pods)[1]  # logs come from the newest instance
+    revision = pod.rpartition("-deployment-")[0]
+    cluster.emulator.pod_logs[(ns, pod)] = "2026-11-25T10:00:00.000000001Z started\n2026-11-25T10:00:01Z serving\n"
+    await runtime.status(ref)  # the last look, which `logs` answers from
+    assert [line async for line in runtime.logs(ref, tail=1)] == ["serving"]
+    assert [line async for line in runtime.logs(ref, tail=10, follow=True)] == ["started", "serving"]
+    history = await runtime.log_history(ref)
+    assert [(h.revision, h.pod, h.message) for h in history] == [(revision, pod, "started"), (revision, pod, "serving")]
     assert usage["services"] == 4 and usage["count/deployments.apps"] == 2  # counted: the quota has no hard for it
     assert await runtime.usage("cai-p-nothing0") == {"pods": 0, "services": 0, "count/deployments.apps": 0}
     service = WorkloadRef(project_id, project.short, "agent-a", kind="service")  # another kind, the same name

@@ -164,9 +164,10 @@ class ControllerDouble:
             self._put("v1/pods", ns, pod, {"metadata": {"name": pod, "namespace": ns, "creationTimestamp": now(),
                       "labels": {"job-name": name}}, "status": {"phase": "Succeeded" if succeeded else "Failed",
                       "containerStatuses": [{"name": "build", "state": {"terminated": terminated}}]}})
-            self.k.pod_logs[(ns or "", pod)] = (
-                f"INFO Unpacking the build context\nINFO Pushing image to its registry\nINFO Pushed {digest}\n"
-                if succeeded else message)
+            stamp = now()
+            text = (f"INFO Unpacking the build context\nINFO Pushing image to its registry\nINFO Pushed {digest}"
+                    if succeeded else message)
+            self.k.pod_logs[(ns or "", pod)] = "".join(f"{stamp} {line}\n" for line in text.splitlines())
             condition = {"type": "Complete" if succeeded else "Failed", "status": "True", "message": message}
             self._patch(job, {"status": {"succeeded" if succeeded else "failed": 1, "conditions": [condition]}})
         for ns, _, pod in live(self.k, "pods"):  # the garbage collector: a Job's pods go with it

@@ -12,7 +12,8 @@ the tests work around here (so the adapters stay written for a real cluster):
 - kmock answers POST with 200 (not 201) and keeps no `resourceVersion`, `uid` or `creationTimestamp`:
   the adapters never rely on a create's answer nor on optimistic concurrency, and `creationTimestamp` is
   set by the controller double on what the controllers create (revisions, pods).
-- kmock serves the `log` subresource as the pod itself: `FilteringEmulator` answers it from `pod_logs`.
+- kmock serves the `log` subresource as the pod itself: `FilteringEmulator` answers it from `pod_logs`
+  (with `timestamps` and `tailLines`; `follow` ends with what is there).
 - kmock merges every PATCH as JSON merge patch (lists replaced, `null` removes), whatever its content
   type; the adapters only send merge patches, so this matches a real server for them.
 - kmock keeps a Secret's `stringData` as sent: `FilteringEmulator` folds it into base64 `data`, as the API
@@ -69,6 +70,7 @@ def _matches(labels: dict[str, str], selector: str) -> bool:
 
 @attrs.define(kw_only=True)
 class FilteringEmulator(kmock.KubernetesEmulator):
+    #: (namespace, pod) -> lines, each `<RFC 3339 time> <text>` as the kubelet keeps them
     pod_logs: dict[tuple[str, str], str] = attrs.field(factory=dict)
 
     async def _serve_list(self, request):  # type: ignore[no-untyped-def]
@@ -80,7 +82,13 @@ class FilteringEmulator(kmock.KubernetesEmulator):
     async def _serve_fetch(self, request):  # type: ignore[no-untyped-def]
         if request.subresource == "log":
             await super()._serve_fetch(request)  # 404 for a pod that is not there
-            return self.pod_logs.get((request.namespace, request.name), "").encode()
+            params = request.params or {}
+            lines = self.pod_logs.get((request.namespace, request.name), "").splitlines()
+            if params.get("timestamps") != "true":
+                lines = [line.partition(" ")[2] for line in lines]
+            if params.get("tailLines"):
+                lines = lines[-int(params["tailLines"]):] if int(params["tailLines"]) else []
+            return "".join(line + "\n" for line in lines).encode()
         return await super()._serve_fetch(request)
 
     async def _handle(self, request):  # type: ignore[no-untyped-def]

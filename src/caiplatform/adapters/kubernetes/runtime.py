@@ -25,6 +25,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+import anyio
 import httpx
 
 from caiplatform.adapters.kubernetes.client import (
@@ -337,10 +338,24 @@ class KnativeRuntime(WorkloadRuntime):
         if not pods:
             return
         newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
-        text = await self.kube.call(self.kube.core.read_namespaced_pod_log, newest["metadata"]["name"], ref.namespace,
-                                    container="workload", tail_lines=tail, follow=follow)
-        for line in str(text or "").splitlines():
-            yield line
+        if not follow:
+            text = await self.kube.call(self.kube.core.read_namespaced_pod_log, newest["metadata"]["name"],
+                                        ref.namespace, container="workload", tail_lines=tail)
+            for line in str(text or "").splitlines():
+                yield line
+            return
+        # Following: the response stays open; lines are read in a worker thread as they arrive.
+        response: Any = await anyio.to_thread.run_sync(lambda: self.kube.core.read_namespaced_pod_log(
+            newest["metadata"]["name"], ref.namespace, container="workload", tail_lines=tail, follow=True,
+            _preload_content=False))
+        try:
+            while True:
+                raw = await anyio.to_thread.run_sync(response.readline, abandon_on_cancel=True)
+                if not raw:
+                    return
+                yield raw.decode(errors="replace").rstrip("\n")
+        finally:
+            response.close()
 
     async def log_history(self, ref: WorkloadRef, *, since: datetime | None = None, limit: int = 500) -> list[LogLine]:
         """What the workload's pods still hold (a cluster keeps a pod's log while the pod exists)."""
