@@ -134,7 +134,7 @@ class ValkeyStatefulSetProvisioner(MemoryStoreProvisioner):
 
     async def create(self, spec: InstanceSpec, password: str) -> Instance:
         if await self._find(spec.project_id, spec.name):
-            raise Conflict(f"memory store {spec.name} already exists in this project")
+            raise Conflict("a memorystore with that name already exists in this project")
         ns, core, now = namespace_of(spec), self.kube.core, self.clock.now().astimezone(UTC)
         name = object_name(spec.name)
         await self.kube.ensure_namespace(ns, spec.project_id)

@@ -231,7 +231,7 @@ class KnativeRuntime(WorkloadRuntime):
                                   "traffic": body["spec"]["traffic"]}}
                 await self._patch_service(ref, patch)
         except Exception as exc:
-            raise WorkloadError(f"the cluster refused revision {spec.revision}: {api_message(exc)}") from exc
+            raise WorkloadError(api_message(exc)) from exc  # shown as "rejected by the cluster: <message>"
 
     async def _patch_service(self, ref: WorkloadRef, patch: dict[str, Any]) -> None:
         await self.kube.call(self._custom("patch"), KNATIVE_GROUP, KNATIVE_VERSION, ref.namespace, "services",
