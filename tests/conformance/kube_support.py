@@ -49,4 +49,4 @@ async def cluster() -> AsyncIterator[Cluster]:
 
     with emulated_cluster() as emulated:
         yield Cluster(emulated.settings, emulated)
-        audit(emulated.emulator, emulated.calls(), ROLE)
+    audit(emulated.emulator, emulated.calls(), ROLE)  # once the emulator's loop has stopped

@@ -22,6 +22,7 @@ from caiplatform.ports.projects import ProjectSpec
 from caiplatform.ports.runtime import RevisionSpec, Scaling, TrafficTarget, WorkloadRef
 from caiplatform.testing import sources
 from caiplatform.testing.kube_cluster import emulated_cluster, live
+from caiplatform.testing.kube_emulator import snapshot
 from caiplatform.testing.kube_schemas import audit, cluster_role, unused_rules
 from tests.conformance.kube_support import ROLE
 
@@ -31,7 +32,7 @@ REPAIR_ONLY = {
 }
 
 
-async def until(check, timeout: float = 10.0):
+async def until(check, timeout: float = 30.0):
     for _ in range(int(timeout / 0.02)):
         value = await check()
         if value:
@@ -132,7 +133,7 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
                                                     "cache_access_user"]
     await projects.deprovision(project)
     assert await projects.provisioned(project) == []
-    assert not [1 for (_, ons, _), o in cluster.emulator.objects.items() if ons == ns and not o.deleted]
+    assert not [1 for (_, ons, _), o in snapshot(cluster.emulator) if ons == ns and not o.deleted]
 
     for adapter in (projects, runtime, stores, builder):
         await adapter.close()

@@ -11,6 +11,7 @@ import pytest
 
 from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
 from caiplatform.testing.kube_cluster import emulated_cluster
+from caiplatform.testing.kube_emulator import snapshot
 from caiplatform.testing.kube_schemas import audit
 from caiplatform.testing.serve import ServeProcess
 from tests.conformance.kube_support import ROLE
@@ -86,7 +87,7 @@ def test_a_project_on_the_kubernetes_runtime_over_http(tmp_path):
             r = admin.delete(f"/v1/projects/{project['id']}")
             assert r.status_code in (200, 202, 204), r.text
             deadline = time.monotonic() + 30
-            while [1 for (_, ns, _), o in cluster.emulator.objects.items() if ns == namespace and not o.deleted]:
+            while [1 for (_, ns, _), o in snapshot(cluster.emulator) if ns == namespace and not o.deleted]:
                 assert time.monotonic() < deadline, "the project's namespace still holds objects"
                 time.sleep(0.2)
-        audit(cluster.emulator, cluster.calls(), ROLE)
+    audit(cluster.emulator, cluster.calls(), ROLE)  # once the emulator's loop has stopped

@@ -101,14 +101,23 @@ class FilteringEmulator(kmock.KubernetesEmulator):
                     obj.patch({"stringData": None, "data": folded})
         if (request.action == kmock.action.DELETE and resource is not None and resource.plural == "namespaces"
                 and request.name and response.status < 300):
-            for (_, namespace, _), obj in list(self.objects.items()):
+            for (_, namespace, _), obj in snapshot(self):
                 if namespace == request.name and not obj.deleted:
                     obj.delete()
         return response
 
 
+def snapshot(emulator: kmock.KubernetesEmulator) -> list[tuple[Any, Any]]:
+    """The stored objects now. The emulator's loop may add one while a test's thread reads: read again."""
+    while True:
+        try:
+            return list(emulator.objects.items())
+        except RuntimeError:  # "dictionary changed size during iteration"
+            continue
+
+
 def live(emulator: kmock.KubernetesEmulator, plural: str, group: str = "") -> list[tuple[str | None, str, Any]]:
-    return [(ns, name, obj) for (res, ns, name), obj in list(emulator.objects.items())
+    return [(ns, name, obj) for (res, ns, name), obj in snapshot(emulator)
             if res.plural == plural and res.group == group and not obj.deleted]
 
 
