@@ -394,6 +394,11 @@ class KnativeRuntime(WorkloadRuntime):
         for secret in await self.kube.items(self.kube.core.list_namespaced_secret, ref.namespace, labels=workload_labels(ref)):
             await self.kube.delete(self.kube.core.delete_namespaced_secret, secret["metadata"]["name"], ref.namespace)
         self._pods.pop((ref.namespace, knative_name(ref)), None)
+        # The cluster's garbage collector removes revisions and their pods after the Service: wait (a few
+        # seconds at most) so that usage read right after no longer counts them.
+        deadline = time.monotonic() + self.settle_seconds
+        while time.monotonic() < deadline and (await self._revisions(ref) or await self._pods_of(ref)):
+            await asyncio.sleep(self.poll_seconds)
 
     async def usage(self, namespace: str) -> dict[str, int]:
         """The ResourceQuota's `status.used` (the cluster's own count). A resource the quota does not
