@@ -121,6 +121,8 @@ class KubernetesProjectProvisioner(ProjectProvisioner):
         namespace = await self.kube.get(core.read_namespace, ns)
         if namespace is None or (namespace.get("metadata", {}).get("labels") or {}).get(PROJECT_LABEL) != project.id:
             return []
+        if namespace["metadata"].get("deletionTimestamp"):
+            return []  # terminating: deprovisioned, the cluster is still removing what it held
         annotations = namespace["metadata"].get("annotations") or {}
         present = {
             "namespace": True,
