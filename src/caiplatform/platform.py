@@ -181,6 +181,8 @@ class Platform:
 
         if self.mode == "memory":
             provisioner = self.registry.load("projects", "memory")(clock=self.clock)
+        elif self.on_cluster:
+            provisioner = self.registry.load("projects", "kubernetes")(settings=self.cluster_settings(), clock=self.clock)
         else:
             provisioner = self.registry.load("projects", "local")(self.data_dir, clock=self.clock)
         args = (self.db, self.access, self.audit, self.clock, self.pager)
@@ -223,6 +225,8 @@ class Platform:
         async def memorystores_recorded(project_id: str) -> bool:
             if self.mode == "memory":
                 return False  # in-process instances exist only once the area is built
+            if self.on_cluster:
+                return True  # the cluster holds the records: ask through the port
             provisioner = self.registry.load("memorystore", "local")
             # An adapter that cannot tell from its files is asked through the port (which may start it).
             return bool(getattr(provisioner, "records_project", lambda *_: True)(self.data_dir, project_id))
@@ -384,6 +388,8 @@ class Platform:
 
         if self.mode == "memory":
             provisioner = self.registry.load("memorystore", "memory")(clock=self.clock)
+        elif self.on_cluster:
+            provisioner = self.registry.load("memorystore", "kubernetes")(settings=self.cluster_settings(), clock=self.clock)
         else:
             provisioner = self.registry.load("memorystore", "local")(
                 self.data_dir, supervisor=self.supervisor(), clock=self.clock
@@ -432,12 +438,26 @@ class Platform:
 
         return ServiceQuota(self.runtime.usage, enforced=self.settings.enforce_service_quota)
 
+    @property
+    def on_cluster(self) -> bool:
+        """Workloads, builds, memory stores and project namespaces on Kubernetes (`CAI_RUNTIME=kubernetes`)."""
+        return self.mode != "memory" and self.settings.runtime == "kubernetes"
+
+    def cluster_settings(self) -> Any:
+        from caiplatform.adapters.kubernetes.client import cluster_settings
+
+        return cluster_settings(self.settings)
+
     @cached_property
     def builder(self) -> Builder:
         """Source tree → image: a private copy in memory, an image directory with its own Python
         environment under `<data-dir>/images` otherwise."""
         if self.mode == "memory":
             builder = self.registry.load("builder", "memory")(self.settings.registry_host)
+        elif self.on_cluster:
+            builder = self.registry.load("builder", "kubernetes")(
+                settings=self.cluster_settings(), registry_host=self.settings.registry_host,
+                context_dir=self.settings.build_context_dir, context_claim=self.settings.build_context_claim)
         else:
             builder = self.registry.load("builder", "local")(self.data_dir, registry_host=self.settings.registry_host)
         self._closers.append(builder.close)
@@ -454,6 +474,8 @@ class Platform:
         }
         if self.mode == "memory":
             runtime = self.registry.load("runtime", "memory")(**common)
+        elif self.on_cluster:
+            runtime = self.registry.load("runtime", "kubernetes")(settings=self.cluster_settings(), images=self.builder.resolve)
         else:
             runtime = self.registry.load("runtime", "local")(self.data_dir, supervisor=self.supervisor(), **common)
         self._closers.append(runtime.close)  # after the supervisor's, so it runs before it on aclose()
