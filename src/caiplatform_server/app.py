@@ -104,7 +104,7 @@ class ConventionsMiddleware:
         state["principal"] = principal
 
         if scope["path"] not in UNMETERED_PATHS:
-            wait = self.platform.rate_limiter.try_acquire(principal.rate_key)
+            wait = await self.platform.rate_limiter.acquire(principal.rate_key)
             if wait is not None:
                 err = RateLimited(retry_after=wait)
                 response = error_response(err.status, err.message, request_id, err.headers)

@@ -58,6 +58,7 @@ from caiplatform.services.audit import AuditLog
 from caiplatform.services.service_quota import ServiceQuota, ServiceQuotaExceeded, services_hard
 from caiplatform.settings import Settings
 from caiplatform.validation import AGENT_NAME, ENV_NAME
+from caiplatform.worklocks import LocalWorkLocks
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ MiB = 1024 * 1024
 PLATFORM_MODEL_KEY_SETTING = "model_api_key"
 #: A build claim older than this may be taken over (a crashed server never released it).
 BUILD_CLAIM_TTL = timedelta(minutes=30)
+#: How often each replica looks for builds whose replica died (their work lock is free).
+BUILD_TAKEOVER_SECONDS = 2.0
 #: How long a rolled revision may take to become ready before the agent is marked failed.
 READY_TIMEOUT_SECONDS = 300.0
 READY_POLL_SECONDS = 0.25
@@ -157,6 +160,11 @@ class DeployUpload:
     code_not_a_file: bool = False
 
 
+def build_lock(build_id: str) -> str:
+    """The work lock a build runs under."""
+    return f"agent-build:{build_id}"
+
+
 def owner_ref_of(principal: Principal) -> str | None:
     if principal.kind is PrincipalKind.USER and principal.user_id:
         return f"user:{principal.user_id}"
@@ -209,6 +217,10 @@ class AgentService:
         # The project services quota, shared with the serverless area (the platform passes one object).
         self.quota = quota if quota is not None else ServiceQuota(runtime.usage)
         self.secret_port = AgentSecretsOnTables(self)
+        # A build runs under its work lock; replaced by the platform with locks in its database, so a
+        # build whose replica died (lock free, agent still `building`) is taken over by another.
+        self.locks: Any = LocalWorkLocks()
+        self._takeover: asyncio.Task[None] | None = None
 
     # == lifecycle ===================================================================================
 
@@ -218,7 +230,7 @@ class AgentService:
         rows = await self.db.run(lambda s: [(a.id, a.state, a.build_id) for a in s.scalars(select(Agent))])
         for agent_id, state, build_id in rows:
             if state == "building" and build_id:
-                self._spawn(agent_id, self._build_and_roll(agent_id, build_id, None))
+                await self._resume_build(agent_id, build_id)
             elif state == "deploying":
                 self._spawn(agent_id, self._watch_latest(agent_id))
             elif state == "ready":
@@ -226,7 +238,35 @@ class AgentService:
                 if record is not None:
                     await self._publish(record)
 
+    def take_over_builds(self, interval: float = BUILD_TAKEOVER_SECONDS) -> None:
+        """Every `interval`, resume the builds whose replica died (several replicas on one database)."""
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    building = await self.db.run(lambda s: [(a.id, a.build_id) for a in s.scalars(
+                        select(Agent).where(Agent.state == "building", Agent.build_id.is_not(None)))])
+                    for agent_id, build_id in building:
+                        await self._resume_build(agent_id, build_id)
+                except Exception:  # noqa: BLE001 - the next round tries again
+                    log.exception("agents: looking for builds to take over failed")
+
+        if self._takeover is None:
+            self._takeover = asyncio.get_running_loop().create_task(loop(), name="agent-build-takeover")
+
+    async def _resume_build(self, agent_id: str, build_id: str) -> None:
+        """Run a recorded build here when no replica holds its work lock."""
+        if await self.locks.try_acquire(build_lock(build_id)):
+            log.info("agents: resuming build %s of agent %s", build_id, agent_id)
+            self._spawn(agent_id, self._build_and_roll(agent_id, build_id, None))
+
     async def close(self) -> None:
+        if self._takeover is not None:
+            self._takeover.cancel()
+            with contextlib.suppress(BaseException):
+                await self._takeover
+            self._takeover = None
         tasks = [t for group in self._tasks.values() for t in group]
         for task in tasks:
             task.cancel()
@@ -521,10 +561,16 @@ class AgentService:
             self.audit.record(session, proj.id, principal, action, name, {"build_id": build_id, "framework": framework})
             return agent.id, redeploy
 
+        # Held before the claim is visible, so no other replica takes this build for an orphan.
+        await self.locks.try_acquire(build_lock(build_id))
         try:
             agent_id, _ = await self.db.run(claim)
         except IntegrityError:  # a concurrent first deploy of the same name won the insert
+            await self.locks.release(build_lock(build_id))
             raise Conflict(build_in_progress(name)) from None
+        except BaseException:
+            await self.locks.release(build_lock(build_id))
+            raise
         self._spawn(agent_id, self._build_and_roll(agent_id, build_id, principal))
         return {"agent": name, "build_id": build_id}
 
@@ -555,9 +601,20 @@ class AgentService:
         return await self.db.run(run)
 
     async def _build_and_roll(self, agent_id: str, build_id: str, principal: Principal | None) -> None:
+        """The build under its work lock (taken by the caller), then the roll."""
+        try:
+            built = await self._build(agent_id, build_id, principal)
+        finally:
+            await self.locks.release(build_lock(build_id))
+        if built:
+            await self._roll(agent_id, "deploy", watch=False)
+            await self._watch_latest(agent_id)
+
+    async def _build(self, agent_id: str, build_id: str, principal: Principal | None) -> bool:
+        """Build the image and record the end of the build; True when the agent should roll it out."""
         record = await self._record_by_id(agent_id)
         if record is None:
-            return
+            return False
         try:
             files = await self.db.run(
                 lambda s: {f.path: f.content for f in s.scalars(select(AgentFile).where(AgentFile.agent_id == agent_id))}
@@ -575,19 +632,14 @@ class AgentService:
                     await self.secret_port.set_keys(ref, values)
         except asyncio.CancelledError:
             raise
-        except BuildError as exc:
+        except (BuildError, PlatformError) as exc:
             await self._finish_build(agent_id, build_id, ok=False, message=exc.message)
-            return
-        except PlatformError as exc:
-            await self._finish_build(agent_id, build_id, ok=False, message=exc.message)
-            return
+            return False
         except Exception as exc:  # noqa: BLE001 - any failure is the build's failure, shown in `message`
             log.exception("build of %s failed", record.name)
             await self._finish_build(agent_id, build_id, ok=False, message=f"build failed: {exc}")
-            return
-        if await self._finish_build(agent_id, build_id, ok=True, image=image.reference):
-            await self._roll(agent_id, "deploy", watch=False)
-            await self._watch_latest(agent_id)
+            return False
+        return await self._finish_build(agent_id, build_id, ok=True, image=image.reference)
 
     # == revisions ===================================================================================
 

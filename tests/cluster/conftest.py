@@ -1,0 +1,95 @@
+"""Two `caiplatform serve` replicas behind a round-robin balancer, on engines of this group's own.
+
+PostgreSQL is a fresh database on the machine's server (never stopped here). NATS (JetStream), Redis (a
+Valkey server) and OpenBao (a dev server) are processes of the group's own on free loopback ports, so the
+fault tests can stop and start them without touching anyone else's engines. The replicas share the
+session key and every engine, and each has its own data dir (workload processes, images) and replica id.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from caiplatform.testing import engines
+from caiplatform.testing.cluster import OwnProcess, RoundRobin, own_nats, own_valkey
+from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
+from caiplatform.testing.serve import ServeProcess
+
+RATE_RPS = 20
+RATE_BURST = 40
+
+
+@dataclass
+class Cluster:
+    replicas: list[ServeProcess]
+    lb: RoundRobin
+    database_url: str
+    nats: OwnProcess
+    redis: OwnProcess
+    redis_prefix: str
+    bao: engines.OpenBaoDev
+    admin: dict[str, str]
+
+    def restart(self, replica: ServeProcess) -> None:
+        """Start a stopped (or killed) replica again on its port and data dir."""
+        if replica.proc is None:
+            replica.start()
+
+    def sign_in(self, via: ServeProcess | None = None) -> str:
+        url = (via.base_url if via else self.replicas[0].base_url) + "/v1/auth/login"
+        answer = httpx.post(url, json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        return str(answer.json()["token"])
+
+
+@pytest.fixture(scope="package")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    try:
+        engines.require_tcp("postgres", engines.POSTGRES_URL, 5432)
+        bao = engines.start_openbao_dev()
+    except engines.EngineUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    root: Path = tmp_path_factory.mktemp("cluster")
+    nats = own_nats(root / "nats").start()
+    redis = own_valkey(root / "valkey").start()
+    prefix = f"cai-test-{secrets.token_hex(4)}:"
+    replicas: list[ServeProcess] = []
+    try:
+        with engines.fresh_postgres_database() as database_url:
+            env = {
+                "CAI_DATABASE_URL": database_url,
+                "CAI_NATS_URL": f"nats://127.0.0.1:{nats.port}",
+                "CAI_REDIS_URL": f"redis://127.0.0.1:{redis.port}/0",
+                "CAI_REDIS_PREFIX": prefix,
+                "CAI_BAO_ADDR": bao.addr,
+                "CAI_BAO_TOKEN": bao.root_token,
+                "CAI_SESSION_KEY": secrets.token_urlsafe(48),
+                "RATELIMIT_RPS": str(RATE_RPS),
+                "RATELIMIT_BURST": str(RATE_BURST),
+            }
+            for name in ("a", "b"):
+                (root / f"replica-{name}").mkdir()
+                replica = ServeProcess(root / f"replica-{name}" / "data", env={**env, "CAI_REPLICA_ID": f"replica-{name}"})
+                replicas.append(replica)
+            # The first start migrates the schema and creates the admin; the second joins it.
+            replicas[0].start()
+            replicas[1].start()
+            lb = RoundRobin(replicas)
+            token = httpx.post(f"{replicas[0].base_url}/v1/auth/login",
+                               json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}, timeout=30).json()["token"]
+            yield Cluster(replicas, lb, database_url, nats, redis, prefix, bao, {"Authorization": f"Bearer {token}"})
+            lb.close()
+            for replica in replicas:
+                replica.stop()
+    finally:
+        for replica in replicas:
+            replica.stop()
+        nats.stop()
+        redis.stop()
+        bao.stop()
