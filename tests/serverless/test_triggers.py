@@ -234,13 +234,15 @@ async def test_pubsub_trigger_creates_a_push_subscription_whose_url_reaches_the_
     push_url = hook.subscriptions[("orders", "trigger-on-order")]
     assert push_url == created["delivery_url"]
 
-    # What the messaging push deliverer does with a message, through the platform's internal transport.
+    # What the messaging push deliverer does with a message, through the platform's internal transport:
+    # it reads the answer as a stream (a response that cannot be streamed would never be acknowledged).
     async with httpx.AsyncClient(transport=platform.serverless.internal_transport()) as client:
-        response = await client.post(push_url, content=b'{"order": 7}', headers={
+        async with client.stream("POST", push_url, content=b'{"order": 7}', headers={
             "content-type": "application/json", "ce-specversion": "1.0", "ce-type": "ai.platform.pubsub.message.v1",
             "ce-id": "m-1", "ce-source": "topics/orders", "ce-subscription": "trigger-on-order",
-            "ce-deliveryattempt": "1"})
-    assert response.status_code == 200
+            "ce-deliveryattempt": "1"}) as response:
+            answer = b"".join([chunk async for chunk in response.aiter_raw()])
+    assert response.status_code == 200 and answer
     (run,) = (await c.get(f"{triggers(pid)}/on-order", headers=member)).json()["runs"]
     assert run["occurrence"] == "m-1#1" and run["status"] == "succeeded" and run["http_status"] == 200
     (delivered,) = received.requests

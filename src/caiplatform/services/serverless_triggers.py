@@ -808,7 +808,12 @@ class InternalTransport(httpx.AsyncBaseTransport):
             raise
         error = "" if 200 <= response.status_code < 300 else f"the target answered {response.status_code}"
         await self._record(ref, request.headers, response.status_code, error)
-        return httpx.Response(response.status_code, headers=response.headers.raw, content=content)
+        # A stream, not `content=`: the caller may read the answer as a stream (push delivery does), and
+        # a response built from content counts as already streamed. The content is decoded already.
+        headers = [(k, v) for k, v in response.headers.raw
+                   if k.lower() not in (b"content-encoding", b"content-length", b"transfer-encoding")]
+        headers.append((b"content-length", str(len(content)).encode()))
+        return httpx.Response(response.status_code, headers=headers, stream=httpx.ByteStream(content))
 
     async def _record(self, ref: WorkloadRef, headers: httpx.Headers, status: int | None, error: str) -> None:
         if self._on_delivery is None:
