@@ -23,6 +23,7 @@ from caiplatform.testing.serve import ServeProcess
 
 RATE_RPS = 20
 RATE_BURST = 40
+AUTOMATION_TOKEN = "cluster-automation-token"
 
 
 @dataclass
@@ -35,6 +36,15 @@ class Cluster:
     redis_prefix: str
     bao: engines.OpenBaoDev
     admin: dict[str, str]
+    root: Path
+
+    @property
+    def automation(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {AUTOMATION_TOKEN}"}
+
+    def replica_of(self, path: str) -> ServeProcess:
+        """The replica whose data dir holds `path` (a workload's HOME says where it runs)."""
+        return next(r for r in self.replicas if path.startswith(str(r.data_dir)))
 
     def restart(self, replica: ServeProcess) -> None:
         """Start a stopped (or killed) replica again on its port and data dir."""
@@ -72,6 +82,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 "CAI_SESSION_KEY": secrets.token_urlsafe(48),
                 "RATELIMIT_RPS": str(RATE_RPS),
                 "RATELIMIT_BURST": str(RATE_BURST),
+                "CAI_AUTOMATION_TOKEN": AUTOMATION_TOKEN,
+                "CAI_SCALE_TO_ZERO_SECONDS": "600",
             }
             for name in ("a", "b"):
                 (root / f"replica-{name}").mkdir()
@@ -83,7 +95,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             lb = RoundRobin(replicas)
             token = httpx.post(f"{replicas[0].base_url}/v1/auth/login",
                                json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}, timeout=30).json()["token"]
-            yield Cluster(replicas, lb, database_url, nats, redis, prefix, bao, {"Authorization": f"Bearer {token}"})
+            yield Cluster(replicas, lb, database_url, nats, redis, prefix, bao, {"Authorization": f"Bearer {token}"},
+                          root)
             lb.close()
             for replica in replicas:
                 replica.stop()

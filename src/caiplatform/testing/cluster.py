@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -79,14 +81,18 @@ def own_valkey(workdir: Path) -> OwnProcess:
 
 
 def kill_replica(replica: ServeProcess) -> None:
-    """kill -9 of the replica and everything in its session (its workloads die with it)."""
+    """kill -9 of the replica and of every process it started (each in a session of its own, recorded
+    in `<data-dir>/run/<name>.json` by its supervisor), as when its host or pod is lost."""
     proc, replica.proc = replica.proc, None
     if proc is None:
         return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    children = []
+    for record in (replica.data_dir / "run").glob("*.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            children.append(int(json.loads(record.read_text())["pid"]))
+    for session in (proc.pid, *children):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(session, signal.SIGKILL)
     proc.wait(10)
 
 
