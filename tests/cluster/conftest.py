@@ -12,14 +12,25 @@ import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from caiplatform.testing import engines
-from caiplatform.testing.cluster import OwnProcess, RoundRobin, own_nats, own_valkey
+from caiplatform.testing.cluster import (
+    OwnProcess,
+    RoundRobin,
+    dev_root_token,
+    own_nats,
+    own_openbao_dev,
+    own_valkey,
+)
 from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
 from caiplatform.testing.serve import ServeProcess
+from caiplatform.testing.sources import directory_tarball, write_tree
+
+from .support import SINK, Sink
 
 RATE_RPS = 20
 RATE_BURST = 40
@@ -34,7 +45,7 @@ class Cluster:
     nats: OwnProcess
     redis: OwnProcess
     redis_prefix: str
-    bao: engines.OpenBaoDev
+    bao: OwnProcess
     admin: dict[str, str]
     root: Path
 
@@ -62,10 +73,10 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         engines.require_tcp("postgres", engines.POSTGRES_URL, 5432)
-        bao = engines.start_openbao_dev()
     except engines.EngineUnavailable as exc:
         pytest.fail(str(exc), pytrace=False)
     root: Path = tmp_path_factory.mktemp("cluster")
+    bao = own_openbao_dev(root / "openbao").start()
     nats = own_nats(root / "nats").start()
     redis = own_valkey(root / "valkey").start()
     prefix = f"cai-test-{secrets.token_hex(4)}:"
@@ -77,8 +88,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 "CAI_NATS_URL": f"nats://127.0.0.1:{nats.port}",
                 "CAI_REDIS_URL": f"redis://127.0.0.1:{redis.port}/0",
                 "CAI_REDIS_PREFIX": prefix,
-                "CAI_BAO_ADDR": bao.addr,
-                "CAI_BAO_TOKEN": bao.root_token,
+                "CAI_BAO_ADDR": f"http://127.0.0.1:{bao.port}",
+                "CAI_BAO_TOKEN": dev_root_token(bao),
                 "CAI_SESSION_KEY": secrets.token_urlsafe(48),
                 "RATELIMIT_RPS": str(RATE_RPS),
                 "RATELIMIT_BURST": str(RATE_BURST),
@@ -106,3 +117,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         nats.stop()
         redis.stop()
         bao.stop()
+
+
+@pytest.fixture(scope="package")
+def work(cluster: Cluster) -> dict[str, Any]:
+    """The default project, the sink's log and code; `image` once the function is built everywhere."""
+    project = next(p for p in cluster.lb.get("/v1/projects", headers=cluster.automation).json()["projects"]
+                   if p["slug"] == "default")
+    return {"pid": project["id"], "short": project["short"], "sink": Sink(cluster.root / "sink.log"),
+            "code": directory_tarball(write_tree(cluster.root / "sink-src", SINK))}
+
+
+@pytest.fixture
+def replicas_up(cluster: Cluster) -> Cluster:
+    """Every replica serving when the test starts: one a previous test killed is started again."""
+    for replica in cluster.replicas:
+        cluster.restart(replica)
+    return cluster

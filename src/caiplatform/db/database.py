@@ -104,6 +104,19 @@ class Database:
         return self._one_connection if self._one_connection is not None else contextlib.nullcontext()
 
 
+DATABASE_UNAVAILABLE_MESSAGE = "the platform database is unavailable; try again shortly"
+
+
+def is_database_unavailable(exc: BaseException) -> bool:
+    """Whether `exc` says the database could not be reached (stopped, restarting, connection lost), as
+    opposed to a statement it refused: the former is 503, worth retrying."""
+    from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return True
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")

@@ -249,6 +249,8 @@ class PushWorker:
             await broker.ack([delivery.token])
             self.topics.record_delivered(sub.project_id, sub.topic, 1, len(delivery.data))
             return "acked"
+        log.info("push: attempt %d of %s to %s/%s failed: %s", delivery.delivery_count,
+                 m.message_id(delivery.sequence), sub.topic, sub.name, reason)
         limit = sub.dead_letter_after_attempts
         if sub.max_deliver:
             limit = min(limit, sub.max_deliver)

@@ -15,8 +15,11 @@ import contextlib
 import itertools
 import json
 import os
+import secrets
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,11 +35,17 @@ from caiplatform.testing.serve import ServeProcess
 class OwnProcess:
     """An engine process this test started: stop it (kill or terminate) and start it again at will."""
 
-    def __init__(self, argv: Sequence[str], port: int, log_path: Path):
+    def __init__(self, argv: Sequence[str], port: int, log_path: Path, scratch: Path | None = None):
         self.argv = list(argv)
         self.port = port
         self.log_path = log_path
+        self.scratch = scratch  # a directory of its own outside the test's, removed by `discard`
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def discard(self) -> None:
+        self.stop()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def start(self, timeout: float = 20.0) -> OwnProcess:
         with self.log_path.open("ab") as log:
@@ -78,6 +87,50 @@ def own_valkey(workdir: Path) -> OwnProcess:
     argv = [find_binary("valkey-server"), "--bind", "127.0.0.1", "--port", str(port), "--save", "",
             "--appendonly", "no", "--dir", str(workdir)]
     return OwnProcess(argv, port, workdir / "valkey.log")
+
+
+def own_postgres(workdir: Path) -> OwnProcess:
+    """A PostgreSQL server of the test's own (the Debian `postgresql` package's binaries), trust auth,
+    no fsync, on a free loopback port; initialised here. PostgreSQL refuses to run as root, so under root
+    it runs as the `postgres` user (`setpriv`, which execs: signals reach the server itself)."""
+    bins = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: int(p.parts[-3]))
+    if not bins:
+        raise AssertionError("no PostgreSQL server binaries in /usr/lib/postgresql/*/bin: apt-get install postgresql")
+    bindir = bins[-1].parent
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        as_user = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"]
+    home = Path(tempfile.mkdtemp(prefix="cai-pg-", dir="/tmp"))  # reachable by that user
+    if as_user:
+        shutil.chown(home, "postgres")
+    data = home / "data"
+    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
+                    "--no-sync", "-E", "UTF8"], check=True, capture_output=True)
+    port = free_port()
+    argv = [*as_user, str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(home),
+            "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"]
+    workdir.mkdir(parents=True, exist_ok=True)
+    return OwnProcess(argv, port, workdir / "postgres.log", scratch=home)
+
+
+def own_openbao_dev(workdir: Path) -> OwnProcess:
+    """`bao server -dev` (in-memory storage, unsealed, KV v2 at `secret/`); its unseal key is in its log
+    (`dev_unseal_key`). A restart starts empty, with the same root token."""
+    port = free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    argv = [find_binary("bao"), "server", "-dev", f"-dev-listen-address=127.0.0.1:{port}",
+            f"-dev-root-token-id=root-{secrets.token_hex(8)}"]
+    return OwnProcess(argv, port, workdir / "openbao.log")
+
+
+def dev_root_token(bao: OwnProcess) -> str:
+    return next(a for a in bao.argv if a.startswith("-dev-root-token-id=")).split("=", 1)[1]
+
+
+def dev_unseal_key(bao: OwnProcess) -> str:
+    """The newest `Unseal Key:` line of the dev server's log."""
+    lines = [line for line in bao.log_path.read_text().splitlines() if line.startswith("Unseal Key:")]
+    return lines[-1].split(":", 1)[1].strip()
 
 
 def kill_replica(replica: ServeProcess) -> None:

@@ -1,0 +1,30 @@
+"""A build on two replicas: the replica building is killed (-9) in the middle, the other finishes it.
+The function built here (`sink`, tests/cluster/support.py) is the target of the later cluster tests."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from caiplatform.testing.cluster import kill_replica
+
+from .conftest import Cluster
+from .support import deploy, settled
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("replicas_up")]
+
+
+def test_a_build_whose_replica_is_killed_is_finished_by_the_other(cluster: Cluster, work: dict[str, Any]) -> None:
+    a, b = cluster.replicas
+    deploy(a, cluster, work["code"])
+    kill_replica(a)  # in the middle of the build (a fresh builder makes its Python environment first)
+    killed = time.monotonic()
+    settled(cluster)
+    assert "resuming build" in b.log_tail(200_000), "the build was not taken over"
+    print(f"build taken over and finished {time.monotonic() - killed:.1f} s after the kill")
+    cluster.restart(a)
+    # The same source built by the restarted replica too, so both can run the image (same digest).
+    deploy(a, cluster, work["code"])
+    work["image"] = settled(cluster)["image"]
