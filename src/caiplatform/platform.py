@@ -359,6 +359,7 @@ class Platform:
         await self._start_serverless()
         # MCP servers: serve every ready server again, resume unfinished builds; stop builds on close.
         self._closers.append(self.mcp.aclose)
+        self.mcp.locks = self.work_locks
         await self.mcp.resume()
 
     async def _start_engines(self) -> None:

@@ -83,7 +83,8 @@ class AuthService:
         self.tokens = security.SessionTokens(session_key)
         self.automation_token = automation_token
         # (per IP, per account): this process's own, or shared by the cluster (`sign_in_throttles`).
-        self.ip_throttle, self.account_throttle = throttles or sign_in_throttles(clock)
+        pair: tuple[Any, Any] = throttles or sign_in_throttles(clock)
+        self.ip_throttle, self.account_throttle = pair
 
     # -- credentials ----------------------------------------------------------------------------
 
