@@ -348,8 +348,13 @@ class Platform:
         self.agents.locks = self.work_locks
         await self.agents.start()
         self._closers.append(self.agents.close)
-        if self.db.dialect == "postgresql":  # other replicas may share the database: adopt their orphans
-            self.agents.take_over_builds()
+        if self.db.dialect == "postgresql":  # other replicas may share the database
+            from caiplatform.services.agent_replicas import AgentFollower
+
+            self.agents.take_over_builds()  # adopt the builds of replicas that died
+            follower = AgentFollower(self.agents)  # serve what the others rolled out
+            follower.start()
+            self._closers.append(follower.close)
         # Vector indexes: open the engine, finish the collection creations a previous run left pending.
         await self.indexes.engine.start()
         self._closers.append(self.indexes.engine.close)

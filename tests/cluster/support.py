@@ -23,6 +23,8 @@ SINK = {
     "main.py": (
         "import json, os, time\n\n\n"
         "def _log(event, phase):\n"
+        "    if 'SINK_LOG' not in os.environ:  # invoked as the function itself, not as the service\n"
+        "        return\n"
         "    with open(os.environ['SINK_LOG'], 'a') as fh:\n"
         "        fh.write(json.dumps({'id': event.get('id'), 'phase': phase, 'home': os.environ.get('HOME', '')}) + '\\n')\n\n\n"
         "def handle(event, context):\n"

@@ -6,17 +6,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import httpx
 import pytest
 
 from caiplatform.testing.cluster import kill_replica
 
 from .conftest import Cluster
-from .support import deploy, settled
+from .support import agent, deploy, poll, settled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("replicas_up")]
 
 
-def test_a_build_whose_replica_is_killed_is_finished_by_the_other(cluster: Cluster, work: dict[str, Any]) -> None:
+def test_a_build_whose_replica_is_killed_is_finished_by_the_other_and_every_replica_serves_it(cluster: Cluster, work: dict[str, Any]) -> None:
     a, b = cluster.replicas
     deploy(a, cluster, work["code"])
     kill_replica(a)  # in the middle of the build (a fresh builder makes its Python environment first)
@@ -24,7 +25,11 @@ def test_a_build_whose_replica_is_killed_is_finished_by_the_other(cluster: Clust
     settled(cluster)
     assert "resuming build" in b.log_tail(200_000), "the build was not taken over"
     print(f"build taken over and finished {time.monotonic() - killed:.1f} s after the kill")
+    work["image"] = agent(cluster)["image"]
     cluster.restart(a)
-    # The same source built by the restarted replica too, so both can run the image (same digest).
-    deploy(a, cluster, work["code"])
-    work["image"] = settled(cluster)["image"]
+    # The restarted replica serves the function too: it builds the same image from the stored sources.
+    for replica in cluster.replicas:
+        answer = poll(lambda r=replica: httpx.post(f"{r.base_url}/v1/agents/sink/invoke", headers=cluster.automation,
+                                                   json={"id": "hello"}, timeout=60),
+                      lambda answer: answer.status_code == 200, "a replica does not serve the function", timeout=60)
+        assert answer.json() == {"ok": True}, answer.text

@@ -37,7 +37,7 @@ from caiplatform.domain.spec_document import REDACTED, sanitize_spec
 from caiplatform.errors import BadRequest, Conflict, Forbidden, NotFound, PlatformError
 from caiplatform.pagination import Pager, page_body
 from caiplatform.ports.agent_secrets import AgentRef, AgentSecrets
-from caiplatform.ports.builder import Builder, BuildError, BuildRequest, truncate_build_message
+from caiplatform.ports.builder import Builder, BuildError, BuildRequest, Image, truncate_build_message
 from caiplatform.ports.runtime import (
     Resources,
     RevisionSpec,
@@ -610,21 +610,26 @@ class AgentService:
             await self._roll(agent_id, "deploy", watch=False)
             await self._watch_latest(agent_id)
 
+    async def build_image(self, record: AgentRecord) -> Image:
+        """The image of the agent's stored sources, from this replica's builder (the same sources give
+        the same image reference on every replica)."""
+        files = await self.db.run(
+            lambda s: {f.path: f.content for f in s.scalars(select(AgentFile).where(AgentFile.agent_id == record.id))}
+        )
+        with tempfile.TemporaryDirectory(prefix=f"cai-build-{record.name}-") as tmp:
+            agent_source.write_tree(files, Path(tmp))
+            return await self.builder.build(BuildRequest(
+                project_id=record.project.id, project_short=record.project.short, workload=record.name,
+                framework=record.framework, source_dir=Path(tmp), runtime=record.runtime,
+            ))
+
     async def _build(self, agent_id: str, build_id: str, principal: Principal | None) -> bool:
         """Build the image and record the end of the build; True when the agent should roll it out."""
         record = await self._record_by_id(agent_id)
         if record is None:
             return False
         try:
-            files = await self.db.run(
-                lambda s: {f.path: f.content for f in s.scalars(select(AgentFile).where(AgentFile.agent_id == agent_id))}
-            )
-            with tempfile.TemporaryDirectory(prefix=f"cai-build-{record.name}-") as tmp:
-                agent_source.write_tree(files, Path(tmp))
-                image = await self.builder.build(BuildRequest(
-                    project_id=record.project.id, project_short=record.project.short, workload=record.name,
-                    framework=record.framework, source_dir=Path(tmp), runtime=record.runtime,
-                ))
+            image = await self.build_image(record)
             if self.bound_values is not None:
                 ref = AgentRef(record.id, record.name, record.project.id)
                 values = await self.bound_values(principal, ref)
@@ -712,10 +717,7 @@ class AgentService:
                     agent.state, agent.message = "failed", refusal
                 else:
                     agent.state, agent.message = "deploying", ""
-                values = {s.key: s.value for s in session.scalars(select(AgentSecret).where(AgentSecret.agent_id == agent_id))}
-                platform_key = session.get(PlatformSetting, PLATFORM_MODEL_KEY_SETTING)
-                if "MODEL_API_KEY" not in values and platform_key is not None and platform_key.value:
-                    values = {"MODEL_API_KEY": platform_key.value, **values}  # the platform default, set by an admin
+                values = self._secret_values_sync(session, agent_id)
                 return (AgentRecord.of(agent, project), revision, agent.generation, values, agent.workload_key, refusal,
                         self._service_quota_sync(session, project), applied_before)
 
@@ -726,14 +728,7 @@ class AgentService:
             if refusal:
                 self._unpublish(record)
                 return True
-            env, secret_env = self._revision_env(record, values, workload_key)
-            spec = RevisionSpec(
-                workload=record.workload, revision=revision, generation=generation, image=record.image,
-                env=env, secret_env=secret_env, resources=self._resources(record.config),
-                scaling=self._scaling(record.config),
-                timeout_seconds=int(record.config.get("timeout_seconds") or 300),
-                labels={"cai.dev/agent": record.name, "cai.dev/reason": reason[:60]},
-            )
+            spec = self.revision_spec(record, revision, generation, values, workload_key, reason)
             # A first route counts against the project's services quota: check and apply in one turn
             # per project, so two new agents cannot both take the last place.
             try:
@@ -756,6 +751,27 @@ class AgentService:
         if watch:
             self._spawn(agent_id, self._watch_latest(agent_id))
         return True
+
+    def revision_spec(self, record: AgentRecord, revision: str, generation: int, values: dict[str, str],
+                      workload_key: str | None, reason: str) -> RevisionSpec:
+        """What the runtime runs for one revision of the agent as it is recorded now."""
+        env, secret_env = self._revision_env(record, values, workload_key)
+        return RevisionSpec(
+            workload=record.workload, revision=revision, generation=generation, image=record.image,
+            env=env, secret_env=secret_env, resources=self._resources(record.config),
+            scaling=self._scaling(record.config),
+            timeout_seconds=int(record.config.get("timeout_seconds") or 300),
+            labels={"cai.dev/agent": record.name, "cai.dev/reason": reason[:60]},
+        )
+
+    @staticmethod
+    def _secret_values_sync(session: Session, agent_id: str) -> dict[str, str]:
+        """The agent's secret values, with the platform's default model key unless it has its own."""
+        values = {s.key: s.value for s in session.scalars(select(AgentSecret).where(AgentSecret.agent_id == agent_id))}
+        platform_key = session.get(PlatformSetting, PLATFORM_MODEL_KEY_SETTING)
+        if "MODEL_API_KEY" not in values and platform_key is not None and platform_key.value:
+            values = {"MODEL_API_KEY": platform_key.value, **values}  # the platform default, set by an admin
+        return values
 
     @staticmethod
     def _mark_revision_sync(session: Session, agent_id: str, revision: str, reason: str, message: str) -> None:

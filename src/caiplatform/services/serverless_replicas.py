@@ -11,8 +11,6 @@ without recording anything: the replica that accepted the revision recorded its 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +22,7 @@ from caiplatform.db.models.serverless import ServerlessRevision
 from caiplatform.db.models.serverless import ServerlessService as ServiceRow
 from caiplatform.domain.serverless import ServiceSpec
 from caiplatform.services.access import ProjectRef
+from caiplatform.services.periodic import PeriodicWork
 
 if TYPE_CHECKING:
     from caiplatform.services.serverless import ServerlessService
@@ -33,31 +32,16 @@ log = logging.getLogger(__name__)
 FOLLOW_SECONDS = 3.0
 
 
-class ServiceFollower:
+class ServiceFollower(PeriodicWork):
+    name = "serverless-follower"
+
     def __init__(self, service: ServerlessService, interval: float = FOLLOW_SECONDS):
+        super().__init__(interval)
         self.service = service
-        self.interval = interval
         self._seen: dict[str, tuple[ProjectRef, str, int]] = {}  # workload key → (project, name, generation)
-        self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name="serverless-follower")
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
-            self._task = None
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.follow()
-            except Exception:  # noqa: BLE001 - the next round tries again
-                log.exception("serverless: following the services of the other replicas failed")
-            await asyncio.sleep(self.interval)
+    async def round(self) -> None:
+        await self.follow()
 
     async def follow(self) -> None:
         """One round: serve what changed since the last one, drop what was deleted."""
