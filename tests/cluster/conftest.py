@@ -9,8 +9,9 @@ session key and every engine, and each has its own data dir (workload processes,
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ class Cluster:
     bao: OwnProcess
     admin: dict[str, str]
     root: Path
+    starting: dict[ServeProcess, threading.Thread] = field(default_factory=dict)
 
     @property
     def automation(self) -> dict[str, str]:
@@ -57,10 +59,17 @@ class Cluster:
         """The replica whose data dir holds `path` (a workload's HOME says where it runs)."""
         return next(r for r in self.replicas if path.startswith(str(r.data_dir)))
 
-    def restart(self, replica: ServeProcess) -> None:
-        """Start a stopped (or killed) replica again on its port and data dir."""
-        if replica.proc is None:
-            replica.start()
+    def restart(self, replica: ServeProcess, *, wait: bool = True) -> None:
+        """Start a stopped (or killed) replica again on its port and data dir; without `wait` it comes up
+        while the test goes on (the next test's `replicas_up` waits for it)."""
+        if replica.proc is None and replica not in self.starting:
+            thread = threading.Thread(target=replica.start, daemon=True)
+            self.starting[replica] = thread
+            thread.start()
+        if wait:
+            for thread in self.starting.values():
+                thread.join(180)
+            self.starting.clear()
 
     def sign_in(self, via: ServeProcess | None = None) -> str:
         url = (via.base_url if via else self.replicas[0].base_url) + "/v1/auth/login"
@@ -100,9 +109,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 (root / f"replica-{name}").mkdir()
                 replica = ServeProcess(root / f"replica-{name}" / "data", env={**env, "CAI_REPLICA_ID": f"replica-{name}"})
                 replicas.append(replica)
-            # The first start migrates the schema and creates the admin; the second joins it.
-            replicas[0].start()
-            replicas[1].start()
+            # Started at once: one migrates the schema and creates the admin, the other waits for it.
+            starting = [threading.Thread(target=replica.start) for replica in replicas]
+            for thread in starting:
+                thread.start()
+            for thread in starting:
+                thread.join()
+            assert all(r.proc is not None and r.proc.poll() is None for r in replicas), [r.log_tail() for r in replicas]
             lb = RoundRobin(replicas)
             token = httpx.post(f"{replicas[0].base_url}/v1/auth/login",
                                json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}, timeout=30).json()["token"]
@@ -133,4 +146,5 @@ def replicas_up(cluster: Cluster) -> Cluster:
     """Every replica serving when the test starts: one a previous test killed is started again."""
     for replica in cluster.replicas:
         cluster.restart(replica)
+    assert all(r.proc is not None and r.proc.poll() is None for r in cluster.replicas)
     return cluster

@@ -86,6 +86,7 @@ def test_push_delivery_is_once_per_message_and_survives_a_killed_replica(cluster
     survivor = next(r for r in cluster.replicas if r is not victim)
     for ident in cut:  # what the killed replica was delivering, the survivor delivered
         assert [cluster.replica_of(c["home"]) for c in sink.calls(ident, "done")] == [survivor]
+    cluster.restart(victim, wait=False)
 
 
 def test_a_cron_tick_fires_once_and_a_killed_replica_s_firing_is_taken_over(cluster: Cluster, work: dict[str, Any]) -> None:

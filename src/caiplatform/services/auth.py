@@ -249,6 +249,7 @@ class AuthService:
         """On a start with no accounts, create the platform admin, the default org and project."""
 
         def run(session: Session) -> None:
+            self.db.serialize_setup(session)  # replicas starting at once: one creates, the others find
             now = self.clock.now()
             org = session.scalar(select(Org).where(Org.slug == DEFAULT_SLUG))
             if org is None:
