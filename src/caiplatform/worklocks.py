@@ -80,6 +80,7 @@ class PostgresWorkLocks:
         self.replica_id = replica_id or default_replica_id()
         self._conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         self._conn: Any = None
+        self._connected_before = False
         self._held: set[str] = set()
         self._mutex = threading.Lock()
 
@@ -88,7 +89,7 @@ class PostgresWorkLocks:
 
         if self._conn is not None and not self._conn.closed and not self._conn.broken:
             return self._conn
-        reconnect = self._conn is not None
+        reconnect, self._connected_before = self._connected_before, True
         self._conn = psycopg.connect(
             self._conninfo, autocommit=True, application_name=self.replica_id[:63], connect_timeout=5,
             keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,

@@ -87,6 +87,12 @@ async def test_a_work_lock_is_held_by_one_replica_and_freed_when_its_connection_
         assert b.holds("job:3")
         # The dead connection is replaced on the next call; the lock it lost belongs to b now.
         assert not await a.try_acquire("job:3") and not a.holds("job:3")
+        # A lock nobody took while the connection was down is taken again on the new one.
+        assert await a.try_acquire("job:4")
+        await asyncio.to_thread(a._conn.close)
+        await asyncio.sleep(0.5)  # the server ends the old session (and its locks) a moment later
+        assert await a.try_acquire("job:5")  # reconnects, and takes job:4 again first
+        assert a.holds("job:4") and not await b.try_acquire("job:4")
     finally:
         await a.close()
         await b.close()
