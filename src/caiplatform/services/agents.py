@@ -258,7 +258,7 @@ class AgentService:
     async def _resume_build(self, agent_id: str, build_id: str) -> None:
         """Run a recorded build here when no replica holds its work lock."""
         if await self.locks.try_acquire(build_lock(build_id)):
-            log.info("agents: resuming build %s of agent %s", build_id, agent_id)
+            log.warning("agents: resuming build %s of agent %s (no replica is running it)", build_id, agent_id)
             self._spawn(agent_id, self._build_and_roll(agent_id, build_id, None))
 
     async def close(self) -> None:
