@@ -239,16 +239,21 @@ class AgentService:
                     await self._publish(record)
 
     def take_over_builds(self, interval: float = BUILD_TAKEOVER_SECONDS) -> None:
-        """Every `interval`, resume the builds whose replica died (several replicas on one database)."""
+        """Every `interval`, resume the builds and rollout watches whose replica died (several replicas
+        on one database)."""
 
         async def loop() -> None:
             while True:
                 await asyncio.sleep(interval)
                 try:
-                    building = await self.db.run(lambda s: [(a.id, a.build_id) for a in s.scalars(
-                        select(Agent).where(Agent.state == "building", Agent.build_id.is_not(None)))])
-                    for agent_id, build_id in building:
-                        await self._resume_build(agent_id, build_id)
+                    unsettled = await self.db.run(lambda s: [(a.id, a.state, a.build_id) for a in s.scalars(
+                        select(Agent).where(Agent.state.in_(("building", "deploying"))))])
+                    for agent_id, state, build_id in unsettled:
+                        if state == "building" and build_id:
+                            await self._resume_build(agent_id, build_id)
+                        elif state == "deploying" and not self._tasks.get(agent_id):
+                            # A rollout whose watcher died with its replica (a live one keeps its lock).
+                            self._spawn(agent_id, self._watch_latest(agent_id))
                 except Exception:  # noqa: BLE001 - the next round tries again
                     log.exception("agents: looking for builds to take over failed")
 
@@ -818,6 +823,15 @@ class AgentService:
         held = await self.db.run(lambda s: (lambda r: r is not None and bool(r.reason))(s.get(AgentRevision, (agent_id, revision))))
         if held:
             return  # refused or waiting for quota: nothing will report on it
+        lock = f"agent-watch:{agent_id}:{revision}"
+        if not await self.locks.try_acquire(lock):
+            return  # watched already, here or by another live replica
+        try:
+            await self._watch_revision(agent_id, revision)
+        finally:
+            await self.locks.release(lock)
+
+    async def _watch_revision(self, agent_id: str, revision: str) -> None:
         loop_deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS  # real time: instances start in it
         while True:
             current = await self._record_by_id(agent_id)
