@@ -33,6 +33,11 @@ class Settings(BaseSettings):
     database_url: str | None = Field(None, validation_alias=_env("CAI_DATABASE_URL", "DATABASE_URL"))
     nats_url: str | None = Field(None, validation_alias=_env("CAI_NATS_URL", "NATS_URL"))
     redis_url: str | None = Field(None, validation_alias=_env("CAI_REDIS_URL"))
+    # Prefix of every key the platform itself keeps in that Redis (rate limits, sign-in throttle).
+    redis_prefix: str = Field("cai:", validation_alias=_env("CAI_REDIS_PREFIX"))
+    # This replica's name among several serving one platform (PostgreSQL `application_name` of its
+    # work-lock connection, logs); the host name and process id when absent.
+    replica_id: str | None = Field(None, validation_alias=_env("CAI_REPLICA_ID"))
     qdrant_url: str | None = Field(None, validation_alias=_env("CAI_QDRANT_URL", "QDRANT_URL"))
     qdrant_api_key: str | None = Field(None, validation_alias=_env("CAI_QDRANT_API_KEY"))
     # Without a Qdrant URL: `edge` (Qdrant Edge in the data dir; `local` is its former name) or
