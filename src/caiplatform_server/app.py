@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from caiplatform.db.database import DATABASE_UNAVAILABLE_MESSAGE, is_database_unavailable
 from caiplatform.errors import PlatformError, RateLimited
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
@@ -105,13 +106,20 @@ class ConventionsMiddleware:
         ip = client_ip(scope)
         bearer = bearer_of(scope)
         if bearer:
-            principal = await anyio.to_thread.run_sync(self.platform.auth.authenticate, bearer, ip)
+            try:
+                principal = await anyio.to_thread.run_sync(self.platform.auth.authenticate, bearer, ip)
+            except Exception as exc:
+                if not is_database_unavailable(exc):
+                    raise
+                # Who is calling cannot be known without the database: refuse cleanly, retryable.
+                await error_response(503, DATABASE_UNAVAILABLE_MESSAGE, request_id)(scope, receive, send_with_id)
+                return
         else:
             principal = Principal.anonymous(ip)
         state["principal"] = principal
 
         if scope["path"] not in UNMETERED_PATHS:
-            wait = self.platform.rate_limiter.try_acquire(principal.rate_key)
+            wait = await self.platform.rate_limiter.acquire(principal.rate_key)
             if wait is not None:
                 err = RateLimited(retry_after=wait)
                 response = error_response(err.status, err.message, request_id, err.headers)
@@ -198,6 +206,9 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if is_database_unavailable(exc):
+            log.warning("%s %s: %s", request.method, request.url.path, exc)
+            return error_response(503, DATABASE_UNAVAILABLE_MESSAGE, request_id_of(request))
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(500, "internal error", request_id_of(request))
 
