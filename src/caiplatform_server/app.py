@@ -25,6 +25,8 @@ from caiplatform.db.database import DATABASE_UNAVAILABLE_MESSAGE, is_database_un
 from caiplatform.errors import PlatformError, RateLimited
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform.redaction import one_line
+from caiplatform_server.http import head_refusal
 from caiplatform_server.proxy import proxy
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,11 @@ class ConventionsMiddleware:
                 headers.append((b"x-request-id", request_id.encode("latin-1")))
                 message = {**message, "headers": headers}
             await send(message)
+
+        refusal = head_refusal(scope)
+        if refusal is not None:  # before anything reads the query or the headers, the published host too
+            await error_response(*refusal, request_id)(scope, receive, send_with_id)
+            return
 
         host = dict(scope.get("headers", [])).get(b"host", b"").decode("latin-1")
         if host and self.platform.hosts.is_apps_host(host):
@@ -179,7 +186,11 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
 
     @app.exception_handler(PlatformError)
     async def _platform_error(request: Request, exc: PlatformError) -> JSONResponse:
-        return error_response(exc.status, exc.message, request_id_of(request), exc.headers, **exc.body)
+        message = exc.message
+        if exc.status >= 500 and one_line(message) != message:  # an engine's or a workload's detail
+            log.warning("%s %s answered %d: %s", request.method, request.url.path, exc.status, message)
+            message = one_line(message)
+        return error_response(exc.status, message, request_id_of(request), exc.headers, **exc.body)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import secrets as pysecrets
@@ -26,7 +25,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from caiplatform import security, validation
+from caiplatform import json_input, security, validation
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database, new_id
 from caiplatform.db.models import ApiKey, PlatformSetting, Project
@@ -51,6 +50,7 @@ from caiplatform.ports.runtime import (
 )
 from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.ratelimit import TokenBucketLimiter
+from caiplatform.redaction import without_paths
 from caiplatform.routing import HostGuard, HostRouter, Refusal, Upstream
 from caiplatform.services.access import Access, ProjectGrant, ProjectRef
 from caiplatform.services.agent_directory import EmbedTarget, InvokeTarget
@@ -481,8 +481,8 @@ class AgentService:
         raw_config = upload.fields.get("config", "")
         if raw_config.strip():
             try:
-                parsed = json.loads(raw_config)
-            except ValueError as exc:
+                parsed = json_input.decode(raw_config)
+            except json_input.JSONInputError as exc:
                 raise BadRequest(f"invalid 'config' field: {exc}") from None
             if not isinstance(parsed, dict):
                 raise BadRequest("invalid 'config' field: expected a JSON object")
@@ -605,6 +605,7 @@ class AgentService:
     async def _finish_build(self, agent_id: str, build_id: str, *, ok: bool, message: str = "", image: str = "") -> bool:
         """Record a build's end and release the claim; False when the claim is no longer ours."""
         now = self.clock.now()
+        message = without_paths(message)  # build output names the server's build directories
 
         def run(session: Session) -> bool:
             build = session.get(AgentBuild, build_id)

@@ -25,6 +25,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from caiplatform import json_input
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.domain import messaging as m
 from caiplatform.domain.messaging import Subscription, Topic
@@ -77,8 +78,8 @@ def _payload(data: bytes) -> tuple[Any, str]:
         return data, "application/octet-stream"
     if text:
         try:
-            return json.loads(text), "application/json"
-        except ValueError:
+            return json_input.decode(text), "application/json"
+        except json_input.JSONInputError:
             pass
     return text, "text/plain; charset=utf-8"
 

@@ -49,6 +49,7 @@ from caiplatform.errors import BadRequest, Conflict, NotFound
 from caiplatform.pagination import Pager, page_body
 from caiplatform.ports.runtime import WorkloadRef, WorkloadRuntime
 from caiplatform.principal import Principal
+from caiplatform.redaction import one_line
 from caiplatform.services.access import ProjectRef
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.purge import remove_each
@@ -620,8 +621,9 @@ class TriggerService:
                     error = f"the target answered {status}: {response.text[:200]}"
             finally:
                 await endpoint.release()
-        except Exception as exc:  # noqa: BLE001 - recorded in the runs record
-            error = str(exc) or type(exc).__name__
+        except Exception as exc:  # noqa: BLE001 - recorded in the runs record, one line without server paths
+            log.warning("trigger %s: delivery failed: %s", row.name, exc)
+            error = one_line(str(exc)) or type(exc).__name__
         await self._finish_run(row, occurrence, status, error)
 
     async def _finish_run(self, row: TriggerRow, occurrence: str, status: int | None, error: str) -> None:
@@ -804,7 +806,7 @@ class InternalTransport(httpx.AsyncBaseTransport):
             finally:
                 await endpoint.release()
         except Exception as exc:
-            await self._record(ref, request.headers, None, str(exc) or type(exc).__name__)
+            await self._record(ref, request.headers, None, one_line(str(exc)) or type(exc).__name__)
             raise
         error = "" if 200 <= response.status_code < 300 else f"the target answered {response.status_code}"
         await self._record(ref, request.headers, response.status_code, error)

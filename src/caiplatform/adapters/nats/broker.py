@@ -28,6 +28,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import APIError, NotFoundError
 
+from caiplatform import json_input
 from caiplatform.ports.broker import (
     Broker,
     BrokerError,
@@ -368,8 +369,12 @@ class JetStreamBroker(Broker):
     def _delivery(msg: Msg) -> Delivery:
         meta = msg.metadata
         headers = msg.headers or {}
-        attributes = json.loads(headers[ATTRIBUTES_HEADER]) if ATTRIBUTES_HEADER in headers else {}
-        key = json.loads(headers[KEY_HEADER]) if KEY_HEADER in headers else None
+        # A holder of the direct broker credential writes these headers too: take only what is well formed.
+        attributes = _header_json(headers, ATTRIBUTES_HEADER)
+        if not (isinstance(attributes, dict) and all(isinstance(v, str) for v in attributes.values())):
+            attributes = {}
+        key = _header_json(headers, KEY_HEADER)
+        key = key if isinstance(key, str) else None
         published = meta.timestamp or datetime.now(UTC)
         return Delivery(msg.reply, meta.sequence.stream, msg.data, attributes, key, published, meta.num_delivered)
 
@@ -430,3 +435,10 @@ class JetStreamBroker(Broker):
                 with contextlib.suppress(Exception):
                     await self._nc.close()
         self._nc = None
+
+
+def _header_json(headers: dict[str, str], name: str) -> Any:
+    try:
+        return json_input.decode(headers[name]) if name in headers else None
+    except json_input.JSONInputError:
+        return None
