@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio.to_thread
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -98,7 +97,7 @@ class ConventionsMiddleware:
         ip = client_ip(scope)
         bearer = bearer_of(scope)
         if bearer:
-            principal = await anyio.to_thread.run_sync(self.platform.auth.authenticate, bearer, ip)
+            principal = await self.platform.auth.authenticate(bearer, ip)
         else:
             principal = Principal.anonymous(ip)
         state["principal"] = principal
