@@ -53,6 +53,22 @@ REST_OF_BATCH_WAIT = 0.05
 PUBLISH_ACK_WAIT = 5.0
 
 
+def _ack_metadata(msg: Msg) -> tuple[int, int, datetime]:
+    """(stream sequence, delivery count, publish time) from the ack subject of a delivered message:
+    `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`, or the form with domain and
+    account hash in front of the stream. Read straight from the subject, which costs a fraction of
+    nats-py's `Msg.metadata` (that parse was a third of a 100-message pull)."""
+    parts = msg.reply.split(".")
+    if len(parts) == 9:
+        delivered, sequence, timestamp = parts[4], parts[5], parts[7]
+    elif len(parts) in (11, 12):
+        delivered, sequence, timestamp = parts[6], parts[7], parts[9]
+    else:
+        meta = msg.metadata
+        return meta.sequence.stream, meta.num_delivered, meta.timestamp or datetime.now(UTC)
+    return int(sequence), int(delivered), datetime.fromtimestamp(int(timestamp) / 1e9, UTC)
+
+
 def _stream_config(config: StreamConfig) -> api.StreamConfig:
     return api.StreamConfig(
         name=config.name,
@@ -409,12 +425,11 @@ class JetStreamBroker(Broker):
 
     @staticmethod
     def _delivery(msg: Msg) -> Delivery:
-        meta = msg.metadata
         headers = msg.headers or {}
         attributes = json.loads(headers[ATTRIBUTES_HEADER]) if ATTRIBUTES_HEADER in headers else {}
         key = json.loads(headers[KEY_HEADER]) if KEY_HEADER in headers else None
-        published = meta.timestamp or datetime.now(UTC)
-        return Delivery(msg.reply, meta.sequence.stream, msg.data, attributes, key, published, meta.num_delivered)
+        sequence, delivered, published = _ack_metadata(msg)
+        return Delivery(msg.reply, sequence, msg.data, attributes, key, published, delivered)
 
     # ------------------------------------------------------------------ acknowledgements
 
