@@ -121,6 +121,73 @@ async def me(request):
 app = Starlette(routes=[Route("/v1/auth/me", me), Route("/healthz", me)])
 """
 
+# The floor of a control-plane read in this stack: a FastAPI route behind one async dependency that makes
+# one worker-thread round trip (where the platform reads the credential's row), nothing else.
+FLOOR_APP = """
+import anyio.to_thread
+from fastapi import Depends, FastAPI, Request
+
+app = FastAPI()
+
+
+async def who(request: Request):
+    return await anyio.to_thread.run_sync(lambda: {"kind": "user", "email": "admin@example.com"})
+
+
+@app.get("/v1/auth/me")
+async def me(principal=Depends(who)):
+    return {**principal, "user_id": "0" * 36, "role": "admin"}
+
+
+@app.get("/healthz")
+async def healthz():
+    return {"status": "ok"}
+"""
+
+# The floor of a proxied invoke: a bare Starlette route that forwards the body to the harness over one
+# pooled httpx client and streams the answer back, which is what any Python hop in front of the harness
+# costs on this machine.
+PROXY_APP = """
+import os
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+HARNESS = os.environ["BENCH_HARNESS_URL"]
+HEADERS = {"X-CAI-Internal": os.environ["BENCH_INTERNAL_TOKEN"], "Content-Type": "application/json"}
+client = httpx.AsyncClient(timeout=60)
+
+
+async def invoke(request: Request):
+    answer = await client.post(HARNESS + "/invoke", content=await request.body(), headers=HEADERS)
+    return Response(answer.content, status_code=answer.status_code, media_type="application/json")
+
+
+async def stream(request: Request):
+    upstream = await client.send(client.build_request("POST", HARNESS + "/invoke/stream",
+                                                      content=await request.body(), headers=HEADERS), stream=True)
+
+    async def lines():
+        try:
+            async for chunk in upstream.aiter_raw():
+                yield chunk
+        finally:
+            await upstream.aclose()
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+async def healthz(request: Request):
+    return Response("ok")
+
+
+app = Starlette(routes=[Route("/invoke", invoke, methods=["POST"]), Route("/invoke/stream", stream, methods=["POST"]),
+                        Route("/healthz", healthz)])
+"""
+
 
 class Subprocess:
     """A child process started for a benchmark; stopped on exit, its output in a log file."""
@@ -153,12 +220,13 @@ class Subprocess:
                 self.proc.wait()
 
 
-def bare_app(work: Path, log_level: str = "info") -> tuple[Subprocess, int]:
-    """A bare Starlette JSON route on uvicorn, served the way `caiplatform serve` serves its app."""
-    (work / "bare_app.py").write_text(BARE_APP)
+def bare_app(work: Path, source: str = BARE_APP, name: str = "bare_app", env: dict[str, str] | None = None,
+             log_level: str = "info") -> tuple[Subprocess, int]:
+    """An app of a few lines on uvicorn, served the way `caiplatform serve` serves its app."""
+    (work / f"{name}.py").write_text(source)
     port = free_port()
-    proc = Subprocess([sys.executable, "-m", "uvicorn", "bare_app:app", "--port", str(port), "--host", "127.0.0.1",
-                       "--log-level", log_level], work / "bare.log", env={"PYTHONPATH": str(work)})
+    proc = Subprocess([sys.executable, "-m", "uvicorn", f"{name}:app", "--port", str(port), "--host", "127.0.0.1",
+                       "--log-level", log_level], work / f"{name}.log", env={"PYTHONPATH": str(work), **(env or {})})
     proc.wait_http(f"http://127.0.0.1:{port}/healthz")
     return proc, port
 

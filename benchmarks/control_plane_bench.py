@@ -1,7 +1,8 @@
 """Control-plane reads: what does `caiplatform serve` cost per request over a bare Starlette route?
 
-Starts `caiplatform serve` on the embedded defaults (a fresh data dir) and a bare Starlette JSON route
-on the same uvicorn settings, signs in, deploys one Python function, then alternates rounds of
+Starts `caiplatform serve` on the embedded defaults (a fresh data dir), a bare Starlette JSON route on
+the same uvicorn settings, and the floor of this stack (a FastAPI route whose dependency makes one
+worker-thread round trip, as the platform's credential read does), signs in, deploys one Python function, then alternates rounds of
 `GET /v1/auth/me` (session token) and `GET /v1/agents/{name}` against the bare route, each over 8
 keep-alive connections, and prints requests per second with the ratio platform / bare.
 
@@ -12,47 +13,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
-import tarfile
 import tempfile
 from pathlib import Path
 
-import httpx
-from benchsupport import QUICK, Row, bare_app, interleaved, median, report, requests_per_second
-
-from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
-from caiplatform.testing.serve import ServeProcess
+from benchsupport import FLOOR_APP, QUICK, Row, bare_app, interleaved, median, report, requests_per_second
+from served import served
 
 CONNECTIONS = 8
 TARGET = 0.5
-# The rate limiter stays on (its cost is part of every request); its budget is just out of reach.
-UNLIMITED = {"RATELIMIT_RPS": "1000000000", "RATELIMIT_BURST": "1000000000"}
-
-
-def function_tarball() -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        data = b"def handle(event, context):\n    return {'echo': event}\n"
-        info = tarfile.TarInfo("main.py")
-        info.size = len(data)
-        archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 async def main(seconds: float, rounds: int) -> None:
     with tempfile.TemporaryDirectory(prefix="cai-cp-bench-") as tmp:
         work = Path(tmp)
         bare, bare_port = bare_app(work)
+        floor, floor_port = bare_app(work, FLOOR_APP, "floor_app")
         try:
-            with ServeProcess(work / "data", env=UNLIMITED) as server:
-                token = httpx.post(f"{server.base_url}/v1/auth/login",
-                                   json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}).json()["token"]
-                auth = {"Authorization": f"Bearer {token}"}
-                deployed = httpx.post(f"{server.base_url}/v1/agents", params={"project": "default"}, headers=auth,
-                                      data={"name": "bench", "framework": "function"},
-                                      files={"code": ("code.tar.gz", function_tarball(), "application/gzip")})
-                assert deployed.status_code == 202, deployed.text
-                assert httpx.get(f"{server.base_url}/v1/agents/bench", headers=auth).status_code == 200
+            with served(work / "data") as server:
+                auth = server.auth
+                server.deploy("bench", framework="function")
+                assert server.http.get("/v1/agents/bench").status_code == 200
 
                 def rate(port: int, path: str, headers: dict[str, str]):
                     return lambda: requests_per_second(port, path, headers, connections=CONNECTIONS, seconds=seconds)
@@ -61,16 +41,20 @@ async def main(seconds: float, rounds: int) -> None:
                 await rate(bare_port, "/v1/auth/me", {})()
                 got = await interleaved(rounds, me=rate(server.port, "/v1/auth/me", auth),
                                         agent=rate(server.port, "/v1/agents/bench", auth),
-                                        bare=rate(bare_port, "/v1/auth/me", {}))
+                                        bare=rate(bare_port, "/v1/auth/me", {}),
+                                        floor=rate(floor_port, "/v1/auth/me", {}))
         finally:
             bare.stop()
+            floor.stop()
     bare_rate = median(got["bare"])
     print(f"control plane: {rounds} interleaved rounds of {seconds:.0f} s, {CONNECTIONS} keep-alive connections")
     rows = []
     for key, label in (("me", "GET /v1/auth/me, session token"), ("agent", "GET /v1/agents/{name}")):
         ratio = median(got[key]) / bare_rate
         rows.append(Row(label, f"{median(got[key]):.0f} req/s", f"bare Starlette route {bare_rate:.0f} req/s",
-                        f"{ratio:.2f}", f"≥ {TARGET}", ratio >= TARGET))
+                        f"{ratio:.2f}", f"≥ {TARGET}", ratio >= TARGET,
+                        note=f"floor: a FastAPI route with one worker-thread hop, {median(got['floor']):.0f} req/s, "
+                             f"ratio {median(got['floor']) / bare_rate:.2f}"))
     report(*rows)
 
 
