@@ -94,5 +94,5 @@ def main(rounds: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3 if QUICK else 6)
+    parser.add_argument("--rounds", type=int, default=2 if QUICK else 6)
     main(parser.parse_args().rounds)

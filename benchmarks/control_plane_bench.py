@@ -60,7 +60,7 @@ async def main(seconds: float, rounds: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=1.5 if QUICK else 3.0)
+    parser.add_argument("--seconds", type=float, default=1.0 if QUICK else 3.0)
     parser.add_argument("--rounds", type=int, default=3 if QUICK else 5)
     args = parser.parse_args()
     asyncio.run(main(args.seconds, args.rounds))

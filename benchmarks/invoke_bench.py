@@ -118,7 +118,7 @@ async def main(requests: int, rounds: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=50 if QUICK else 200)
+    parser.add_argument("--requests", type=int, default=25 if QUICK else 200)
     parser.add_argument("--rounds", type=int, default=4 if QUICK else 6)
     args = parser.parse_args()
     asyncio.run(main(args.requests, args.rounds))

@@ -109,5 +109,5 @@ def main(invokes: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--invokes", type=int, default=2000 if QUICK else 10_000)
+    parser.add_argument("--invokes", type=int, default=1000 if QUICK else 10_000)
     main(parser.parse_args().invokes)
