@@ -11,7 +11,7 @@ Each call starts a new session on both paths, so the harness does the same work.
 the difference of the two percentiles. A third path, a bare Starlette proxy of a few lines in front of
 the same harness, measures the floor: what any Python hop on the path costs on this machine.
 
-    python benchmarks/invoke_bench.py [--requests 200] [--rounds 4]
+    python benchmarks/invoke_bench.py [--requests 100] [--rounds 6]
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ async def main(requests: int, rounds: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=25 if QUICK else 200)
+    parser.add_argument("--requests", type=int, default=25 if QUICK else 100)
     parser.add_argument("--rounds", type=int, default=4 if QUICK else 6)
     args = parser.parse_args()
     asyncio.run(main(args.requests, args.rounds))
