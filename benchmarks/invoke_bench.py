@@ -1,7 +1,8 @@
 """What does the platform add to an invoke?
 
 Starts `caiplatform serve` on the embedded defaults and deploys an echo LangGraph agent (one node that
-returns the message, no model). Then, alternating rounds so machine noise hits both alike:
+returns the message, no model). Then one call of each path in turn, the order rotating, so that machine
+noise hits all paths alike:
 
 - buffered: p50 and p99 latency of `POST /invoke` on the agent's harness directly (its loopback
   address, the body and headers the platform sends) vs `POST /v1/agents/<name>/invoke` on the platform;
@@ -52,12 +53,14 @@ async def first_line(client: httpx.AsyncClient, url: str, headers: dict[str, str
 
 
 async def alternate(n: int, rounds: int, **paths: Callable[[], Awaitable[float]]) -> dict[str, list[float]]:
-    """`n` calls of each path a round, one path after the other, first path alternating."""
+    """`n * rounds` calls of each path, one call of each path in turn (the order rotating), so that a
+    burst of load on the machine lands on all paths alike."""
     out: dict[str, list[float]] = {name: [] for name in paths}
     items = list(paths.items())
-    for r in range(rounds):
-        for name, fn in items if r % 2 == 0 else reversed(items):
-            out[name] += [await fn() for _ in range(n)]
+    for i in range(n * rounds):
+        shift = i % len(items)
+        for name, fn in items[shift:] + items[:shift]:
+            out[name].append(await fn())
     return out
 
 
@@ -101,7 +104,7 @@ async def main(requests: int, rounds: int) -> None:
     def floor(kind: str, p: float) -> str:
         return f"floor: a bare Python proxy in front of the harness adds {ms(added(kind, p, 'proxy'))}"
 
-    print(f"invoke: {rounds} alternating rounds x {requests} calls, echo LangGraph agent on caiplatform serve")
+    print(f"invoke: {rounds * requests} calls of each path in turn, echo LangGraph agent on caiplatform serve")
     p50, p99, ttfl = added("", 50), added("", 99), added("_ttfl", 50)
     report(
         Row("Buffered invoke, echo LangGraph agent, added p50",

@@ -29,6 +29,7 @@ from caiplatform.testing.http import asgi_client
 BATCH = 100
 PAYLOAD = "x" * 1000  # with the counter in front, about 1 KiB a message
 TARGET = 0.5
+EMPTY_PULLS = [0]
 
 
 async def raw_round(url: str, batches: int) -> tuple[float, float]:
@@ -63,7 +64,8 @@ async def raw_round(url: str, batches: int) -> tuple[float, float]:
 async def api_round(client, base: str, headers: dict[str, str], batches: int) -> tuple[float, float]:
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     assert (await client.post(base, headers=headers, json={"name": topic, "max_bytes": "256Mi"})).status_code == 201
-    assert (await client.post(f"{base}/{topic}/subscriptions", headers=headers, json={"name": "c"})).status_code == 201
+    assert (await client.post(f"{base}/{topic}/subscriptions", headers=headers,
+                              json={"name": "c", "ack_deadline_seconds": 10})).status_code == 201
     try:
         started = time.perf_counter()
         for b in range(batches):
@@ -77,6 +79,11 @@ async def api_round(client, base: str, headers: dict[str, str], batches: int) ->
             r = await client.post(f"{base}/{topic}/subscriptions/c:pull", headers=headers,
                                   json={"max_messages": BATCH, "timeout_ms": 5000})
             messages = r.json()["messages"]
+            if not messages:
+                # The adapter's second fetch gives up after 50 ms; on a loaded machine deliveries that
+                # arrive later wait for the ack deadline before they come again (docs/performance.md).
+                EMPTY_PULLS[0] += 1
+                continue
             r = await client.post(f"{base}/{topic}/subscriptions/c:acknowledge", headers=headers,
                                   json={"ack_ids": [m["ack_id"] for m in messages]})
             assert r.status_code == 200, r.text
@@ -119,8 +126,9 @@ async def main() -> None:
     for key, label, raw in (("pub", "Publish, 1 KiB messages, 100 per request", "nats-py publish_async, one wait a batch"),
                             ("drain", "Pull 100 + acknowledge until drained", "nats-py fetch(100) + ack")):
         ratio = med[f"api_{key}"] / med[f"raw_{key}"]
+        note = f"{EMPTY_PULLS[0]} empty pulls waited for redelivery" if key == "drain" and EMPTY_PULLS[0] else ""
         rows.append(Row(label, f"{med[f'api_{key}']:.0f} msg/s", f"{raw}: {med[f'raw_{key}']:.0f} msg/s",
-                        f"{ratio:.2f}", f"≥ {TARGET}", ratio >= TARGET))
+                        f"{ratio:.2f}", f"≥ {TARGET}", ratio >= TARGET, note=note))
     report(*rows)
 
 
