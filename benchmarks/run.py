@@ -53,9 +53,10 @@ def vector_rows(output: str, quick: bool) -> list[dict]:
                  "ratio": "—", "target": "keep ≤ 2", "met": False, "note": "vector_bench's output was not understood"}]
     assert numpy50 is not None and http50 is not None and empty50 is not None
     ratio = http50 / (numpy50 + empty50)
+    note = "quick mode: at 20k points the request's fixed cost outweighs the scan; the target is for 100k" if quick else ""
     return [{"path": f"Vector query, {points} × 384, top 10", "platform": f"{http50:.1f} ms",
              "baseline": f"numpy scan {numpy50:.1f} ms + empty request {empty50:.1f} ms", "ratio": f"{ratio:.2f}",
-             "target": "keep ≤ 2", "met": ratio <= 2}]
+             "target": "keep ≤ 2", "met": ratio <= 2, "note": note}]
 
 
 def run(name: str, quick: bool, results: Path) -> tuple[list[dict], float]:
