@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio.to_thread
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -107,7 +106,7 @@ class ConventionsMiddleware:
         bearer = bearer_of(scope)
         if bearer:
             try:
-                principal = await anyio.to_thread.run_sync(self.platform.auth.authenticate, bearer, ip)
+                principal = await self.platform.auth.authenticate(bearer, ip)
             except Exception as exc:
                 if not is_database_unavailable(exc):
                     raise

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fastapi import Request
+# Starlette's Request (what fastapi re-exports): the harness imports this module, and fastapi would add a
+# second to every cold start.
+from starlette.requests import Request
 
 from caiplatform import json_input
 from caiplatform.errors import BadRequest, PayloadTooLarge

@@ -14,7 +14,7 @@ import logging
 import math
 import secrets as pysecrets
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -198,7 +198,7 @@ class AgentService:
         forget_bindings: Callable[[str], Any] | None = None,
         forget_memory: Callable[[InvokeTarget], Any] | None = None,
         public_upstream: Callable[[InvokeTarget], Any] | None = None,
-        authenticate: Callable[[str], Principal] | None = None,
+        authenticate: Callable[[str], Awaitable[Principal]] | None = None,
         quota: ServiceQuota | None = None,
     ):
         self.db = db
@@ -490,7 +490,8 @@ class AgentService:
                 config = rules.merge_config({}, parsed)
             except BadRequest as exc:
                 raise BadRequest(f"invalid 'config' field: {exc.message}") from None
-        files = agent_source.extract_tarball(upload.code)
+        # Up to 64 MiB of gzip to inflate and check: in a worker thread, never on the event loop.
+        files = await anyio.to_thread.run_sync(agent_source.extract_tarball, upload.code)
         return await self._claim_and_build(principal, project, name, files, framework=framework, runtime=runtime, kind=kind, config=config)
 
     async def redeploy(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
@@ -921,7 +922,7 @@ class AgentService:
             key = bearer(headers) or headers.get("x-api-key", "").strip()
             if not key:
                 return 401, "this agent's public address requires an API key: send Authorization: Bearer <key>", {"WWW-Authenticate": "Bearer"}
-            principal = await anyio.to_thread.run_sync(self.authenticate, key) if self.authenticate else None
+            principal = await self.authenticate(key) if self.authenticate else None
             if principal is None or not principal.authenticated:
                 return 401, "invalid or expired API key", {"WWW-Authenticate": "Bearer"}
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import anyio.to_thread
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -88,19 +89,22 @@ class AuthService:
 
     # -- credentials ----------------------------------------------------------------------------
 
-    def authenticate(self, bearer: str | None, client_ip: str | None = None) -> Principal:
-        """Resolve a bearer credential. An invalid or expired credential is treated as none."""
+    async def authenticate(self, bearer: str | None, client_ip: str | None = None) -> Principal:
+        """Resolve a bearer credential. An invalid or expired credential is treated as none.
+
+        Called once per request and never cached: a revoked key or a deleted user is refused on the very
+        next request. The one database read runs off the event loop."""
         anonymous = Principal.anonymous(client_ip)
         if not bearer:
             return anonymous
         if self.automation_token and security.hmac.compare_digest(bearer, self.automation_token):
             return Principal.automation(client_ip)
         if bearer.startswith("cai_"):
-            return self.db.run_sync(lambda s: self._principal_for_key(s, bearer, client_ip)) or anonymous
+            return await self.db.run(lambda s: self._principal_for_key(s, bearer, client_ip)) or anonymous
         claims = self.tokens.verify(bearer, self.clock.time())
         if claims is None:
             return anonymous
-        user = self.db.run_sync(lambda s: s.get(User, claims["sub"]))
+        user = await self.db.run(lambda s: s.get(User, claims["sub"]))
         if user is None:
             return anonymous
         return Principal(
@@ -110,6 +114,8 @@ class AuthService:
             email=user.email,
             client_ip=client_ip,
             expires_at=int(claims["exp"]),
+            must_change_password=user.must_change_password,
+            role=user.role,
         )
 
     def _principal_for_key(self, session: Session, bearer: str, client_ip: str | None) -> Principal | None:
@@ -158,6 +164,8 @@ class AuthService:
             email=user.email,
             key_id=key.key_id,
             client_ip=client_ip,
+            must_change_password=user.must_change_password,
+            role=user.role,
         )
 
     # -- sign-in --------------------------------------------------------------------------------
@@ -188,18 +196,19 @@ class AuthService:
         email = email.strip().lower()
         await self.throttle_sign_in(client_ip, email)
 
-        def check(session: Session) -> User | None:
+        def find(session: Session) -> User | None:
             if session.scalar(select(func.count()).select_from(User)) == 0:
                 raise Unavailable(
                     "user management is not initialized: no account exists yet "
                     "(set CAI_ADMIN_EMAIL and CAI_ADMIN_PASSWORD and restart)"
                 )
-            user = session.scalar(select(User).where(User.email == email))
-            stored = user.password_hash if user else security.DUMMY_PASSWORD_HASH
-            return user if security.verify_password(stored, password) and user else None
+            return session.scalar(select(User).where(User.email == email))
 
-        user = await self.db.run(check)
-        if user is None:
+        user = await self.db.run(find)
+        # argon2 takes tens of milliseconds: verified in a worker thread of its own, after the read's
+        # transaction has ended, so it holds neither the event loop nor a database connection.
+        stored = user.password_hash if user else security.DUMMY_PASSWORD_HASH
+        if not await anyio.to_thread.run_sync(security.verify_password, stored, password) or user is None:
             await self.record_failed_sign_in(client_ip, email)
             raise Unauthenticated("invalid email or password")
         return self._sign_in(user)
@@ -213,6 +222,13 @@ class AuthService:
         if principal.kind is not PrincipalKind.USER:
             role = "admin" if principal.kind is PrincipalKind.AUTOMATION else "user"
             return {"email": principal.email or "", "role": role, "must_change_password": False, "expires_at": None}
+        if principal.role is not None:  # read from the account when the credential was resolved
+            return {
+                "email": principal.email or "",
+                "role": principal.role,
+                "must_change_password": principal.must_change_password,
+                "expires_at": principal.expires_at,
+            }
         user = await self.db.run(lambda s: s.get(User, principal.user_id))
         if user is None:
             raise Unauthenticated("invalid email or password")

@@ -274,6 +274,36 @@ class TopicService:
             raise NotFound(m.TOPIC_NOT_FOUND)
         return _topic_of(row, project)
 
+    async def _project_topic(self, principal: Principal, project_id: str, name: str) -> tuple[ProjectRef, Topic]:
+        """`_project` then `_topic` in one transaction: one trip to the database on the publish path."""
+        self.access.require_management(principal)
+
+        def read(session: Session) -> tuple[ProjectRef, MessagingTopic | None]:
+            grant = self.access.project_sync(session, principal, project_id, need=Role.MEMBER, bad_id=NotFound)
+            return grant.project, self._topic_row(session, grant.project.id, name)
+
+        project, row = await self.db.run(read)
+        if row is None:
+            raise NotFound(m.TOPIC_NOT_FOUND)
+        return project, _topic_of(row, project)
+
+    async def _project_subscription(self, principal: Principal, project_id: str, topic: str,
+                                    name: str) -> tuple[ProjectRef, Subscription]:
+        """`_project` then `_subscription` in one transaction: one trip to the database on pull and ack."""
+        self.access.require_management(principal)
+
+        def read(session: Session) -> tuple[ProjectRef, MessagingSubscription | None]:
+            grant = self.access.project_sync(session, principal, project_id, need=Role.MEMBER, bad_id=NotFound)
+            row = self._topic_row(session, grant.project.id, topic)
+            if row is None:
+                raise NotFound(m.TOPIC_NOT_FOUND)
+            return grant.project, self._sub_row(session, row, name)
+
+        project, row = await self.db.run(read)
+        if row is None:
+            raise NotFound(m.SUBSCRIPTION_NOT_FOUND)
+        return project, subscription_of(row, project.short)
+
     async def _subscription(self, project: ProjectRef, topic: str, name: str) -> Subscription:
         def read(session: Session) -> MessagingSubscription | None:
             row = self._topic_row(session, project.id, topic)
@@ -634,8 +664,7 @@ class TopicService:
     ) -> tuple[int, dict[str, Any]]:
         """200 `{message_ids}` in request order; 207 `{message_ids, error, published, requested}` after a
         partial write; 409 when a `discard: new` topic is full before the first message."""
-        project = await self._project(principal, project_id)
-        topic = await self._topic(project, topic_name)
+        project, topic = await self._project_topic(principal, project_id, topic_name)
         messages = self.parse_messages(body)
         if topic.phase != m.PHASE_READY:
             raise Conflict(m.TOPIC_NOT_READY)
@@ -919,8 +948,7 @@ class TopicService:
     async def pull(
         self, principal: Principal, project_id: str, topic: str, name: str, body: Mapping[str, Any]
     ) -> tuple[int, dict[str, Any]]:
-        project = await self._project(principal, project_id)
-        sub = await self._subscription(project, topic, name)
+        project, sub = await self._project_subscription(principal, project_id, topic, name)
         max_messages = _int_field(body, "max_messages", "max_messages must be an integer")
         if max_messages is _UNSET or max_messages == 0:
             max_messages = m.DEFAULT_PULL_MESSAGES
@@ -978,8 +1006,7 @@ class TopicService:
     async def acknowledge(
         self, principal: Principal, project_id: str, topic: str, name: str, body: Mapping[str, Any]
     ) -> dict[str, Any]:
-        project = await self._project(principal, project_id)
-        sub = await self._subscription(project, topic, name)
+        _, sub = await self._project_subscription(principal, project_id, topic, name)
         ids = body.get("ack_ids")
         if ids is None or (isinstance(ids, list) and not ids):
             raise BadRequest(m.NO_ACK_IDS)
