@@ -7,13 +7,14 @@ names so both adapters behave alike.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 from typing import Any
 
 from caiplatform.clock import rfc3339
-from caiplatform.domain.memorystore import parse_quantity
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -146,11 +147,29 @@ def format_duration(seconds: float) -> str:
     return "".join(parts)
 
 
+# A Kubernetes resource quantity in bytes: a decimal number (fractions and exponents allowed, `1.5Gi`,
+# `0.5Mi`, `1e6`) with a binary or decimal suffix; sub-byte suffixes (m, u, n) make no sense for bytes.
+_BYTES_QUANTITY = re.compile(r"^\+?(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+                             r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?[0-9]{1,3}))?$")
+_BYTES_FACTORS = {"Ki": KiB, "Mi": MiB, "Gi": GiB, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6,
+                  "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
 def parse_bytes(text: Any) -> int | None:
+    """Bytes of a positive resource quantity (`16Mi`, `1.5Gi`, `100M`, `1e9`), rounded up to a whole byte
+    as Kubernetes does, or None when it is not one."""
     if not isinstance(text, str):
         return None
-    value = parse_quantity(text.strip())
-    return value if value else None
+    match = _BYTES_QUANTITY.match(text.strip())
+    if not match:
+        return None
+    number = Fraction(match["number"])
+    if match["suffix"]:
+        number *= _BYTES_FACTORS[match["suffix"]]
+    elif match["exponent"]:
+        number *= Fraction(10) ** int(match["exponent"])
+    value = math.ceil(number)
+    return value if value > 0 else None
 
 
 def human_bytes(n: int) -> str:
