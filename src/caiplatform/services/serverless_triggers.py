@@ -200,6 +200,8 @@ class TriggerService:
             parsed_source = {"type": "schedule", "schedule": _parse_schedule(source.get("schedule"))}
         else:
             parsed_source = {"type": "pubsub", "pubsub": _parse_pubsub(source.get("pubsub"))}
+        if kind == "agent" and kind_of_source == "schedule":
+            _require_invoke_body(parsed_source["schedule"]["payload"])
         return {"service": service, "path": path}, parsed_source
 
     # ------------------------------------------------------------------------------------ view
@@ -630,7 +632,27 @@ def _parse_schedule(raw: Any) -> dict[str, Any]:
     elif not isinstance(payload, str):
         # The document's payload is a JSON string; an object is accepted and sent as its JSON text.
         payload = json.dumps(payload)
+    elif payload:
+        try:
+            json.loads(payload)
+        except ValueError as exc:
+            raise BadRequest(f"{PAYLOAD_RULE}: {exc}") from None
     return {"cron": " ".join(cron.split()), "time_zone": zone, "payload": payload}
+
+
+PAYLOAD_RULE = "source.schedule.payload must be a JSON document (it is sent verbatim as the request body)"
+AGENT_PAYLOAD_RULE = (
+    'source.schedule.payload for an agent is its invoke body: a JSON object with a non-empty "message" '
+    '(and "session_id" to continue one conversation), for example {"message": "hello"}'
+)
+
+
+def _require_invoke_body(payload: str) -> None:
+    """An agent answers only an invoke body; a firing without `message` would fail every time."""
+    body = json.loads(payload) if payload else None
+    message = body.get("message") if isinstance(body, dict) else None
+    if not isinstance(message, str) or not message.strip():
+        raise BadRequest(AGENT_PAYLOAD_RULE)
 
 
 def _parse_objectstore(raw: Any) -> dict[str, Any]:

@@ -1,0 +1,81 @@
+"""Spec-fidelity audit of the serverless API (document 3) over HTTP, in-process on the in-memory
+platform: the cases an earlier pass missed."""
+
+from __future__ import annotations
+
+import pytest
+
+from caiplatform.ports.runtime import RevisionSpec, WorkloadRef
+from caiplatform.services.agent_directory import InvokeTarget
+from caiplatform.services.serverless_triggers import directory_finder
+from caiplatform.testing.http import asgi_client
+from caiplatform.testing.users import bearer
+
+IMAGE = "registry.local/cai-test-target@sha256:" + "c" * 64
+
+
+@pytest.fixture
+async def http(platform, users):
+    async with asgi_client(platform, ["serverless"]) as c:
+        yield c, users.project_id, bearer(platform, users.member)
+
+
+def schedule(name: str, service: str, payload, path: str = "/") -> dict:
+    return {"name": name, "target": {"service": service, "path": path},
+            "source": {"type": "schedule", "schedule": {"cron": "0 * * * *", "payload": payload}}}
+
+
+async def test_a_schedule_payload_must_be_json(http):
+    """The payload is "a JSON string sent as the request body verbatim": text that is not JSON is refused
+    at create (and PATCH), not found out at every firing."""
+    c, pid, member = http
+    r = await c.post(f"/v1/projects/{pid}/services", headers=member, json={"name": "target", "image": IMAGE})
+    assert r.status_code == 202, r.text
+    triggers = f"/v1/projects/{pid}/triggers"
+    for payload in ("hello", "{'a': 1}", '{"a": 1'):
+        r = await c.post(triggers, headers=member, json=schedule("tick", "target", payload))
+        assert r.status_code == 400, r.text
+        assert r.json()["error"].startswith(
+            "source.schedule.payload must be a JSON document (it is sent verbatim as the request body): ")
+    for name, payload in (("empty", ""), ("object", '{"a": 1}'), ("number", "42")):
+        r = await c.post(triggers, headers=member, json=schedule(name, "target", payload))
+        assert r.status_code == 202, r.text
+        assert r.json()["source"]["schedule"]["payload"] == payload
+    r = await c.patch(f"{triggers}/object", headers=member, json={"source": schedule("", "", "nope")["source"]})
+    assert r.status_code == 400
+    assert (await c.get(f"{triggers}/object", headers=member)).json()["source"]["schedule"]["payload"] == '{"a": 1}'
+    assert [t["name"] for t in (await c.get(triggers, headers=member)).json()["triggers"]] == ["empty", "number",
+                                                                                               "object"]
+
+
+class OneAgent:
+    """The agents area's directory, holding one agent."""
+
+    def __init__(self, target: InvokeTarget):
+        self.target = target
+
+    async def invoke_target(self, principal, name, project):
+        from caiplatform.errors import NotFound
+
+        if name != self.target.agent or project != self.target.project_id:
+            raise NotFound(f"unknown agent: {name}")
+        return self.target
+
+
+async def test_an_agent_schedule_payload_is_an_invoke_body_with_a_message(http, platform, users):
+    """For an agent target the payload "is an invoke body containing `message`"."""
+    c, pid, member = http
+    workload = WorkloadRef(pid, users.project_short, "helper", kind="agent")
+    await platform.runtime.apply(RevisionSpec(workload, "helper-00001", 1, "registry.local/cai-x-helper@sha256:1"))
+    target = InvokeTarget("helper", "agent-id", pid, users.project_short, "agent", "langgraph", workload)
+    platform.serverless.triggers.find_workload = directory_finder(OneAgent(target))
+    triggers = f"/v1/projects/{pid}/triggers"
+    for payload in ("", "{}", '{"message": ""}', '{"message": 5}', '["hello"]', '{"session_id": "s"}'):
+        r = await c.post(triggers, headers=member, json=schedule("nightly", "helper", payload, "/invoke"))
+        assert r.status_code == 400, (payload, r.text)
+        assert r.json()["error"] == (
+            'source.schedule.payload for an agent is its invoke body: a JSON object with a non-empty "message" '
+            '(and "session_id" to continue one conversation), for example {"message": "hello"}')
+    r = await c.post(triggers, headers=member,
+                     json=schedule("nightly", "helper", '{"message": "summarize", "session_id": "s1"}', "/invoke"))
+    assert r.status_code == 202, r.text
