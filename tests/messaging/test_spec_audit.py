@@ -19,3 +19,26 @@ async def test_max_bytes_takes_any_resource_quantity(api):
     for quantity in ("0", "0.0Mi", "-1Mi", "1m", "1.5 Gi", "Gi", "1e"):
         r = await c.post(api.topics, headers=api.admin, json={"name": "bad", "max_bytes": quantity})
         assert r.status_code == 400 and r.json()["error"] == f'max_bytes "{quantity}" is not a valid quantity'
+
+
+async def test_dead_letter_attempts_read_back_without_a_topic(api):
+    """`dead_letter.after_attempts` bounds a push message even when no dead-letter topic is set (it is
+    dropped then): a value the caller set is part of the subscription and reads back."""
+    c = api.client
+    assert (await c.post(api.topics, headers=api.admin, json={"name": "events"})).status_code == 201
+    assert (await c.post(api.topics, headers=api.admin, json={"name": "parked"})).status_code == 201
+    push = {"mode": "push", "push": {"url": f"http://worker.cai-p-{api.short}"}}
+    r = await c.post(api.subs("events"), headers=api.admin,
+                     json={"name": "push", "deliver": push, "dead_letter": {"after_attempts": 3}})
+    assert r.status_code == 201, r.text
+    assert r.json()["dead_letter"] == {"after_attempts": 3}
+    assert (await c.get(api.sub("events", "push"), headers=api.member)).json()["dead_letter"] == {"after_attempts": 3}
+    r = await c.patch(api.sub("events", "push"), headers=api.admin, json={"dead_letter": {"topic": "parked"}})
+    assert r.json()["dead_letter"] == {"topic": "parked", "after_attempts": 3}
+    r = await c.patch(api.sub("events", "push"), headers=api.admin,
+                      json={"dead_letter": {"topic": "", "after_attempts": 4}})
+    assert r.json()["dead_letter"] == {"after_attempts": 4}
+    r = await c.patch(api.sub("events", "push"), headers=api.admin, json={"dead_letter": {"topic": ""}})
+    assert "dead_letter" not in r.json()  # `{topic: ''}` clears the block
+    plain = await c.post(api.subs("events"), headers=api.admin, json={"name": "plain"})
+    assert "dead_letter" not in plain.json()

@@ -322,8 +322,12 @@ class Subscription:
                 "deliver": deliver,
             }
         )
+        # `after_attempts` also bounds a push message without a dead-letter topic (it is dropped then), so a
+        # value the caller set reads back even when no topic is set.
         if self.dead_letter_topic:
             body["dead_letter"] = {"topic": self.dead_letter_topic, "after_attempts": self.dead_letter_after_attempts}
+        elif self.dead_letter_after_attempts != DEFAULT_AFTER_ATTEMPTS:
+            body["dead_letter"] = {"after_attempts": self.dead_letter_after_attempts}
         if self.created_at is not None:
             body["created_at"] = rfc3339(self.created_at)
         body["state"] = state

@@ -712,7 +712,9 @@ class TopicService:
                 if not isinstance(target, str):
                     raise BadRequest("dead_letter.topic must be a string")
                 if target == "":
+                    # `{topic: ''}` clears the whole block; an `after_attempts` sent beside it still applies.
                     sub.dead_letter_topic = ""
+                    sub.dead_letter_after_attempts = m.DEFAULT_AFTER_ATTEMPTS
                 else:
                     if target == sub.topic:
                         raise BadRequest(m.DEAD_LETTER_SAME_TOPIC)
