@@ -42,3 +42,21 @@ async def test_dead_letter_attempts_read_back_without_a_topic(api):
     assert "dead_letter" not in r.json()  # `{topic: ''}` clears the block
     plain = await c.post(api.subs("events"), headers=api.admin, json={"name": "plain"})
     assert "dead_letter" not in plain.json()
+
+
+async def test_a_method_path_with_another_http_method_is_405(api):
+    """Methods ride on the last segment and take POST: `GET .../topics/t:publish` is a wrong method (405),
+    not a topic named `t:publish`; an unknown verb stays the 404 `unknown method :<verb>`."""
+    c = api.client
+    assert (await c.post(api.topics, headers=api.admin, json={"name": "t"})).status_code == 201
+    assert (await c.post(api.subs("t"), headers=api.admin, json={"name": "s"})).status_code == 201
+    for path, verb in ((api.topic("t") + ":publish", "publish"), (api.sub("t", "s") + ":pull", "pull"),
+                       (api.sub("t", "s") + ":acknowledge", "acknowledge"), (api.sub("t", "s") + ":ack", "ack")):
+        for method in ("GET", "PATCH", "DELETE"):
+            r = await c.request(method, path, headers=api.admin, json={} if method == "PATCH" else None)
+            assert r.status_code == 405, (method, path, r.text)
+            assert r.json()["error"] == f"':{verb}' is called with POST"
+    for path in (api.topic("t") + ":frob", api.sub("t", "s") + ":frob"):
+        r = await c.get(path, headers=api.member)
+        assert r.status_code == 404 and r.json()["error"] == "unknown method :frob"
+    assert (await c.get(api.sub("t", "s"), headers=api.member)).status_code == 200  # nothing was deleted

@@ -79,3 +79,19 @@ async def test_an_agent_schedule_payload_is_an_invoke_body_with_a_message(http, 
     r = await c.post(triggers, headers=member,
                      json=schedule("nightly", "helper", '{"message": "summarize", "session_id": "s1"}', "/invoke"))
     assert r.status_code == 202, r.text
+
+
+async def test_a_verb_path_with_another_http_method_is_405(http):
+    """`:set-traffic` takes POST: GET, PATCH or DELETE on it is a wrong method, not a service named
+    `hello:set-traffic`; an unknown verb is the document's 404."""
+    c, pid, member = http
+    services = f"/v1/projects/{pid}/services"
+    assert (await c.post(services, headers=member, json={"name": "hello", "image": IMAGE})).status_code == 202
+    for method in ("GET", "PATCH", "DELETE"):
+        r = await c.request(method, f"{services}/hello:set-traffic", headers=member,
+                            json={} if method == "PATCH" else None)
+        assert r.status_code == 405 and r.json()["error"] == "':set-traffic' is called with POST"
+    r = await c.get(f"{services}/hello:frob", headers=member)
+    assert r.status_code == 404
+    assert r.json()["error"] == "unknown method ':frob' - the supported one is ':set-traffic'"
+    assert (await c.get(f"{services}/hello", headers=member)).status_code == 200

@@ -40,6 +40,8 @@ PUSH_RESPONSE_READ_LIMIT = 64 * KiB
 PUSH_BACKOFF_INITIAL = 1.0
 PUSH_BACKOFF_CAP = 60.0
 
+TOPIC_VERBS = ("publish",)
+SUBSCRIPTION_VERBS = ("pull", "acknowledge", "ack")
 SUBSCRIPTION_TYPES = ("shared", "key-shared", "exclusive", "failover")
 # Types that promise total order with one active reader: the pull API cannot give that promise.
 SINGLE_READER_TYPES = ("exclusive", "failover")
@@ -81,6 +83,10 @@ CONTENT_MODE_RULE = 'deliver.push.content_mode must be "cloudevents-structured" 
 TYPE_RULE = 'type must be one of "shared", "key-shared", "exclusive" or "failover"'
 ACK_DEADLINE_RULE = "ack_deadline_seconds must be between 1 and 600"
 MAX_DELIVER_RULE = "max_deliver must not be negative"
+
+
+def unknown_verb(verb: str) -> str:
+    return f"unknown method :{verb}"
 
 
 def name_error(kind: str, value: Any) -> str | None:
