@@ -60,3 +60,26 @@ async def test_a_method_path_with_another_http_method_is_405(api):
         r = await c.get(path, headers=api.member)
         assert r.status_code == 404 and r.json()["error"] == "unknown method :frob"
     assert (await c.get(api.sub("t", "s"), headers=api.member)).status_code == 200  # nothing was deleted
+
+
+async def test_huge_counts_are_refused_not_a_500(api):
+    """No body of any shape produces a 5xx: a count past what the broker and database hold is a 400, and
+    nothing is created or changed."""
+    c = api.client
+    assert (await c.post(api.topics, headers=api.admin, json={"name": "t"})).status_code == 201
+    assert (await c.post(api.topics, headers=api.admin, json={"name": "dlq"})).status_code == 201
+    assert (await c.post(api.subs("t"), headers=api.admin, json={"name": "s"})).status_code == 201
+    huge = 2**70
+    for body, field in (({"max_deliver": huge}, "max_deliver"), ({"max_ack_pending": huge}, "max_ack_pending"),
+                        ({"dead_letter": {"topic": "dlq", "after_attempts": huge}}, "dead_letter.after_attempts")):
+        r = await c.post(api.subs("t"), headers=api.admin, json={"name": "big", **body})
+        assert r.status_code == 400 and r.json()["error"] == f"{field} must be at most 2147483647", r.text
+        r = await c.patch(api.sub("t", "s"), headers=api.admin, json=body)
+        assert r.status_code == 400 and r.json()["error"] == f"{field} must be at most 2147483647", r.text
+    assert (await c.post(api.subs("t"), headers=api.admin, json={"name": "ok", "max_deliver": 2**31 - 1})).status_code == 201
+    names = [s["name"] for s in (await c.get(api.subs("t"), headers=api.member)).json()["subscriptions"]]
+    assert names == ["ok", "s"]
+    r = await c.post(api.sub("t", "s") + ":pull", headers=api.member, json={"max_messages": huge, "timeout_ms": 0})
+    assert r.status_code == 200  # silently capped, as the document says
+    r = await c.post(api.subs("t"), headers=api.admin, json={"name": "slow", "ack_deadline_seconds": huge})
+    assert r.status_code == 400 and r.json()["error"] == "ack_deadline_seconds must be between 1 and 600"

@@ -92,8 +92,13 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _int_field(body: Mapping[str, Any], key: str, message: str) -> Any:
-    """An optional integer field: `_UNSET` when absent or null, else the int (or 400 with `message`)."""
+# Counts the broker and the database hold as 32-bit integers; larger values are refused, never stored.
+_INT_MAX = 2**31 - 1
+
+
+def _int_field(body: Mapping[str, Any], key: str, message: str, *, stored: str | None = None) -> Any:
+    """An optional integer field: `_UNSET` when absent or null, else the int (or 400 with `message`). A
+    value `stored` (named so in messages) above 2147483647 is 400 `<stored> must be at most 2147483647`."""
     value = body.get(key)
     if value is None:
         return _UNSET
@@ -101,6 +106,8 @@ def _int_field(body: Mapping[str, Any], key: str, message: str) -> Any:
         value = int(value)
     if not _is_int(value):
         raise BadRequest(message)
+    if stored is not None and value > _INT_MAX:
+        raise BadRequest(f"{stored} must be at most {_INT_MAX}")
     return value
 
 
@@ -691,12 +698,13 @@ class TopicService:
             if not 1 <= deadline <= 600:
                 raise BadRequest(m.ACK_DEADLINE_RULE)
             sub.ack_deadline_seconds = deadline
-        max_deliver = _int_field(body, "max_deliver", m.MAX_DELIVER_RULE)
+        max_deliver = _int_field(body, "max_deliver", m.MAX_DELIVER_RULE, stored="max_deliver")
         if max_deliver is not _UNSET:
             if max_deliver < 0:
                 raise BadRequest(m.MAX_DELIVER_RULE)
             sub.max_deliver = max_deliver
-        pending = _int_field(body, "max_ack_pending", "max_ack_pending must be a positive integer")
+        pending = _int_field(body, "max_ack_pending", "max_ack_pending must be a positive integer",
+                             stored="max_ack_pending")
         if pending is not _UNSET:
             if pending < 0:
                 raise BadRequest("max_ack_pending must be a positive integer")
@@ -721,7 +729,8 @@ class TopicService:
                     if not await self._dead_letter_exists(project, target):
                         raise BadRequest(f'dead_letter.topic "{target}" does not exist in this project; create it first')
                     sub.dead_letter_topic = target
-            attempts = _int_field(dead, "after_attempts", "dead_letter.after_attempts must be at least 1")
+            attempts = _int_field(dead, "after_attempts", "dead_letter.after_attempts must be at least 1",
+                                  stored="dead_letter.after_attempts")
             if attempts is not _UNSET:
                 if attempts < 1:
                     raise BadRequest("dead_letter.after_attempts must be at least 1")
