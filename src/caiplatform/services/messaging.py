@@ -354,7 +354,9 @@ class TopicService:
             "backlog": (stats.pending + stats.ack_pending) if stats else 0,
             "unacknowledged": stats.ack_pending if stats else 0,
             "delivered": stats.delivered if stats else 0,
-            "consumers": (stats.waiting if stats else 0) + (1 if sub.deliver_mode == "push" else 0),
+            # Readers with a pull waiting at the broker; the push worker is one of them while it pulls, so
+            # a push subscription counts it once, pulling or between two pulls.
+            "consumers": max(stats.waiting if stats else 0, 1 if sub.deliver_mode == "push" else 0),
             "redeliver_rate": round(stats.redelivered / stats.delivered, 4) if stats and stats.delivered else 0.0,
         }
         return state
