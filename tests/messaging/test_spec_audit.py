@@ -83,3 +83,28 @@ async def test_huge_counts_are_refused_not_a_500(api):
     assert r.status_code == 200  # silently capped, as the document says
     r = await c.post(api.subs("t"), headers=api.admin, json={"name": "slow", "ack_deadline_seconds": huge})
     assert r.status_code == 400 and r.json()["error"] == "ack_deadline_seconds must be between 1 and 600"
+
+
+async def test_messaging_is_not_rate_limited(settings, api_for):
+    """Document 3 gives the messaging API no rate limit (no 429 in its error table or limits): a signed-in
+    caller publishes past the bucket that meters the other APIs; anonymous callers stay metered."""
+    from caiplatform.platform import Platform
+    from caiplatform.testing.http import asgi_client
+
+    platform = Platform.in_memory(settings.model_copy(update={"ratelimit_rps": 0.001, "ratelimit_burst": 3}))
+    await platform.start()
+    try:
+        async with asgi_client(platform) as client:
+            api = await api_for(platform, client)
+            assert (await client.post(api.topics, headers=api.admin, json={"name": "t"})).status_code == 201
+            for _ in range(10):
+                r = await client.post(api.topic("t") + ":publish", headers=api.member, json={"messages": [{}]})
+                assert r.status_code == 200, r.text
+            assert (await client.get(f"/v1/projects/{api.pid}/pubsub/usage", headers=api.member)).status_code == 200
+            statuses = [(await client.get(f"/v1/projects/{api.pid}/services", headers=api.member)).status_code
+                        for _ in range(5)]
+            assert 429 in statuses  # the same caller is metered on the serverless API
+            statuses = [(await client.get(api.topics)).status_code for _ in range(5)]
+            assert statuses[:3] == [401] * 3 and 429 in statuses
+    finally:
+        await platform.aclose()
