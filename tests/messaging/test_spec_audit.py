@@ -108,3 +108,22 @@ async def test_messaging_is_not_rate_limited(settings, api_for):
             assert statuses[:3] == [401] * 3 and 429 in statuses
     finally:
         await platform.aclose()
+
+
+async def test_a_refused_value_is_quoted_as_json(api):
+    """The quoted value in `max_bytes "X" is not a valid quantity` (and its siblings) is what the caller
+    sent, as JSON text: never a Python representation."""
+    c = api.client
+    cases = [({"max_bytes": ["1Mi"]}, 'max_bytes "["1Mi"]" is not a valid quantity'),
+             ({"max_bytes": True}, 'max_bytes "true" is not a valid quantity'),
+             ({"max_age": None, "discard": False}, 'discard must be old or new (got "false")'),
+             ({"max_age": {"h": 1}}, 'max_age "{"h": 1}" is not a valid duration')]
+    for body, message in cases:
+        r = await c.post(api.topics, headers=api.admin, json={"name": "t", **body})
+        assert r.status_code == 400 and r.json()["error"] == message
+    assert (await c.post(api.topics, headers=api.admin, json={"name": "t"})).status_code == 201
+    cases = [({"type": None, "start_from": True}, 'start_from must be all or new (got "true")'),
+             ({"deliver": {"mode": ["push"]}}, 'deliver.mode must be "pull" or "push" (got "["push"]")')]
+    for body, message in cases:
+        r = await c.post(api.subs("t"), headers=api.admin, json={"name": "s", **body})
+        assert r.status_code == 400 and r.json()["error"] == message

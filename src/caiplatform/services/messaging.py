@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -109,6 +110,11 @@ def _int_field(body: Mapping[str, Any], key: str, message: str, *, stored: str |
     if stored is not None and value > _INT_MAX:
         raise BadRequest(f"{stored} must be at most {_INT_MAX}")
     return value
+
+
+def _shown(value: Any) -> str:
+    """A refused value as the caller wrote it: a string as is, anything else as its JSON text."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _text_field(body: Mapping[str, Any], key: str) -> Any:
@@ -396,7 +402,7 @@ class TopicService:
         else:
             value = m.parse_bytes(raw_max)
             if value is None:
-                raise BadRequest(f'max_bytes "{raw_max}" is not a valid quantity')
+                raise BadRequest(f'max_bytes "{_shown(raw_max)}" is not a valid quantity')
             out["max_bytes"] = (raw_max.strip(), value)
         if "max_age" in body and body["max_age"] is not None or defaults:
             raw_age = body.get("max_age")
@@ -405,14 +411,14 @@ class TopicService:
             else:
                 seconds = m.parse_duration(raw_age) if isinstance(raw_age, str) else None
                 if seconds is None:
-                    raise BadRequest(f'max_age "{raw_age}" is not a valid duration')
+                    raise BadRequest(f'max_age "{_shown(raw_age)}" is not a valid duration')
                 out["max_age"] = seconds
         raw_discard = body.get("discard")
         if raw_discard is None or raw_discard == "":
             if defaults:
                 out["discard"] = "old"
         elif raw_discard not in ("old", "new"):
-            raise BadRequest(f'discard must be old or new (got "{raw_discard}")')
+            raise BadRequest(f'discard must be old or new (got "{_shown(raw_discard)}")')
         else:
             out["discard"] = raw_discard
         return out
@@ -683,12 +689,12 @@ class TopicService:
             raw_type = body.get("type")
             if raw_type not in (None, ""):
                 if raw_type not in m.SUBSCRIPTION_TYPES:
-                    raise BadRequest(f'{m.TYPE_RULE} (got "{raw_type}")')
+                    raise BadRequest(f'{m.TYPE_RULE} (got "{_shown(raw_type)}")')
                 sub.type = raw_type
             start = body.get("start_from")
             if start not in (None, ""):
                 if start not in ("all", "new"):
-                    raise BadRequest(f'start_from must be all or new (got "{start}")')
+                    raise BadRequest(f'start_from must be all or new (got "{_shown(start)}")')
                 sub.start_from = start
         else:
             for key, current in (("topic", sub.topic), ("type", sub.type), ("start_from", sub.start_from),
@@ -748,7 +754,7 @@ class TopicService:
         if mode in (None, ""):
             mode = "pull" if creating else sub.deliver_mode
         if mode not in ("pull", "push"):
-            raise BadRequest(f'deliver.mode must be "pull" or "push" (got "{mode}")')
+            raise BadRequest(f'deliver.mode must be "pull" or "push" (got "{_shown(mode)}")')
         if mode == "pull" and sub.type == "exclusive":
             raise BadRequest("an exclusive subscription cannot be read through the pull API (use push or a direct client)")
         push = deliver.get("push")
