@@ -225,7 +225,7 @@ class PushWorker:
                         break
                 status = response.status_code
                 location = response.headers.get("location", "")
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.StreamError) as exc:  # a failed delivery, never a failed worker
             return False, f"{type(exc).__name__}: {exc}"[:500]
         if 200 <= status < 300:
             return True, ""

@@ -724,6 +724,9 @@ def _run_view(run: RunRow) -> dict[str, Any]:
     }
 
 
+_REFRAMED = (b"content-length", b"transfer-encoding", b"content-encoding", b"connection")
+
+
 class InternalTransport(httpx.AsyncBaseTransport):
     """An httpx transport that sends requests for the private hostnames of serverless services
     (`<service>.<namespace>[.svc[.cluster.local]]`) to the workload runtime, and everything else to
@@ -760,7 +763,11 @@ class InternalTransport(httpx.AsyncBaseTransport):
             raise
         error = "" if 200 <= response.status_code < 300 else f"the target answered {response.status_code}"
         await self._record(ref, request.headers, response.status_code, error)
-        return httpx.Response(response.status_code, headers=response.headers.raw, content=content)
+        # An unread stream, as a network transport answers (a caller may read it as a stream); the body
+        # is already decoded and whole, so its framing and encoding headers no longer apply.
+        headers = [(k, v) for k, v in response.headers.raw if k.lower() not in _REFRAMED]
+        headers.append((b"content-length", str(len(content)).encode()))
+        return httpx.Response(response.status_code, headers=headers, stream=httpx.ByteStream(content))
 
     async def _record(self, ref: WorkloadRef, headers: httpx.Headers, status: int | None, error: str) -> None:
         if self._on_delivery is None:
