@@ -124,3 +124,27 @@ async def test_a_push_delivery_to_a_service_is_acknowledged(platform, users, rec
                 break
         assert sorted(q["body"] for q in received.requests if q["path"] == "/in") == ["one", "two"]
         assert state["unacknowledged"] == 0 and state["backlog"] == 0, state
+
+
+async def test_a_service_cannot_take_the_name_of_an_agent(http, platform, users):
+    """Agents, functions and serverless services are services of one project namespace (a trigger targets
+    any of them by name) and share the public hostname `<name>-<short>`: a service named like an agent
+    is the document's 409, and the agent keeps its address."""
+    c, pid, member = http
+    workload = WorkloadRef(pid, users.project_short, "helper", kind="agent")
+    target = InvokeTarget("helper", "agent-id", pid, users.project_short, "agent", "langgraph", workload)
+    platform.serverless.triggers.find_workload = directory_finder(OneAgent(target))
+    host = platform.hosts.host_for("helper", users.project_short)
+
+    async def agent_upstream():
+        raise AssertionError("not called")
+
+    platform.hosts.register(host, agent_upstream)
+    services = f"/v1/projects/{pid}/services"
+    for publish in (False, True):
+        r = await c.post(services, headers=member, json={"name": "helper", "image": IMAGE,
+                                                          "publish": {"enabled": publish}})
+        assert r.status_code == 409 and r.json()["error"] == "a service with that name already exists in this project"
+    assert platform.hosts.lookup(host) is agent_upstream
+    assert (await c.get(services, headers=member)).json() == {"services": []}
+    assert (await c.post(services, headers=member, json={"name": "other", "image": IMAGE})).status_code == 202
