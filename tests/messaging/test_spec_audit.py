@@ -127,3 +127,30 @@ async def test_a_refused_value_is_quoted_as_json(api):
     for body, message in cases:
         r = await c.post(api.subs("t"), headers=api.admin, json={"name": "s", **body})
         assert r.status_code == 400 and r.json()["error"] == message
+
+
+async def test_concurrent_creates_of_one_name_are_one_201_and_409s(settings, api_for, tmp_path):
+    """Creates racing for one name (on a file database, where requests really overlap: the in-memory one takes turns): one wins, the
+    others get the document's 409, never a 500 from the unique constraint."""
+    import asyncio
+
+    from caiplatform.db import Database
+    from caiplatform.platform import Platform
+    from caiplatform.testing.http import asgi_client
+
+    platform = Platform(settings, db=Database.sqlite_file(tmp_path / "race.db"), mode="memory")
+    platform._prepare()
+    await platform.start()
+    try:
+        async with asgi_client(platform) as client:
+            api = await api_for(platform, client)
+            for _ in range(3):
+                name = f"race-{_}"
+                results = await asyncio.gather(*(client.post(api.topics, headers=api.admin, json={"name": name})
+                                                 for _ in range(6)))
+                assert sorted(r.status_code for r in results) == [201] + [409] * 5, [r.text for r in results]
+                results = await asyncio.gather(*(client.post(api.subs(name), headers=api.admin, json={"name": "s"})
+                                                 for _ in range(6)))
+                assert sorted(r.status_code for r in results) == [201] + [409] * 5, [r.text for r in results]
+    finally:
+        await platform.aclose()

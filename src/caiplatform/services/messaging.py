@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from caiplatform.clock import Clock, rfc3339
@@ -471,7 +472,10 @@ class TopicService:
                               {"max_bytes": max_text, "discard": limits["discard"]})
             return row
 
-        row = await self.db.run(insert)
+        try:
+            row = await self.db.run(insert)
+        except IntegrityError:  # a concurrent create of the same name won the insert
+            raise Conflict(m.TOPIC_EXISTS) from None
         topic = _topic_of(row, project)
         created = topic.to_json(await self._topic_state(topic, 0))
         try:
@@ -854,7 +858,10 @@ class TopicService:
                               {"type": sub.type, "mode": sub.deliver_mode})
             return row
 
-        row = await self.db.run(insert)
+        try:
+            row = await self.db.run(insert)
+        except IntegrityError:  # a concurrent create of the same name won the insert
+            raise Conflict(m.SUBSCRIPTION_EXISTS) from None
         try:
             await self.broker.create_consumer(consumer_config(sub))
         except BrokerError as exc:
