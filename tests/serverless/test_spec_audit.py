@@ -148,3 +148,33 @@ async def test_a_service_cannot_take_the_name_of_an_agent(http, platform, users)
     assert platform.hosts.lookup(host) is agent_upstream
     assert (await c.get(services, headers=member)).json() == {"services": []}
     assert (await c.post(services, headers=member, json={"name": "other", "image": IMAGE})).status_code == 202
+
+
+async def test_a_pubsub_trigger_follows_its_topic_being_deleted_and_made_again(platform, users):
+    """A ready pubsub trigger whose topic is deleted cannot fire: it goes back to `pending` with the
+    reason, and when the topic is made again its push subscription is made again and it is ready."""
+    async with asgi_client(platform, ["serverless", "pubsub"]) as c:
+        pid, member, admin = users.project_id, bearer(platform, users.member), bearer(platform, users.admin)
+        triggers = platform.serverless.triggers
+        assert (await c.post(f"/v1/projects/{pid}/services", headers=member,
+                             json={"name": "sink", "image": IMAGE})).status_code == 202
+        topics = f"/v1/projects/{pid}/topics"
+        assert (await c.post(topics, headers=admin, json={"name": "orders"})).status_code == 201
+        r = await c.post(f"/v1/projects/{pid}/triggers", headers=member, json={
+            "name": "on-order", "target": {"service": "sink"}, "source": {"type": "pubsub", "pubsub": {"topic": "orders"}}})
+        assert r.status_code == 202, r.text
+        await triggers.wait_idle()
+
+        async def trigger() -> dict:
+            await triggers.run_due(force_poll=True)
+            return (await c.get(f"/v1/projects/{pid}/triggers/on-order", headers=member)).json()
+
+        assert (await trigger())["state"] == "ready"
+        assert (await c.delete(f"{topics}/orders", headers=admin)).status_code == 202
+        gone = await trigger()
+        assert gone["state"] == "pending" and gone["ready"] is False and "topic not found" in gone["message"]
+        assert (await c.post(topics, headers=admin, json={"name": "orders"})).status_code == 201
+        back = await trigger()
+        assert back["state"] == "ready" and "message" not in back
+        subs = (await c.get(f"{topics}/orders/subscriptions", headers=member)).json()["subscriptions"]
+        assert [s["name"] for s in subs] == ["trigger-on-order"]

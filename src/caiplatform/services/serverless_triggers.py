@@ -482,14 +482,16 @@ class TriggerService:
             pass  # the same attempt recorded twice
 
     async def _retry_pending(self) -> None:
-        """A pubsub trigger stays pending until its topic and subscription are ready: try again."""
+        """A pubsub trigger stays pending until its topic and subscription are ready: try again. A ready
+        one is checked too (setting up is idempotent): when its topic was deleted it goes back to pending,
+        saying why, and a topic made again gets its subscription again."""
         if self.pubsub is None:
             return
         from caiplatform.db.models import Project
 
         def pending(session: Session) -> list[tuple[ProjectRef, str]]:
             out = []
-            for row in session.scalars(select(TriggerRow).where(TriggerRow.state == "pending")):
+            for row in session.scalars(select(TriggerRow).where(TriggerRow.state.in_(("pending", "ready")))):
                 project = session.get(Project, row.project_id)
                 if row.source.get("type") == "pubsub" and project is not None:
                     out.append((ProjectRef.of(project), row.id))
