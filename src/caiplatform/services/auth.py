@@ -25,6 +25,14 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SLUG = "default"
 LOGIN_WINDOW_SECONDS = 15 * 60
+IP_ATTEMPTS = 10
+ACCOUNT_ATTEMPTS = 50
+
+
+def sign_in_throttles(clock: Clock | None = None) -> tuple[SlidingWindowThrottle, SlidingWindowThrottle]:
+    """The sign-in throttle of one process: 10 failed attempts per IP, 50 per account, per 15 minutes."""
+    return (SlidingWindowThrottle(IP_ATTEMPTS, LOGIN_WINDOW_SECONDS, clock),
+            SlidingWindowThrottle(ACCOUNT_ATTEMPTS, LOGIN_WINDOW_SECONDS, clock))
 
 
 def go_duration(seconds: float) -> str:
@@ -66,6 +74,7 @@ class AuthService:
         clock: Clock,
         session_key: bytes,
         automation_token: str | None = None,
+        throttles: tuple[Any, Any] | None = None,
     ):
         self.db = db
         self.access = access
@@ -73,8 +82,9 @@ class AuthService:
         self.clock = clock
         self.tokens = security.SessionTokens(session_key)
         self.automation_token = automation_token
-        self.ip_throttle = SlidingWindowThrottle(10, LOGIN_WINDOW_SECONDS, clock)
-        self.account_throttle = SlidingWindowThrottle(50, LOGIN_WINDOW_SECONDS, clock)
+        # (per IP, per account): this process's own, or shared by the cluster (`sign_in_throttles`).
+        pair: tuple[Any, Any] = throttles or sign_in_throttles(clock)
+        self.ip_throttle, self.account_throttle = pair
 
     # -- credentials ----------------------------------------------------------------------------
 
@@ -152,31 +162,31 @@ class AuthService:
 
     # -- sign-in --------------------------------------------------------------------------------
 
-    def _throttle_keys(self, client_ip: str | None, email: str | None) -> list[tuple[SlidingWindowThrottle, str]]:
+    def _throttle_keys(self, client_ip: str | None, email: str | None) -> list[tuple[Any, str]]:
         keys = [(self.ip_throttle, f"ip:{client_ip or 'unknown'}")]
         if email:
             keys.append((self.account_throttle, f"account:{email}"))
         return keys
 
-    def throttle_sign_in(self, client_ip: str | None, email: str | None) -> None:
+    async def throttle_sign_in(self, client_ip: str | None, email: str | None) -> None:
         """Refuse a sign-in attempt (login, invitation accept) with 429 while its IP or account is over
         the limit of failed attempts."""
         for throttle, key in self._throttle_keys(client_ip, email):
-            wait = throttle.retry_after(key)
+            wait = await throttle.check(key)
             if wait is not None:
                 raise RateLimited(f"too many sign-in attempts; try again in {go_duration(wait)}", retry_after=wait)
 
-    def record_failed_sign_in(self, client_ip: str | None, email: str | None) -> None:
+    async def record_failed_sign_in(self, client_ip: str | None, email: str | None) -> None:
         """Count a failed attempt. Only failures count, so that people and scripts signing in correctly
         are never locked out while guessing is still capped at 10 per IP and 50 per account."""
         for throttle, key in self._throttle_keys(client_ip, email):
-            throttle.hit(key)
+            await throttle.record(key)
 
     async def login(self, email: Any, password: Any, client_ip: str | None) -> SignIn:
         if not isinstance(email, str) or not email.strip() or not isinstance(password, str) or not password:
             raise BadRequest("email and password are required")
         email = email.strip().lower()
-        self.throttle_sign_in(client_ip, email)
+        await self.throttle_sign_in(client_ip, email)
 
         def check(session: Session) -> User | None:
             if session.scalar(select(func.count()).select_from(User)) == 0:
@@ -190,7 +200,7 @@ class AuthService:
 
         user = await self.db.run(check)
         if user is None:
-            self.record_failed_sign_in(client_ip, email)
+            await self.record_failed_sign_in(client_ip, email)
             raise Unauthenticated("invalid email or password")
         return self._sign_in(user)
 
@@ -239,6 +249,7 @@ class AuthService:
         """On a start with no accounts, create the platform admin, the default org and project."""
 
         def run(session: Session) -> None:
+            self.db.serialize_setup(session)  # replicas starting at once: one creates, the others find
             now = self.clock.now()
             org = session.scalar(select(Org).where(Org.slug == DEFAULT_SLUG))
             if org is None:

@@ -32,6 +32,7 @@ from caiplatform.pagination import Pager, page_body
 from caiplatform.ports.broker import (
     Broker,
     BrokerError,
+    BrokerUnavailable,
     ConsumerConfig,
     OutgoingMessage,
     PublishFailed,
@@ -125,6 +126,13 @@ def _text_field(body: Mapping[str, Any], key: str) -> Any:
     if not isinstance(value, str):
         raise BadRequest(f"{key} must be a string")
     return value
+
+
+def broker_failure(what: str, exc: BrokerError) -> InternalError | Unavailable:
+    """A broker that does not answer is 503 (nothing was done; retry), any other failure 500."""
+    if isinstance(exc, BrokerUnavailable):
+        return Unavailable(f"{what} failed: the message broker is unavailable, try again shortly ({exc})")
+    return InternalError(f"{what} failed: {exc}")
 
 
 def push_url_problem(url: str, namespace: str) -> str | None:
@@ -663,7 +671,7 @@ class TopicService:
             if not done:
                 if isinstance(failed.cause, StreamFull):
                     raise Conflict(m.TOPIC_FULL) from failed
-                raise InternalError(f"publish failed: {failed.cause}") from failed
+                raise broker_failure("publish", failed.cause) from failed
             error = m.TOPIC_FULL if isinstance(failed.cause, StreamFull) else f"publish failed: {failed.cause}"
             return 207, {
                 "message_ids": [m.message_id(seq) for seq in done],
@@ -672,7 +680,7 @@ class TopicService:
                 "requested": len(messages),
             }
         except BrokerError as exc:
-            raise InternalError(f"publish failed: {exc}") from exc
+            raise broker_failure("publish", exc) from exc
         counters.published += len(sequences)
         counters.published_bytes += sum(len(msg.data) for msg in messages)
         return 200, {"message_ids": [m.message_id(seq) for seq in sequences]}
@@ -967,7 +975,7 @@ class TopicService:
             batch = 1 if sub.ordered else max_messages
             deliveries = await self.broker.pull(sub.stream, sub.consumer, batch, timeout_ms / 1000)
         except BrokerError as exc:
-            raise InternalError(f"pull failed: {exc}") from exc
+            raise broker_failure("pull", exc) from exc
         self.record_delivered(project.id, topic, len(deliveries), sum(len(d.data) for d in deliveries))
         messages = []
         for delivery in deliveries:
@@ -1014,7 +1022,7 @@ class TopicService:
         try:
             acknowledged = await self.broker.ack(list(dict.fromkeys(tokens)))
         except BrokerError as exc:
-            raise InternalError(f"acknowledge failed: {exc}") from exc
+            raise broker_failure("acknowledge", exc) from exc
         return {"acknowledged": acknowledged}
 
     # ------------------------------------------------------------------------------------ project views

@@ -28,9 +28,11 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import APIError, NotFoundError
 
+from caiplatform import json_input
 from caiplatform.ports.broker import (
     Broker,
     BrokerError,
+    BrokerUnavailable,
     ConsumerConfig,
     ConsumerStats,
     Delivery,
@@ -125,7 +127,7 @@ class JetStreamBroker(Broker):
                         max_reconnect_attempts=-1, reconnect_time_wait=0.5, allow_reconnect=True, **options,
                     )
                 except Exception as exc:  # noqa: BLE001 - reported as a broker failure
-                    raise BrokerError(f"could not connect to NATS at {self.url}: {exc}") from exc
+                    raise BrokerUnavailable(f"could not connect to NATS at {self.url}: {exc}") from exc
         return self._nc
 
     async def pins_single_reader(self) -> bool:
@@ -139,7 +141,7 @@ class JetStreamBroker(Broker):
         try:
             reply = await nc.request(f"$JS.API.{subject}", body, timeout=self._connect_timeout)
         except Exception as exc:  # noqa: BLE001 - timeouts and connection loss
-            raise BrokerError(f"JetStream API {subject} failed: {exc or type(exc).__name__}") from exc
+            raise BrokerUnavailable(f"JetStream API {subject} failed: {exc or type(exc).__name__}") from exc
         answer = json.loads(reply.data or b"{}")
         error = answer.get("error")
         if error:
@@ -188,6 +190,11 @@ class JetStreamBroker(Broker):
         return StreamStats(info.state.messages, info.state.bytes, info.state.consumer_count)
 
     async def publish(self, stream: str, subject: str, messages: list[OutgoingMessage]) -> list[int]:
+        nc = await self._client()
+        if not nc.is_connected:
+            # The client would buffer the message and send it once reconnected, after this publish was
+            # reported failed: refuse at once instead, so a failed publish never lands later.
+            raise PublishFailed([], BrokerUnavailable(f"not connected to NATS at {self.url} (reconnecting)"))
         js = await self._js()
         sequences: list[int] = []
         for message in messages:
@@ -206,7 +213,8 @@ class JetStreamBroker(Broker):
                 )
                 raise PublishFailed(sequences, cause) from exc
             except Exception as exc:  # noqa: BLE001 - timeouts and connection loss
-                raise PublishFailed(sequences, BrokerError(f"publish failed: {exc or type(exc).__name__}")) from exc
+                raise PublishFailed(sequences, BrokerUnavailable(
+                    f"publish failed: {exc or type(exc).__name__}")) from exc
             sequences.append(ack.seq)
         return sequences
 
@@ -270,9 +278,11 @@ class JetStreamBroker(Broker):
         return self._pinned[key]
 
     async def _next(self, stream: str, consumer: str, request: dict[str, Any], wait: float) -> list[Msg]:
-        """One raw pull request of a pinned consumer: its messages, until a status ends it or `wait` ends."""
+        """One raw pull request: its messages, until a status ends it or `wait` ends."""
         key = (stream, consumer)
         nc = await self._client()
+        if not nc.is_connected:
+            raise BrokerUnavailable(f"not connected to NATS at {self.url} (reconnecting)")
         pin = self._pins.get(key)
         if pin:
             request = {**request, "id": pin}
@@ -306,17 +316,19 @@ class JetStreamBroker(Broker):
                 await sub.unsubscribe()
         return msgs
 
-    async def _pull_pinned(self, stream: str, consumer: str, max_messages: int, timeout: float) -> list[Msg]:
+    async def _pull_raw(self, stream: str, consumer: str, max_messages: int, timeout: float,
+                        group: str | None) -> list[Msg]:
+        """Raw `CONSUMER.MSG.NEXT` requests (with the priority `group` of a pinned consumer). The client
+        waits for the server's end of each request (its 408 at `expires`), never giving up first: a
+        request the client abandoned could still be handed a message, which would then count as a
+        delivery attempt that no reader saw, until the ack deadline brought it back."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout, 0.05)
+        extra = {"group": group} if group else {}
         while True:
-            # The server ends the request at `expires`; the client waits a little longer for that answer
-            # so that no request is left open to swallow a message.
             left = max(deadline - loop.time(), 0.01)
             had_pin = (stream, consumer) in self._pins
-            msgs = await self._next(
-                stream, consumer, {"batch": 1, "expires": int(left * 1e9), "group": PIN_GROUP}, left + 1.0,
-            )
+            msgs = await self._next(stream, consumer, {"batch": 1, "expires": int(left * 1e9), **extra}, left + 1.0)
             if msgs or not had_pin or (stream, consumer) in self._pins or loop.time() >= deadline:
                 break  # retried only when the pin turned out stale, as a newcomer for the time left
         if msgs and max_messages > 1:
@@ -324,7 +336,7 @@ class JetStreamBroker(Broker):
             # leaves open (it would swallow the next redelivery).
             msgs += await self._next(
                 stream, consumer,
-                {"batch": max_messages - 1, "expires": int(REST_OF_BATCH_WAIT * 1e9), "group": PIN_GROUP},
+                {"batch": max_messages - 1, "expires": int(REST_OF_BATCH_WAIT * 1e9), **extra},
                 REST_OF_BATCH_WAIT + 1.0,
             )
         return msgs
@@ -344,36 +356,25 @@ class JetStreamBroker(Broker):
             return await self._pull(stream, consumer, max_messages, timeout)
 
     async def _pull(self, stream: str, consumer: str, max_messages: int, timeout: float) -> list[Delivery]:
-        if await self._is_pinned(stream, consumer):
-            return [self._delivery(msg) for msg in await self._pull_pinned(stream, consumer, max_messages, timeout)]
-        js = await self._js()
+        group = PIN_GROUP if await self._is_pinned(stream, consumer) else None
         try:
-            psub = await js.pull_subscribe_bind(durable=consumer, stream=stream)
+            msgs = await self._pull_raw(stream, consumer, max_messages, timeout, group)
+        except BrokerError:
+            raise
         except Exception as exc:  # noqa: BLE001 - every client failure is a broker failure here
-            raise BrokerError(f"cannot read consumer {consumer}: {exc or type(exc).__name__}") from exc
-        try:
-            # Long-poll for the first message only, then take what is already there: a batch fetch would
-            # wait for the whole batch until the timeout.
-            try:
-                msgs = await psub.fetch(1, timeout=max(timeout, 0.05))
-                if max_messages > 1:
-                    with contextlib.suppress(TimeoutError, NatsTimeout):
-                        msgs += await psub.fetch(max_messages - 1, timeout=REST_OF_BATCH_WAIT)
-            except (TimeoutError, NatsTimeout):
-                return []
-            except Exception as exc:  # noqa: BLE001
-                raise BrokerError(f"cannot read consumer {consumer}: {exc or type(exc).__name__}") from exc
-        finally:
-            with contextlib.suppress(Exception):
-                await psub.unsubscribe()
+            raise BrokerUnavailable(f"cannot read consumer {consumer}: {exc or type(exc).__name__}") from exc
         return [self._delivery(msg) for msg in msgs]
 
     @staticmethod
     def _delivery(msg: Msg) -> Delivery:
         meta = msg.metadata
         headers = msg.headers or {}
-        attributes = json.loads(headers[ATTRIBUTES_HEADER]) if ATTRIBUTES_HEADER in headers else {}
-        key = json.loads(headers[KEY_HEADER]) if KEY_HEADER in headers else None
+        # A holder of the direct broker credential writes these headers too: take only what is well formed.
+        attributes = _header_json(headers, ATTRIBUTES_HEADER)
+        if not (isinstance(attributes, dict) and all(isinstance(v, str) for v in attributes.values())):
+            attributes = {}
+        key = _header_json(headers, KEY_HEADER)
+        key = key if isinstance(key, str) else None
         published = meta.timestamp or datetime.now(UTC)
         return Delivery(msg.reply, meta.sequence.stream, msg.data, attributes, key, published, meta.num_delivered)
 
@@ -434,3 +435,10 @@ class JetStreamBroker(Broker):
                 with contextlib.suppress(Exception):
                     await self._nc.close()
         self._nc = None
+
+
+def _header_json(headers: dict[str, str], name: str) -> Any:
+    try:
+        return json_input.decode(headers[name]) if name in headers else None
+    except json_input.JSONInputError:
+        return None
