@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -35,6 +36,9 @@ HealthFn = Callable[[Platform], Awaitable[tuple[int, dict[str, Any]]]]
 
 # Paths that are never rate limited and never need a credential.
 UNMETERED_PATHS = {"/healthz", "/livez", "/openapi.json", "/docs"}
+# The messaging API has no rate limit in document 3 (no 429 in its error table, none in its limits): a
+# signed-in caller publishes, pulls and acknowledges unmetered; anonymous callers stay metered per IP.
+UNMETERED_FOR_CALLERS = re.compile(r"^/v1/projects/[^/]+/(topics|pubsub)(/|$)")
 
 
 def error_response(status: int, message: str, request_id: str, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
@@ -117,7 +121,9 @@ class ConventionsMiddleware:
             principal = Principal.anonymous(ip)
         state["principal"] = principal
 
-        if scope["path"] not in UNMETERED_PATHS:
+        metered = scope["path"] not in UNMETERED_PATHS and not (
+            principal.authenticated and UNMETERED_FOR_CALLERS.match(scope["path"]))
+        if metered:
             wait = await self.platform.rate_limiter.acquire(principal.rate_key)
             if wait is not None:
                 err = RateLimited(retry_after=wait)

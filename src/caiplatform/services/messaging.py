@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -18,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from caiplatform.clock import Clock, rfc3339
@@ -93,8 +95,13 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _int_field(body: Mapping[str, Any], key: str, message: str) -> Any:
-    """An optional integer field: `_UNSET` when absent or null, else the int (or 400 with `message`)."""
+# Counts the broker and the database hold as 32-bit integers; larger values are refused, never stored.
+_INT_MAX = 2**31 - 1
+
+
+def _int_field(body: Mapping[str, Any], key: str, message: str, *, stored: str | None = None) -> Any:
+    """An optional integer field: `_UNSET` when absent or null, else the int (or 400 with `message`). A
+    value `stored` (named so in messages) above 2147483647 is 400 `<stored> must be at most 2147483647`."""
     value = body.get(key)
     if value is None:
         return _UNSET
@@ -102,7 +109,14 @@ def _int_field(body: Mapping[str, Any], key: str, message: str) -> Any:
         value = int(value)
     if not _is_int(value):
         raise BadRequest(message)
+    if stored is not None and value > _INT_MAX:
+        raise BadRequest(f"{stored} must be at most {_INT_MAX}")
     return value
+
+
+def _shown(value: Any) -> str:
+    """A refused value as the caller wrote it: a string as is, anything else as its JSON text."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _text_field(body: Mapping[str, Any], key: str) -> Any:
@@ -385,7 +399,9 @@ class TopicService:
             "backlog": (stats.pending + stats.ack_pending) if stats else 0,
             "unacknowledged": stats.ack_pending if stats else 0,
             "delivered": stats.delivered if stats else 0,
-            "consumers": (stats.waiting if stats else 0) + (1 if sub.deliver_mode == "push" else 0),
+            # Readers with a pull waiting at the broker; the push worker is one of them while it pulls, so
+            # a push subscription counts it once, pulling or between two pulls.
+            "consumers": max(stats.waiting if stats else 0, 1 if sub.deliver_mode == "push" else 0),
             "redeliver_rate": round(stats.redelivered / stats.delivered, 4) if stats and stats.delivered else 0.0,
         }
         return state
@@ -425,7 +441,7 @@ class TopicService:
         else:
             value = m.parse_bytes(raw_max)
             if value is None:
-                raise BadRequest(f'max_bytes "{raw_max}" is not a valid quantity')
+                raise BadRequest(f'max_bytes "{_shown(raw_max)}" is not a valid quantity')
             out["max_bytes"] = (raw_max.strip(), value)
         if "max_age" in body and body["max_age"] is not None or defaults:
             raw_age = body.get("max_age")
@@ -434,14 +450,14 @@ class TopicService:
             else:
                 seconds = m.parse_duration(raw_age) if isinstance(raw_age, str) else None
                 if seconds is None:
-                    raise BadRequest(f'max_age "{raw_age}" is not a valid duration')
+                    raise BadRequest(f'max_age "{_shown(raw_age)}" is not a valid duration')
                 out["max_age"] = seconds
         raw_discard = body.get("discard")
         if raw_discard is None or raw_discard == "":
             if defaults:
                 out["discard"] = "old"
         elif raw_discard not in ("old", "new"):
-            raise BadRequest(f'discard must be old or new (got "{raw_discard}")')
+            raise BadRequest(f'discard must be old or new (got "{_shown(raw_discard)}")')
         else:
             out["discard"] = raw_discard
         return out
@@ -494,7 +510,10 @@ class TopicService:
                               {"max_bytes": max_text, "discard": limits["discard"]})
             return row
 
-        row = await self.db.run(insert)
+        try:
+            row = await self.db.run(insert)
+        except IntegrityError:  # a concurrent create of the same name won the insert
+            raise Conflict(m.TOPIC_EXISTS) from None
         topic = _topic_of(row, project)
         created = topic.to_json(await self._topic_state(topic, 0))
         try:
@@ -711,12 +730,12 @@ class TopicService:
             raw_type = body.get("type")
             if raw_type not in (None, ""):
                 if raw_type not in m.SUBSCRIPTION_TYPES:
-                    raise BadRequest(f'{m.TYPE_RULE} (got "{raw_type}")')
+                    raise BadRequest(f'{m.TYPE_RULE} (got "{_shown(raw_type)}")')
                 sub.type = raw_type
             start = body.get("start_from")
             if start not in (None, ""):
                 if start not in ("all", "new"):
-                    raise BadRequest(f'start_from must be all or new (got "{start}")')
+                    raise BadRequest(f'start_from must be all or new (got "{_shown(start)}")')
                 sub.start_from = start
         else:
             for key, current in (("topic", sub.topic), ("type", sub.type), ("start_from", sub.start_from),
@@ -728,12 +747,13 @@ class TopicService:
             if not 1 <= deadline <= 600:
                 raise BadRequest(m.ACK_DEADLINE_RULE)
             sub.ack_deadline_seconds = deadline
-        max_deliver = _int_field(body, "max_deliver", m.MAX_DELIVER_RULE)
+        max_deliver = _int_field(body, "max_deliver", m.MAX_DELIVER_RULE, stored="max_deliver")
         if max_deliver is not _UNSET:
             if max_deliver < 0:
                 raise BadRequest(m.MAX_DELIVER_RULE)
             sub.max_deliver = max_deliver
-        pending = _int_field(body, "max_ack_pending", "max_ack_pending must be a positive integer")
+        pending = _int_field(body, "max_ack_pending", "max_ack_pending must be a positive integer",
+                             stored="max_ack_pending")
         if pending is not _UNSET:
             if pending < 0:
                 raise BadRequest("max_ack_pending must be a positive integer")
@@ -749,14 +769,17 @@ class TopicService:
                 if not isinstance(target, str):
                     raise BadRequest("dead_letter.topic must be a string")
                 if target == "":
+                    # `{topic: ''}` clears the whole block; an `after_attempts` sent beside it still applies.
                     sub.dead_letter_topic = ""
+                    sub.dead_letter_after_attempts = m.DEFAULT_AFTER_ATTEMPTS
                 else:
                     if target == sub.topic:
                         raise BadRequest(m.DEAD_LETTER_SAME_TOPIC)
                     if not await self._dead_letter_exists(project, target):
                         raise BadRequest(f'dead_letter.topic "{target}" does not exist in this project; create it first')
                     sub.dead_letter_topic = target
-            attempts = _int_field(dead, "after_attempts", "dead_letter.after_attempts must be at least 1")
+            attempts = _int_field(dead, "after_attempts", "dead_letter.after_attempts must be at least 1",
+                                  stored="dead_letter.after_attempts")
             if attempts is not _UNSET:
                 if attempts < 1:
                     raise BadRequest("dead_letter.after_attempts must be at least 1")
@@ -772,7 +795,7 @@ class TopicService:
         if mode in (None, ""):
             mode = "pull" if creating else sub.deliver_mode
         if mode not in ("pull", "push"):
-            raise BadRequest(f'deliver.mode must be "pull" or "push" (got "{mode}")')
+            raise BadRequest(f'deliver.mode must be "pull" or "push" (got "{_shown(mode)}")')
         if mode == "pull" and sub.type == "exclusive":
             raise BadRequest("an exclusive subscription cannot be read through the pull API (use push or a direct client)")
         push = deliver.get("push")
@@ -872,7 +895,10 @@ class TopicService:
                               {"type": sub.type, "mode": sub.deliver_mode})
             return row
 
-        row = await self.db.run(insert)
+        try:
+            row = await self.db.run(insert)
+        except IntegrityError:  # a concurrent create of the same name won the insert
+            raise Conflict(m.SUBSCRIPTION_EXISTS) from None
         try:
             await self.broker.create_consumer(consumer_config(sub))
         except BrokerError as exc:

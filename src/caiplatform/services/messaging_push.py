@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 
 
 _HEADER_SAFE = "!#$&'*+-.^_`|~"
-_VALUE_SAFE = " !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~"
+# Printable ASCII but space, `"` and `%`: what the CloudEvents HTTP binding leaves unencoded in a header.
+_VALUE_SAFE = "!#$&'()*+,-./:;<=>?@[\\]^_`{|}~"
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,9 @@ def build_cloudevent(sub: Subscription, delivery: Delivery) -> tuple[dict[str, s
     event = CloudEvent(attributes, data)
     if sub.content_mode == "cloudevents-binary":
         headers, body = to_binary(event)
-        headers = {k.lower(): v for k, v in headers.items()}
+        # The CloudEvents HTTP binding percent-encodes header values beyond printable ASCII (a message
+        # key may be any text); a raw one cannot be sent at all.
+        headers = {k.lower(): quote(v, safe=_VALUE_SAFE) for k, v in headers.items()}
         headers["content-type"] = content_type
         for name, value in delivery.attributes.items():
             # HTTP header names are tokens and values one line: anything else is percent-encoded.

@@ -314,6 +314,12 @@ class ServerlessService:
 
         await self.db.run(run)
 
+    async def _named_workload_exists(self, project: ProjectRef, name: str) -> bool:
+        """An agent or function of the project holds `name`: in the cluster they are services of the same
+        namespace (a trigger targets any of them by name), and they share the public hostname."""
+        finder = getattr(self.triggers, "find_workload", None)
+        return finder is not None and await finder(project.id, name) is not None
+
     def _publish(self, project: ProjectRef, spec: ServiceSpec) -> None:
         host = self.hosts.host_for(spec.name, project.short)
         if not spec.publish.enabled:
@@ -476,6 +482,8 @@ class ServerlessService:
         project = await self.project(principal, project_id)
         name = body_object(body).get("name")
         spec = parse_create(body, revision_name(name, 1) if isinstance(name, str) else "")
+        if await self._named_workload_exists(project, spec.name):
+            raise Conflict(NAME_TAKEN)
         now = self.clock.now()
 
         def insert(session: Session) -> tuple[ServiceRow, ServerlessRevision]:

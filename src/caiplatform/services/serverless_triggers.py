@@ -209,6 +209,8 @@ class TriggerService:
             parsed_source = {"type": "schedule", "schedule": _parse_schedule(source.get("schedule"))}
         else:
             parsed_source = {"type": "pubsub", "pubsub": _parse_pubsub(source.get("pubsub"))}
+        if kind == "agent" and kind_of_source == "schedule":
+            _require_invoke_body(parsed_source["schedule"]["payload"])
         return {"service": service, "path": path}, parsed_source
 
     # ------------------------------------------------------------------------------------ view
@@ -491,14 +493,16 @@ class TriggerService:
             pass  # the same attempt recorded twice
 
     async def _retry_pending(self) -> None:
-        """A pubsub trigger stays pending until its topic and subscription are ready: try again."""
+        """A pubsub trigger stays pending until its topic and subscription are ready: try again. A ready
+        one is checked too (setting up is idempotent): when its topic was deleted it goes back to pending,
+        saying why, and a topic made again gets its subscription again."""
         if self.pubsub is None:
             return
         from caiplatform.db.models import Project
 
         def pending(session: Session) -> list[tuple[ProjectRef, str]]:
             out = []
-            for row in session.scalars(select(TriggerRow).where(TriggerRow.state == "pending")):
+            for row in session.scalars(select(TriggerRow).where(TriggerRow.state.in_(("pending", "ready")))):
                 project = session.get(Project, row.project_id)
                 if row.source.get("type") == "pubsub" and project is not None:
                     out.append((ProjectRef.of(project), row.id))
@@ -702,7 +706,27 @@ def _parse_schedule(raw: Any) -> dict[str, Any]:
     elif not isinstance(payload, str):
         # The document's payload is a JSON string; an object is accepted and sent as its JSON text.
         payload = json.dumps(payload)
+    elif payload:
+        try:
+            json.loads(payload)
+        except ValueError as exc:
+            raise BadRequest(f"{PAYLOAD_RULE}: {exc}") from None
     return {"cron": " ".join(cron.split()), "time_zone": zone, "payload": payload}
+
+
+PAYLOAD_RULE = "source.schedule.payload must be a JSON document (it is sent verbatim as the request body)"
+AGENT_PAYLOAD_RULE = (
+    'source.schedule.payload for an agent is its invoke body: a JSON object with a non-empty "message" '
+    '(and "session_id" to continue one conversation), for example {"message": "hello"}'
+)
+
+
+def _require_invoke_body(payload: str) -> None:
+    """An agent answers only an invoke body; a firing without `message` would fail every time."""
+    body = json.loads(payload) if payload else None
+    message = body.get("message") if isinstance(body, dict) else None
+    if not isinstance(message, str) or not message.strip():
+        raise BadRequest(AGENT_PAYLOAD_RULE)
 
 
 def _parse_objectstore(raw: Any) -> dict[str, Any]:

@@ -11,10 +11,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from caiplatform.domain.serverless import MAX_BODY_BYTES
+from caiplatform.domain.serverless import MAX_BODY_BYTES, SERVICE_VERBS, unknown_verb
 from caiplatform.errors import MethodNotAllowed
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform.validation import resource_segment
 from caiplatform_server.app_deps import platform_of, principal_of
 from caiplatform_server.http import json_body
 
@@ -29,6 +30,10 @@ TRIGGER = TRIGGERS + "/{name}"
 def _page_args(request: Request) -> dict[str, Any]:
     query = request.query_params
     return {"page_size": query.get("page_size", query.get("limit")), "page_token": query.get("page_token")}
+
+
+def _service_name(segment: str) -> str:
+    return resource_segment(segment, SERVICE_VERBS, unknown_verb)
 
 
 # ---------------------------------------------------------------------------------------- services
@@ -51,7 +56,7 @@ async def create_service(project_id: str, request: Request, principal: Principal
 @router.get(SERVICE, summary="Read a service")
 async def get_service(project_id: str, name: str, principal: Principal = Depends(principal_of),
                       platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.serverless.get(principal, project_id, name)
+    return await platform.serverless.get(principal, project_id, _service_name(name))
 
 
 @router.patch(SERVICE, summary="Sparse update; a change to the template makes a new revision")
@@ -59,13 +64,13 @@ async def patch_service(project_id: str, name: str, request: Request, principal:
                         platform: Platform = Depends(platform_of)) -> dict[str, Any]:
     platform.serverless.require_caller(principal)
     body = await json_body(request, MAX_BODY_BYTES, optional=True)
-    return await platform.serverless.patch(principal, project_id, name, body)
+    return await platform.serverless.patch(principal, project_id, _service_name(name), body)
 
 
 @router.delete(SERVICE, status_code=204, summary="Delete a service (project admin)")
 async def delete_service(project_id: str, name: str, principal: Principal = Depends(principal_of),
                          platform: Platform = Depends(platform_of)) -> Response:
-    await platform.serverless.delete(principal, project_id, name)
+    await platform.serverless.delete(principal, project_id, _service_name(name))
     return Response(status_code=204)
 
 
