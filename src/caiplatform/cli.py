@@ -45,10 +45,26 @@ def serve(args: argparse.Namespace) -> int:
     except PlatformError as exc:  # e.g. a bootstrap password under 12 characters: say so, no traceback
         print(f"caiplatform serve: {exc.message}", file=sys.stderr)
         return 2
+    refusal = sandbox_refusal(platform)
+    if refusal:
+        print(f"caiplatform serve: {refusal}", file=sys.stderr)
+        return 2
     app = create_app(platform, apis=args.apis or APIS)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
     uvicorn.Server(config).run()
     return 0
+
+
+def sandbox_refusal(platform: object) -> str | None:
+    """Deployed code runs only in the sandbox, unless the operator opted out (logged, shown in /healthz)."""
+    status = platform.sandbox_status()  # type: ignore[attr-defined]
+    if status["status"] == "off":
+        logging.getLogger("caiplatform").warning(
+            "CAI_LOCAL_SANDBOX=off: deployed code (agents, functions, services, MCP servers, builds) runs "
+            "WITHOUT a sandbox, with this server's rights and files in view")
+    elif status["status"] == "unavailable":
+        return f"refusing to run workloads: {status['detail']}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

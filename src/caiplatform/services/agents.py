@@ -591,14 +591,26 @@ class AgentService:
 
     # == revisions ===================================================================================
 
+    def _session_dir(self, record: AgentRecord) -> Path | None:
+        """The directory of the agent's own session database (one per agent: its sandbox mounts only it)."""
+        if self.settings.redis_url or self.mode == "memory":
+            return None
+        sessions = (Path(self.settings.data_dir) / "sessions").resolve()
+        directory = sessions / f"{record.project.short}-{record.name}"
+        directory.mkdir(parents=True, exist_ok=True)
+        for suffix in ("", "-wal", "-shm"):  # a database of an earlier version sat beside the others
+            earlier = sessions / f"{record.project.short}-{record.name}.sqlite3{suffix}"
+            if earlier.is_file() and not (directory / f"sessions.sqlite3{suffix}").exists():
+                earlier.replace(directory / f"sessions.sqlite3{suffix}")
+        return directory
+
     def _session_store(self, record: AgentRecord) -> str:
         if self.settings.redis_url:
             return self.settings.redis_url
-        if self.mode == "memory":
+        directory = self._session_dir(record)
+        if directory is None:
             return "memory"
-        path = (Path(self.settings.data_dir) / "sessions").resolve() / f"{record.project.short}-{record.name}.sqlite3"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{path}"
+        return f"sqlite:///{directory / 'sessions.sqlite3'}"
 
     def _revision_env(self, record: AgentRecord, secret_values: dict[str, str], workload_key: str | None) -> tuple[dict[str, str], dict[str, str]]:
         env = {k: str(v) for k, v in record.env.items()}
@@ -680,6 +692,7 @@ class AgentService:
                 env=env, secret_env=secret_env, resources=self._resources(record.config),
                 scaling=self._scaling(record.config),
                 timeout_seconds=int(record.config.get("timeout_seconds") or 300),
+                state_dirs=[str(d) for d in [self._session_dir(record)] if d is not None],
                 labels={"cai.dev/agent": record.name, "cai.dev/reason": reason[:60]},
             )
             # A first route counts against the project's services quota: check and apply in one turn

@@ -173,6 +173,8 @@ async def health(platform: Platform) -> tuple[int, dict[str, Any]]:
         body["kubernetes_detail"] = f"the workload runtime is not available: {exc}"
     else:
         body["runtime"] = runtime_name
+        if runtime_name == "local":  # processes run deployed code: say how they are confined
+            body["sandbox"] = platform.sandbox_status()
     if ok:
         try:
             await platform.db.run(lambda s: s.execute(_crd_probe()))
