@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -33,6 +34,7 @@ def serve(args: argparse.Namespace) -> int:
     from caiplatform_server.app import create_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.umask(0o077)  # the server's own files (database, keys, engine state, logs) are owner-only
     settings = Settings()
     updates: dict[str, object] = {}
     if args.data_dir:

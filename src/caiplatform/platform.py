@@ -113,6 +113,7 @@ class Platform:
         settings = settings.model_copy(update={"data_dir": Path(settings.data_dir).resolve()})
         data_dir = Path(settings.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.chmod(0o700)  # keys, the database, engine state: the server's alone
         db = Database(settings.database_url) if settings.database_url else Database.sqlite_file(data_dir / "platform.db")
         mode = "external" if settings.database_url else "embedded"
         platform = cls(settings, db=db, mode=mode, clock=clock)
@@ -300,7 +301,7 @@ class Platform:
         """The sandbox every local workload process and build step runs in (`CAI_LOCAL_SANDBOX`)."""
         from caiplatform.sandbox import shared_sandbox
 
-        return shared_sandbox(self.settings.local_sandbox, self.settings.sandbox_uid)
+        return shared_sandbox(self.settings)
 
     def sandbox_status(self) -> dict[str, object]:
         """`/healthz`: `on`, `off` (the operator's explicit opt-out) or `unavailable` with why; in memory

