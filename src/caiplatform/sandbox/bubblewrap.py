@@ -365,7 +365,7 @@ def shared_sandbox(settings: Settings | None = None) -> Sandbox:
     if settings is None:
         from caiplatform.settings import Settings
 
-        settings = Settings()
+        settings = Settings()  # type: ignore[call-arg]  # (from the environment)
     enabled = (settings.local_sandbox or "on").strip().lower() not in OFF_VALUES
     key = (enabled, settings.sandbox_uid, settings.sandbox_bwrap)
     if key not in _shared:

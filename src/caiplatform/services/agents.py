@@ -57,6 +57,7 @@ from caiplatform.services.agent_directory import EmbedTarget, InvokeTarget
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.service_quota import ServiceQuota, ServiceQuotaExceeded, services_hard
 from caiplatform.settings import Settings
+from caiplatform.turns.browse import workload_internal_token
 from caiplatform.validation import AGENT_NAME, ENV_NAME
 
 log = logging.getLogger(__name__)
@@ -632,7 +633,7 @@ class AgentService:
         if workload_key:
             secret_env["CAI_PROJECT_KEY"] = workload_key
         if self.settings.internal_token:
-            secret_env["CAI_INTERNAL_TOKEN"] = self.settings.internal_token
+            secret_env["CAI_INTERNAL_TOKEN"] = workload_internal_token(self.settings.internal_token, record.workload.key)
         secret_env.update(secret_values)  # a per-agent MODEL_API_KEY overrides the platform default
         # The instance sees secrets as plain environment variables; their names (never values) tell the
         # harness which ones to leave out of `/debug/config`, which lists only non-secret config keys.

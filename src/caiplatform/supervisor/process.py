@@ -405,7 +405,7 @@ class ProcessSupervisor:
             raise ProcessStartError(f"{spec.name}: {exe} is not an executable file")
         mp.log_path.parent.mkdir(parents=True, exist_ok=True)
         mp._ready.clear()
-        argv, pass_fds = [exe, *spec.argv[1:]], ()
+        argv, pass_fds = [exe, *spec.argv[1:]], tuple[int, ...]()
         if spec.sandbox is not None:
             from caiplatform.sandbox import Confinement, SandboxUnavailable
 
