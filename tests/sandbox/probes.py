@@ -183,7 +183,29 @@ function files(dir) {
   return out;
 }
 
+async function forkBomb(limit = 1500) {
+  const { spawn } = require("child_process");
+  const children = [];
+  for (let i = 0; i < limit; i++) {
+    let child;
+    try { child = spawn("sleep", ["20"], { stdio: "ignore" }); } catch (e) { break; }
+    child.on("error", () => {});
+    if (child.pid === undefined) break;
+    children.push(child);
+  }
+  for (const child of children) child.kill("SIGKILL");
+  return children.length;
+}
+
+function memoryHog(mib = 1024) {
+  const blocks = [];
+  for (let i = 0; i < mib; i++) blocks.push(Buffer.alloc(1024 * 1024, 1));
+  return blocks.length;
+}
+
 exports.handle = async (event, context) => {
+  if (event.action === "forks") return { forks: await forkBomb() };
+  if (event.action === "hog") return { mib: memoryHog() };
   const pids = list("/proc").filter((n) => /^\d+$/.test(n));
   const keys = new Set();
   const sources = list(DATA_DIR + "/runtime/workloads").map((n) => DATA_DIR + "/runtime/workloads/" + n)

@@ -161,21 +161,25 @@ def test_other_processes_are_invisible(hostile, kind):
     assert findings["processes"] < 20, findings["processes"]  # its own few, not the machine's
 
 
-def test_a_fork_bomb_is_held_by_the_process_limit(hostile):
-    answer = hostile.invoke("pyprobe", {"action": "forks"})
+@pytest.mark.parametrize("name", ["pyprobe", "nodeprobe"])
+def test_a_fork_bomb_is_held_by_the_process_limit(hostile, name):
+    answer = hostile.invoke(name, {"action": "forks"})
     assert answer.status_code == 200, answer.text
     assert answer.json()["forks"] < 600  # the default limit is 512 processes; the probe tries 1500
 
 
-def test_a_memory_hog_is_stopped_and_reported_as_oomkilled(hostile):
-    hostile.deploy("hog", probes.python_function(*hostile.probe_args("hog")), framework="function",
+@pytest.mark.parametrize("kind", ["python-function", "node-function"])
+def test_a_memory_hog_is_stopped_and_reported_as_oomkilled(hostile, kind):
+    name = f"hog-{kind.split('-')[0]}"
+    files = (probes.python_function if kind == "python-function" else probes.node_function)(*hostile.probe_args(name))
+    hostile.deploy(name, files, framework="function", runtime=kind.split("-")[0].replace("node", "nodejs"),
                    config=json.dumps({"resources": {"limits": {"memory": "128Mi"}}}))
-    assert hostile.settled("hog")["ready"]
-    answer = hostile.invoke("hog", {"action": "hog"})
+    assert hostile.settled(name)["ready"]
+    answer = hostile.invoke(name, {"action": "hog"})
     assert answer.status_code >= 500, answer.text  # the instance died under the request
 
     def revision() -> dict:
-        return hostile.http.get("/v1/agents/hog/revisions").json()["revisions"][0]
+        return hostile.http.get(f"/v1/agents/{name}/revisions").json()["revisions"][0]
 
     reported = poll(revision, lambda r: r["reason"] == "OOMKilled", "the OOM kill was not reported", timeout=30)
     assert "128Mi" in reported["message"]

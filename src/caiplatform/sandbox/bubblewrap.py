@@ -143,6 +143,7 @@ class Sandbox:
     def cgroups(self) -> CgroupFactory:
         if self._cgroups is None:
             self._cgroups = CgroupFactory()
+            self._cgroups.sweep()
         return self._cgroups
 
     # -- availability --------------------------------------------------------------------------------

@@ -183,6 +183,16 @@ class CgroupFactory:
     def available(self) -> bool:
         return self._parents is not None
 
+    def sweep(self) -> None:
+        """Remove the empty cgroups a server that was killed left behind (their processes died with it);
+        a minute old at least, so one another server has just made and not yet entered stays."""
+        for parent in self._parents or []:
+            for directory in parent.glob("cai-*"):
+                with contextlib.suppress(OSError):
+                    old = time.time() - directory.stat().st_mtime > 60
+                    if old and not (directory / "cgroup.procs").read_text().strip():
+                        directory.rmdir()
+
     def create(self, label: str, limits: Limits) -> CgroupSet:
         """A new cgroup with `limits` (raises OSError when the kernel refuses)."""
         assert self._parents is not None

@@ -248,8 +248,10 @@ class LocalProcessRuntime(InstanceRuntime):
         self._finish_log(workload.ref, instance.revision, instance.name, process)
 
     def _instance_alive(self, instance: Instance) -> bool:
+        """Running, and none of its processes was killed for memory (a child such as the Node.js runner may
+        be the one the kernel picks: the whole instance is then stopped, as a container is)."""
         process: _Process = instance.handle
-        return process.process is not None and process.process.running
+        return process.process is not None and process.process.running and not self.supervisor_oom(process)
 
     @staticmethod
     def supervisor_oom(process: _Process) -> bool:
