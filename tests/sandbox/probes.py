@@ -229,3 +229,19 @@ exports.handle = async (event, context) => {
   };
 };
 '''}
+
+
+def npm_build_step(data_dir: str, server_pid: int, outside: str) -> dict[str, str]:
+    """A Node.js function whose package.json has a `preinstall` script: `npm install` (the build step) runs
+    the probe, which reports and fails the build."""
+    files = node_function(data_dir, server_pid, outside)
+    files["probe.js"] = (
+        'require("./index.js").handle({}, {}).then((found) => {\n'
+        f'  console.error({BUILD_MARKER!r} + JSON.stringify(found));\n'
+        "  process.exit(1);\n"
+        "});\n"
+    )
+    files["package.json"] = json.dumps({"name": "probe", "version": "1.0.0", "scripts": {"preinstall": "node probe.js"},
+                                        "dependencies": {"dep": "file:./dep"}})
+    files["dep/package.json"] = json.dumps({"name": "dep", "version": "1.0.0"})
+    return files

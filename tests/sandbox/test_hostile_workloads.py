@@ -1,8 +1,8 @@
 """Issue 26: deployed code must not own the machine. Hostile workloads on one real `caiplatform serve`.
 
-A Python function, a Node.js function, a LangGraph agent, a serverless service's own `command` and a build
-step (a `requirements.txt` package whose build backend runs during `pip install`) each try every escape the
-issue lists; each test checks one escape for every kind. With `CAI_LOCAL_SANDBOX=off` in the environment
+A Python function, a Node.js function, a LangGraph agent, a serverless service's own `command` and two build
+steps (a `requirements.txt` package whose build backend runs during `pip install`, a `preinstall` script run
+by `npm install`) each try every escape the issue lists; each test checks one escape for every kind. With `CAI_LOCAL_SANDBOX=off` in the environment
 the same tests show today's unconfined behaviour (they fail), which is how they were checked against it.
 """
 
@@ -23,7 +23,7 @@ from . import probes
 
 pytestmark = pytest.mark.e2e
 TOKEN = "sandbox-e2e-automation-token"
-KINDS = ("python-function", "node-function", "langgraph", "command", "build")
+KINDS = ("python-function", "node-function", "langgraph", "command", "build", "npm-build")
 
 
 class Hostile:
@@ -71,6 +71,7 @@ def hostile(tmp_path_factory):
                  runtime="nodejs")
         h.deploy("graphprobe", probes.langgraph_agent(*h.probe_args("langgraph")), framework="langgraph")
         h.deploy("buildprobe", probes.build_step(*h.probe_args("build")), framework="function")
+        h.deploy("npmprobe", probes.npm_build_step(*h.probe_args("npm-build")), framework="function", runtime="nodejs")
         for name in ("pyprobe", "nodeprobe", "graphprobe"):
             agent = h.settled(name)
             assert agent["ready"], (name, agent["state"], agent.get("message"))
@@ -85,9 +86,10 @@ def hostile(tmp_path_factory):
         assert graph.status_code == 200, graph.text
         h.findings["langgraph"] = json.loads(graph.json()["output"])
 
-        build = h.settled("buildprobe")
-        assert build["state"] == "failed" and probes.BUILD_MARKER in build["message"], build
-        h.findings["build"] = json.loads(build["message"].split(probes.BUILD_MARKER, 1)[1].splitlines()[0])
+        for kind, name in (("build", "buildprobe"), ("npm-build", "npmprobe")):
+            build = h.settled(name)
+            assert build["state"] == "failed" and probes.BUILD_MARKER in build["message"], build
+            h.findings[kind] = json.loads(build["message"].split(probes.BUILD_MARKER, 1)[1].splitlines()[0])
 
         # A serverless service whose own command runs on the function's image.
         project = next(p for p in h.http.get("/v1/projects").json()["projects"] if p["slug"] == "default")
