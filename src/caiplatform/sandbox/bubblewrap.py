@@ -43,6 +43,8 @@ SYSTEM_DIRS = ("/usr", "/etc", "/opt")
 MERGED_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What libraries read about the machine (CPU count for thread pools); nothing else of /sys.
 SYS_READ_ONLY = ("/sys/devices/system/cpu",)
+# Name resolution and time: where these are links out of /etc (systemd-resolved's /run/...), their targets.
+LINKED_CONFIG = ("/etc/resolv.conf", "/etc/hosts", "/etc/localtime")
 PROBE_TIMEOUT_SECONDS = 20.0
 OFF_VALUES = ("off", "0", "false", "no", "disabled")
 
@@ -308,6 +310,11 @@ class Sandbox:
             self._hidden = _world_unreadable(Path("/etc")) if Path("/etc").is_dir() else []
         for path in self._hidden:
             args += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+        for link in LINKED_CONFIG:
+            target = Path(link).resolve()
+            if Path(link).is_symlink() and target.is_file() and not any(
+                    Path(d) in target.parents for d in SYSTEM_DIRS):
+                args += ["--ro-bind", str(target), str(target)]
         return args + ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
 
     def _view(self, confinement: Confinement) -> list[str]:
