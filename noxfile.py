@@ -14,7 +14,8 @@ ROOT = Path(__file__).parent
 
 def start_engines(session: nox.Session) -> None:
     """Start the machine's PostgreSQL, Redis and NATS when they are not answering, and install the
-    toolchains of functions in other languages when they are missing (idempotent)."""
+    toolchains of functions in other languages and the Chromium of the widget tests when they are
+    missing (idempotent)."""
     for engine in ("postgres", "redis", "nats"):
         script = ROOT / "backends" / engine / "start.sh"
         if script.exists():

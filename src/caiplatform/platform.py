@@ -348,6 +348,9 @@ class Platform:
         # MCP servers: serve every ready server again, resume unfinished builds; stop builds on close.
         self._closers.append(self.mcp.aclose)
         await self.mcp.resume()
+        from caiplatform.startup import announce_engines
+
+        announce_engines(self)
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
@@ -488,7 +491,7 @@ class Platform:
     def _build_vector(self) -> IndexService:
         """A Qdrant server at `CAI_QDRANT_URL`; in memory for `in_memory()`; else the embedded engine in
         `<data-dir>/vectors` (`CAI_VECTOR_ENGINE=qdrant-local`: Qdrant's local mode; docs/decisions/vector.md)."""
-        from caiplatform.services.vector import IndexService
+        from caiplatform.services.vector import IndexService, NotConfigured
 
         if self.settings.qdrant_url:
             engine = self.registry.load("vector", "qdrant")(self.settings.qdrant_url, api_key=self.settings.qdrant_api_key)
@@ -503,9 +506,9 @@ class Platform:
             ok, detail = self.database_health()
             return None if ok else (detail or "the database did not answer")
 
-        async def kubernetes() -> str | None:
-            # One machine: the platform itself reconciles index records into collections (no cluster).
-            return None
+        kubernetes = NotConfigured(
+            "no cluster is configured; the platform itself reconciles index records into collections"
+        )
 
         return IndexService(
             self.db, self.access, self.audit, self.clock, self.pager, engine,

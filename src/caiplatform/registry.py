@@ -48,7 +48,9 @@ _BUILTIN: list[AdapterRef] = [
     AdapterRef("broker", "nats", "caiplatform.adapters.nats.broker:JetStreamBroker", "nats"),
     AdapterRef("vector", "memory", "caiplatform.adapters.memory.vector:InMemoryVectorEngine"),
     AdapterRef("vector", "qdrant", "caiplatform.adapters.qdrant.vector:QdrantVectorEngine", "qdrant"),
-    AdapterRef("vector", "local", "caiplatform.adapters.local.vector:LocalVectorEngine"),
+    AdapterRef("vector", "edge", "caiplatform.adapters.edge.vector:EdgeVectorEngine", "qdrant"),
+    # the former embedded engine's name: its data is imported by the Edge engine on start
+    AdapterRef("vector", "local", "caiplatform.adapters.edge.vector:EdgeVectorEngine", "qdrant"),
     AdapterRef("memorystore", "memory", "caiplatform.adapters.memory.memorystore:InMemoryProvisioner", "redis"),
     AdapterRef("memorystore", "local", "caiplatform.adapters.local.memorystore:LocalValkeyProvisioner", "redis"),
     AdapterRef("builder", "memory", "caiplatform.adapters.memory.builder:InMemoryBuilder"),

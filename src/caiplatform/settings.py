@@ -35,8 +35,9 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, validation_alias=_env("CAI_REDIS_URL"))
     qdrant_url: str | None = Field(None, validation_alias=_env("CAI_QDRANT_URL", "QDRANT_URL"))
     qdrant_api_key: str | None = Field(None, validation_alias=_env("CAI_QDRANT_API_KEY"))
-    # Without a Qdrant URL: `local` (numpy, written ahead to SQLite) or `qdrant-local` (Qdrant's local mode).
-    vector_engine: str = Field("local", validation_alias=_env("CAI_VECTOR_ENGINE"))
+    # Without a Qdrant URL: `edge` (Qdrant Edge in the data dir; `local` is its former name) or
+    # `qdrant-local` (qdrant-client's local mode). docs/decisions/vector.md
+    vector_engine: str = Field("edge", validation_alias=_env("CAI_VECTOR_ENGINE"))
     # The Qdrant server enforces per-project access (JWT RBAC keyed by CAI_QDRANT_API_KEY): mint tokens.
     vector_access_control: bool = Field(False, validation_alias=_env("CAI_VECTOR_ACCESS_CONTROL"))
     bao_addr: str | None = Field(None, validation_alias=_env("CAI_BAO_ADDR", "BAO_ADDR", "VAULT_ADDR"))

@@ -81,6 +81,13 @@ NOTHING_TO_DO = "nothing to do: provide 'set' and/or 'remove'"
 FILE_NOTE = "saved to the stored source; the running agent is unchanged - redeploy (POST /v1/agents/{name}/redeploy) for it to take effect"
 FILES_NOTE = "the stored source of the last deploy plus later edits (latest version only); redeploy to run it"
 REDEPLOY_NOTE = "rebuilding from the stored source; poll GET /v1/agents/{name} until ready"
+DEPLOY_NOTE = "building; poll GET /v1/agents/{name} until ready"
+MODEL_FRAMEWORKS = ("adk", "langgraph", "crewai")
+NO_MODEL_ENDPOINT = (
+    "no model endpoint is configured: set MODEL_BASE_URL (an OpenAI-compatible endpoint, with MODEL_API_KEY "
+    "and MODEL_NAME) on the server, or MODEL_BASE_URL in the agent's env; until then every invoke of this "
+    "agent fails. To try agents without a model account, start the server with `caiplatform serve --scripted-model`"
+)
 SPEC_NOTE = f"live object with managed fields and last-applied annotations removed; values of env vars whose names look sensitive read {REDACTED}"
 METRICS_NOTE = "live counts only; no history is kept"
 HISTORY_NOTE = "persisted log lines, oldest first; retention {retention}"
@@ -405,7 +412,12 @@ class AgentService:
             body["external_url"] = record.external_url
         if record.message:
             body["message"] = record.message
+        elif self._lacks_model_endpoint(record.framework, record.env):
+            body["message"] = NO_MODEL_ENDPOINT  # ready or not, it cannot answer: say so instead of looking fine
         return body
+
+    def _lacks_model_endpoint(self, framework: str, env: dict[str, Any] | None) -> bool:
+        return framework in MODEL_FRAMEWORKS and not self.settings.model_base_url and not (env or {}).get("MODEL_BASE_URL")
 
     # == deploy ======================================================================================
 
@@ -446,7 +458,10 @@ class AgentService:
             principal, record.project.id, record.name, None, framework=record.framework, runtime=record.runtime,
             kind=record.kind, config=None,
         )
-        return {**result, "files": count, "note": REDEPLOY_NOTE.format(name=record.name)}
+        note = REDEPLOY_NOTE.format(name=record.name)
+        if "note" in result:  # the model endpoint is missing: the redeploy says so too
+            note += "; " + NO_MODEL_ENDPOINT
+        return {**result, "files": count, "note": note}
 
     def _cloud_credential_check(self, project: Project) -> None:
         settings = project.settings or {}
@@ -520,14 +535,17 @@ class AgentService:
             session.add(AgentBuild(id=build_id, agent_id=agent.id, started_at=now))
             action = "agent.redeploy" if redeploy or files is None else "agent.deploy"
             self.audit.record(session, proj.id, principal, action, name, {"build_id": build_id, "framework": framework})
-            return agent.id, redeploy
+            return agent.id, dict(agent.env or {})
 
         try:
-            agent_id, _ = await self.db.run(claim)
+            agent_id, env = await self.db.run(claim)
         except IntegrityError:  # a concurrent first deploy of the same name won the insert
             raise Conflict(build_in_progress(name)) from None
         self._spawn(agent_id, self._build_and_roll(agent_id, build_id, principal))
-        return {"agent": name, "build_id": build_id}
+        result = {"agent": name, "build_id": build_id}
+        if self._lacks_model_endpoint(framework, env):
+            result["note"] = DEPLOY_NOTE.format(name=name) + "; " + NO_MODEL_ENDPOINT
+        return result
 
     def _replace_files_sync(self, session: Session, agent_id: str, files: dict[str, bytes], now: datetime) -> None:
         session.execute(delete(AgentFile).where(AgentFile.agent_id == agent_id))

@@ -268,7 +268,8 @@ class AuthService:
             session.flush()
             session.add(OrgMember(org_id=org.id, user_id=user.id, role="admin", created_at=now))
             self.audit.record(session, None, None, "user.create", email, {"role": "admin", "bootstrap": True})
-            log.info("created the bootstrap platform admin %s", email)
+            # Said at start-up even when quiet (`caiplatform.startup`): the one account a newcomer signs in with.
+            logging.getLogger("caiplatform.startup").info("created the bootstrap platform admin %s", email)
 
         self.db.run_sync(run)
 

@@ -775,8 +775,8 @@ class ProjectService:
             pct = int(used_value * 100 / hard_value) if hard_value > 0 else 0
             used_text = format_quantity(resource, used_value)
             hard_text = str(hard[resource])
-            label = QUOTA_LABELS.get(resource, resource)
-            display = f"{label}: {used_text} / {hard_text}" if hard_value > 0 else f"{label}: {used_text} (unlimited)"
+            # Document 2: `display` is the resource's label; the numbers stay in used, hard and used_pct.
+            display = QUOTA_LABELS.get(resource, resource)
             quotas.append(QuotaEntry(resource=resource, used=used_text, hard=hard_text, used_pct=pct, display=display).body())
         note = "live from enforcement; read-only" if self.usage else "usage is not reported by this platform's workload runtime, so used reads 0"
         return {"project": project.slug, "namespace": project.namespace, "quotas": quotas, "note": note}

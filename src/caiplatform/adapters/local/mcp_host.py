@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 import caiplatform
-from caiplatform.mcp.source import check_tool_source, image_digest, write_source_tree
+from caiplatform.mcp.source import HELPER_HINT, check_tool_source, image_digest, write_source_tree
 from caiplatform.ports.mcp_host import (
     McpBuild,
     McpBuildError,
@@ -167,7 +167,10 @@ class LocalMcpHost(McpHost):
             await asyncio.to_thread(launch.close)
         if proc.returncode != 0:
             lines = stderr.decode("utf-8", "replace").strip().splitlines()
-            raise McpBuildError("the tools do not load: " + (lines[-1] if lines else f"exit code {proc.returncode}"))
+            reason = lines[-1] if lines else f"exit code {proc.returncode}"
+            if reason.startswith("ModuleNotFoundError"):
+                reason += f" ({HELPER_HINT})"
+            raise McpBuildError("the tools do not load: " + reason)
 
     # -- serving --------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ against one adapter.
 from __future__ import annotations
 
 import secrets
+import sys
 import time
 import uuid
 
@@ -123,8 +124,17 @@ async def test_create_starts_provisioning_then_ready(provisioner):
     assert created.spec == s
     inst = await wait_ready(provisioner, s)
     assert inst.state is State.READY and inst.ready
-    assert inst.host in ("127.0.0.1", "localhost") or inst.host
-    assert inst.port > 0 and inst.port != 6379
+    # Document 3: `connection` is `host` and port 6379. On one machine each instance has its own
+    # loopback address (never 127.0.0.1, where the machine's own Redis may listen); only a system that
+    # cannot bind another loopback address falls back to 127.0.0.1 and a free port, and says so.
+    if inst.note:
+        assert sys.platform != "linux", "on Linux the whole 127.0.0.0/8 range is local: no fallback"
+        assert inst.host == "127.0.0.1" and inst.port != 6379 and "6379" in inst.note
+    else:
+        assert inst.port == 6379 and inst.host.startswith("127.") and inst.host != "127.0.0.1"
+        assert inst.to_json()["connection"] == {
+            "host": inst.host, "port": 6379, "username": "default", "credential_secret": s.credential_secret,
+        }
     kinds = [c.type for c in inst.conditions()]
     assert kinds == ["CredentialReady", "ServiceReady", "WorkloadReady", "Ready"]
     assert all(c.status == "True" for c in inst.conditions())
