@@ -42,8 +42,20 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", "src")
 
 
+@nox.session(name="bench")
+def bench(session: nox.Session) -> None:
+    """The hot paths against their baselines, measured in the same run; writes the table of
+    docs/performance.md. `nox -s bench -- --quick` stays under about two minutes."""
+    session.install("-e", ".[all,agents,dev]")
+    start_engines(session)
+    session.run("python", str(ROOT / "benchmarks" / "run.py"), *session.posargs)
+
+
 @nox.session
 def benchmarks(session: nox.Session) -> None:
-    session.install("-e", ".[all,dev]")
-    for bench in sorted((ROOT / "benchmarks").glob("*_bench.py")):
-        session.run("python", str(bench))
+    """Every benchmark of benchmarks/, the table's and the others (deploy, serverless, memory stores)."""
+    session.install("-e", ".[all,agents,dev]")
+    start_engines(session)
+    session.run("python", str(ROOT / "benchmarks" / "run.py"), *session.posargs)
+    for name in ("agents", "memorystore", "serverless"):
+        session.run("python", str(ROOT / "benchmarks" / f"{name}_bench.py"))

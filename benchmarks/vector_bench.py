@@ -113,7 +113,7 @@ async def main() -> None:
         await platform.start()
         try:
             signed_in = await platform.auth.login(ADMIN_EMAIL, ADMIN_PASSWORD, client_ip=None)
-            admin: Principal = platform.auth.authenticate(signed_in.token)
+            admin: Principal = await platform.auth.authenticate(signed_in.token)
             project_id = await platform.db.run(
                 lambda s: s.scalar(select(Project.id).where(Project.slug == "default")))
             lib, http_index = "bench-lib", "bench-http"

@@ -50,6 +50,7 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
     from caiplatform.platform import Platform
     from caiplatform.settings import Settings
     from caiplatform.startup import startup_log
+    from caiplatform_server import serving
     from caiplatform_server.app import create_app
 
     os.umask(0o077)  # the server's own files (database, keys, engine state, logs) are owner-only
@@ -75,7 +76,7 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
         return 2
     apis = args.apis or APIS
     app = create_app(platform, apis=apis)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
+    config = serving.uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level)
 
     class AnnouncingServer(uvicorn.Server):
         async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]

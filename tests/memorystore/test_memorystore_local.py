@@ -212,7 +212,7 @@ async def test_the_platform_restarts_the_instance_after_a_rotation(tmp_path):
         platform.db, platform.access, platform.audit, platform.clock, platform.pager, provisioner,
         rotation_restart_delay=0.2,
     )
-    admin = platform.auth.authenticate((await platform.auth.login(ADMIN_EMAIL, ADMIN_PASSWORD, None)).token)
+    admin = await platform.auth.authenticate((await platform.auth.login(ADMIN_EMAIL, ADMIN_PASSWORD, None)).token)
     from sqlalchemy import select
 
     from caiplatform.db.models import Project

@@ -41,6 +41,7 @@ from caiplatform.services.access import Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.purge import remove_each
 from caiplatform.validation import MCP_SERVER_NAME, MCP_TOOL_NAME
+from caiplatform.worklocks import LocalWorkLocks
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +169,8 @@ class McpServerService:
         # label)`, one live key per label (`mcp:<server id>`), so a rollout replaces the previous key.
         self.workload_keys = workload_keys
         self._tasks: set[asyncio.Task[None]] = set()
+        # Replaced by the platform with locks in its database (several replicas).
+        self.locks: Any = LocalWorkLocks()
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -379,9 +382,20 @@ class McpServerService:
     # -- builds ---------------------------------------------------------------------------------
 
     def _start_build(self, project: ProjectRef, name: str, version: int) -> None:
-        task = asyncio.get_running_loop().create_task(self._build(project, name, version))
+        task = asyncio.get_running_loop().create_task(self._build_once(project, name, version))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _build_once(self, project: ProjectRef, name: str, version: int) -> None:
+        """The build under its work lock: a replica resuming unfinished builds at its start leaves alone
+        the ones another live replica is running."""
+        lock = f"mcp-build:{project.id}:{name}:{version}"
+        if not await self.locks.try_acquire(lock):
+            return
+        try:
+            await self._build(project, name, version)
+        finally:
+            await self.locks.release(lock)
 
     async def aclose(self) -> None:
         """Cancel the builds under way (they resume at the next start) and let the host stop its servers."""

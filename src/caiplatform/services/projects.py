@@ -62,9 +62,9 @@ UsageFn = Callable[[str], Awaitable[dict[str, int]]]
 class SignInGuard(Protocol):
     """The sign-in throttle (`AuthService`): invitation accept is limited like login."""
 
-    def throttle_sign_in(self, client_ip: str | None, email: str | None) -> None: ...
+    async def throttle_sign_in(self, client_ip: str | None, email: str | None) -> None: ...
 
-    def record_failed_sign_in(self, client_ip: str | None, email: str | None) -> None: ...
+    async def record_failed_sign_in(self, client_ip: str | None, email: str | None) -> None: ...
 
 
 def parse_role(raw: Any, default: str | None = None) -> str:
@@ -714,12 +714,12 @@ class ProjectService:
 
     async def accept_invitation(self, body: dict[str, Any], client_ip: str | None = None) -> dict[str, Any]:
         if self.sign_in_guard is not None:
-            self.sign_in_guard.throttle_sign_in(client_ip, None)
+            await self.sign_in_guard.throttle_sign_in(client_ip, None)
         try:
             return await self._accept(body)
         except (NotFound, Gone):
             if self.sign_in_guard is not None:
-                self.sign_in_guard.record_failed_sign_in(client_ip, None)
+                await self.sign_in_guard.record_failed_sign_in(client_ip, None)
             raise
 
     async def _accept(self, body: dict[str, Any]) -> dict[str, Any]:

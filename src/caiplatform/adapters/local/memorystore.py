@@ -371,18 +371,10 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
 
     async def info(self, project_id: str, name: str) -> str:
         await self._ensure_started()
-        import redis.asyncio as aioredis
+        from caiplatform.adapters.redis.info import read_info
 
         inst = self._get(project_id, name)
-        password = str(self._credentials(inst)["password"])  # the one in force
-        client = aioredis.Redis(host=inst.host, port=inst.port, password=password, protocol=2,
-                                socket_connect_timeout=2, socket_timeout=2)
-        client.set_response_callback("INFO", lambda response, **_: response)
-        try:
-            raw = await client.execute_command("INFO", "everything")
-        finally:
-            await client.aclose()
-        return raw.decode() if isinstance(raw, bytes) else str(raw)
+        return await read_info(inst.host, inst.port, str(self._credentials(inst)["password"]))  # the one in force
 
     async def health(self) -> dict[str, ProvisionerHealth]:
         try:
