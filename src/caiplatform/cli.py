@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
     from caiplatform_server import serving
     from caiplatform_server.app import create_app
 
+    os.umask(0o077)  # the server's own files (database, keys, engine state, logs) are owner-only
     settings = Settings()
     updates: dict[str, object] = {}
     if args.data_dir:
@@ -68,6 +70,10 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
     except PlatformError as exc:  # e.g. a bootstrap password under 12 characters: say so, no traceback
         print(f"caiplatform serve: {exc.message}", file=sys.stderr)
         return 2
+    refusal = sandbox_refusal(platform)
+    if refusal:
+        print(f"caiplatform serve: {refusal}", file=sys.stderr)
+        return 2
     apis = args.apis or APIS
     app = create_app(platform, apis=apis)
     config = serving.uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level)
@@ -80,6 +86,22 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
 
     AnnouncingServer(config).run()
     return 0
+
+
+def sandbox_refusal(platform: object) -> str | None:
+    """Deployed code runs only in the sandbox, unless the operator opted out (logged, shown in /healthz)."""
+    from caiplatform.startup import startup_log
+
+    status = platform.sandbox_status()  # type: ignore[attr-defined]
+    if status["status"] == "off":
+        startup_log.warning(
+            "CAI_LOCAL_SANDBOX=off: deployed code (agents, functions, services, MCP servers, builds) runs "
+            "WITHOUT a sandbox, with this server's rights and files in view")
+    elif status["status"] == "unavailable":
+        return f"refusing to run workloads: {status['detail']}"
+    elif status["status"] == "on":
+        startup_log.info("sandbox: deployed code runs confined (%s)", status["detail"])
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -114,6 +114,7 @@ class Platform:
         settings = settings.model_copy(update={"data_dir": Path(settings.data_dir).resolve()})
         data_dir = Path(settings.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.chmod(0o700)  # keys, the database, engine state: the server's alone
         db = Database(settings.database_url) if settings.database_url else Database.sqlite_file(data_dir / "platform.db")
         mode = "external" if settings.database_url else "embedded"
         platform = cls(settings, db=db, mode=mode, clock=clock)
@@ -187,7 +188,8 @@ class Platform:
             mcp_host = self.registry.load("mcp_host", "memory")(self.settings.registry_host)
         else:
             mcp_host = self.registry.load("mcp_host", "local")(
-                self.data_dir, supervisor=self.supervisor, registry_host=self.settings.registry_host, hosts=self.hosts
+                self.data_dir, supervisor=self.supervisor, registry_host=self.settings.registry_host, hosts=self.hosts,
+                sandbox=self.sandbox,
             )
         self.mcp = McpServerService(
             self.db, self.access, self.audit, self.clock, self.pager, mcp_host, api_url=self.settings.base_url or "",
@@ -322,6 +324,22 @@ class Platform:
     @property
     def data_dir(self) -> Path:
         return Path(self.settings.data_dir)
+
+    # -- the sandbox of deployed code (docs/sandbox.md) ------------------------------------------
+
+    @cached_property
+    def sandbox(self) -> Any:
+        """The sandbox every local workload process and build step runs in (`CAI_LOCAL_SANDBOX`)."""
+        from caiplatform.sandbox import shared_sandbox
+
+        return shared_sandbox(self.settings)
+
+    def sandbox_status(self) -> dict[str, object]:
+        """`/healthz`: `on`, `off` (the operator's explicit opt-out) or `unavailable` with why; in memory
+        no deployed code runs in a process."""
+        if self.mode == "memory":
+            return {"status": "not used", "detail": "the in-memory runtime runs no processes"}
+        return dict(self.sandbox.describe())
 
     def supervisor(self) -> Any:
         """The one process supervisor of this platform (engines and workloads), created on first use.
@@ -505,7 +523,8 @@ class Platform:
                 settings=self.cluster_settings(), registry_host=self.settings.registry_host,
                 context_dir=self.settings.build_context_dir, context_claim=self.settings.build_context_claim)
         else:
-            builder = self.registry.load("builder", "local")(self.data_dir, registry_host=self.settings.registry_host)
+            builder = self.registry.load("builder", "local")(
+                self.data_dir, registry_host=self.settings.registry_host, sandbox=self.sandbox)
         self._closers.append(builder.close)
         return builder
 
@@ -523,7 +542,8 @@ class Platform:
         elif self.on_cluster:
             runtime = self.registry.load("runtime", "kubernetes")(settings=self.cluster_settings(), images=self.builder.resolve)
         else:
-            runtime = self.registry.load("runtime", "local")(self.data_dir, supervisor=self.supervisor(), **common)
+            runtime = self.registry.load("runtime", "local")(
+                self.data_dir, supervisor=self.supervisor(), sandbox=self.sandbox, **common)
         self._closers.append(runtime.close)  # after the supervisor's, so it runs before it on aclose()
         return runtime
 

