@@ -33,7 +33,9 @@ RUNNER = Path(__file__).with_name("runner.py")
 READY_SECONDS = 30.0  # a sandbox that does not say `ready` by then is discarded
 GRACE_SECONDS = 10.0  # past timeout_s, the platform kills the whole sandbox itself
 RETRY_SECONDS = 1.0
-SANDBOX_WORK = "/tmp/work"  # inside the sandbox: its private /tmp
+SANDBOX_WORK = "/tmp/work"
+# The runner's one-line answer: both capped streams and the capped files, base64 and JSON-escaped.
+ANSWER_LIMIT = 64 * 1024 * 1024  # inside the sandbox: its private /tmp
 
 
 @dataclass
@@ -58,7 +60,7 @@ class WarmSandbox:
             await self.process.stdin.drain()
             self.process.stdin.close()
             line = await asyncio.wait_for(self.process.stdout.readline(), deadline)
-        except (TimeoutError, BrokenPipeError, ConnectionResetError):
+        except (TimeoutError, BrokenPipeError, ConnectionResetError, ValueError):
             line = b""
         answer = None
         with contextlib.suppress(ValueError):
@@ -171,7 +173,8 @@ class WarmPool:
         env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
         process = await asyncio.create_subprocess_exec(
             *launch.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, pass_fds=launch.pass_fds, env=env, start_new_session=True)
+            stderr=asyncio.subprocess.PIPE, pass_fds=launch.pass_fds, env=env, start_new_session=True,
+            limit=ANSWER_LIMIT)
         sandbox = WarmSandbox(ident, process, launch, scratch=scratch)
         assert process.stdout is not None
         try:
