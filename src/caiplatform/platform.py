@@ -326,6 +326,14 @@ class Platform:
         self._closers.append(pool.close)
         return CodeSandboxService(pool, CODE)
 
+    @cached_property
+    def tool_sandbox(self) -> Any:
+        """Sandboxed tool calls of agents with `TOOL_SANDBOX` set (docs/codesandbox.md): a fresh sandbox per
+        call, with the agent's image."""
+        from caiplatform.codesandbox.tool_calls import ToolCallService
+
+        return ToolCallService(self.db, self.sandbox, self.builder.resolve)
+
     def supervisor(self) -> Any:
         """The one process supervisor of this platform (engines and workloads), created on first use.
 

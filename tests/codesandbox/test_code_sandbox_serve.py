@@ -42,13 +42,34 @@ def handle(event, context):
     headers = {"Content-Type": "application/json"}
     if event.get("auth", True):
         headers["Authorization"] = "Bearer " + os.environ["CAI_PROJECT_KEY"]
-    request = urllib.request.Request(url + "/execute", data=json.dumps(body).encode(), headers=headers, method="POST")
+    request = urllib.request.Request(url + "/" + event.get("route", "execute"), data=json.dumps(body).encode(), headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return {"status": response.status, "body": json.loads(response.read())}
     except urllib.error.HTTPError as error:
         return {"status": error.code, "body": json.loads(error.read())}
 '''}
+
+
+# An agent whose own tool says where it runs: with TOOL_SANDBOX set, not in the agent's process (which holds
+# its workload key) but in a sandbox of the tool-call limits.
+TOOLIE = {
+    "tools.py": '''
+import os
+
+def where(city: str) -> str:
+    """Where this tool runs."""
+    inside = "agent process" if "CAI_PROJECT_KEY" in os.environ else "tool sandbox"
+    return f"{city} from the {inside}, CHOICE={os.environ.get('CHOICE')}"
+''',
+    "graph.py": '''
+from langgraph.prebuilt import create_react_agent
+from caiplatform.turns.models import chat_model
+from tools import where
+
+graph = create_react_agent(chat_model(), [where])
+''',
+}
 
 
 class Server:
@@ -60,13 +81,17 @@ class Server:
         self.base = self.server.base_url
         self.http = httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
         for name, framework, code in (("coder", "langgraph", example_tarball("langgraph-code")),
-                                      ("caller", "function", tarball(CALLER))):
+                                      ("caller", "function", tarball(CALLER)), ("toolie", "langgraph", tarball(TOOLIE))):
             response = self.http.post("/v1/agents", params={"project": "default"},
                                       data={"name": name, "framework": framework},
                                       files={"code": ("code.tar.gz", code, "application/gzip")})
             assert response.status_code == 202, response.text
         self.caller = wait_ready(self.http, "caller")
         self.coder = wait_ready(self.http, "coder")
+        wait_ready(self.http, "toolie")
+        patched = self.http.patch("/v1/agents/toolie/env", json={"set": {"TOOL_SANDBOX": "1", "CHOICE": "blue"}})
+        assert patched.status_code == 200, patched.text
+        assert wait_ready(self.http, "toolie")["latest_revision"] == "toolie-00002"
 
     def run(self, body: dict, **event) -> tuple[int, dict]:
         """What the sandbox answered the `caller` function."""
@@ -103,6 +128,20 @@ def test_the_model_calls_the_code_tool_and_gets_the_output(server, model):
     results = [e for e in body["events"] for p in e["content"]["parts"] if "function_response" in p]
     response = results[0]["content"]["parts"][0]["function_response"]["response"]
     assert response["exit_code"] == 0 and response["stdout"] == "2432902008176640000\n", response
+
+
+def test_with_tool_sandbox_set_the_agents_own_tool_runs_in_a_sandbox(server, model):
+    model.set_script([tool_step("where", city="Paris"), Step(content="done")])
+    answer = httpx.post(f"{server.base}/v1/agents/toolie/invoke", json={"message": "where?"}, timeout=120)
+    assert answer.status_code == 200, answer.text
+    results = [p["function_response"]["response"] for e in answer.json()["events"] for p in e["content"]["parts"]
+               if "function_response" in p]
+    assert results == [{"result": "Paris from the tool sandbox, CHOICE=blue"}], results
+
+
+def test_a_tool_call_out_of_range_timeout_is_400(server):
+    status, body = server.run({"module_path": "main.py", "function": "handle", "timeout_s": 121}, route="tool-calls")
+    assert (status, body["error"]) == (400, "timeout_s must be between 1 and 120")
 
 
 def test_a_snippet_answers_output_files_and_languages(server):

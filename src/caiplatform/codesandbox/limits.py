@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from caiplatform.errors import BadRequest
 
 MiB = 1024 * 1024
 
@@ -26,6 +29,15 @@ class SandboxLimits:
     @property
     def timeout_message(self) -> str:
         return f"timeout_s must be between {self.timeout_min} and {self.timeout_max}"
+
+    def check_timeout(self, value: Any) -> int:
+        """`timeout_s` as given (an integer within bounds), the default when absent; else the 400."""
+        if value is None:
+            return self.timeout_default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value \
+                or not self.timeout_min <= int(value) <= self.timeout_max:
+            raise BadRequest(self.timeout_message)
+        return int(value)
 
 
 # Code sandbox execution: timeout_s default 20, 1..60; warm pool of 3; 1 CPU, 512 MiB; 30 s wait.

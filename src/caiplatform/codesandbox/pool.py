@@ -162,29 +162,9 @@ class WarmPool:
     async def _start_one(self) -> WarmSandbox:
         ident = f"{self.name}-{os.getpid()}-{next(self._ids)}"
         scratch = None if self.sandbox.enabled else tempfile.mkdtemp(prefix=f"cai-{ident}-")
-        work = scratch or SANDBOX_WORK
-        confinement = Confinement(
-            limits=Limits(memory_bytes=memory_bytes(self.limits.memory), cpu_millis=cpu_millis(self.limits.cpu),
-                          pids=self.limits.pids),
-            label=ident, network=self.network,
-        )
-        launch = await asyncio.to_thread(self.sandbox.wrap, [sys.executable, "-I", str(RUNNER), work], confinement,
-                                         cwd=Path("/tmp"))
-        env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
-        process = await asyncio.create_subprocess_exec(
-            *launch.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, pass_fds=launch.pass_fds, env=env, start_new_session=True,
-            limit=ANSWER_LIMIT)
-        sandbox = WarmSandbox(ident, process, launch, scratch=scratch)
-        assert process.stdout is not None
-        try:
-            line = await asyncio.wait_for(process.stdout.readline(), READY_SECONDS)
-        except TimeoutError:
-            line = b""
-        if line.strip() != b"ready":
-            why = await sandbox._own_stderr() if process.returncode is not None else "it did not answer"
-            await sandbox.discard()
-            raise RuntimeError(f"sandbox {ident} did not start: {why.strip() or 'no output'}")
+        confinement = Confinement(limits=sandbox_limits(self.limits), label=ident, network=self.network)
+        sandbox = await start_sandbox(self.sandbox, [sys.executable, "-I", str(RUNNER), scratch or SANDBOX_WORK],
+                                      confinement, ident, READY_SECONDS, scratch=scratch)
         log.debug("%s sandbox pool: %s is warm", self.name, ident)
         return sandbox
 
@@ -212,3 +192,30 @@ class WarmPool:
             self._busy -= 1
             self._served += 1
             self._changed.set()
+
+
+def sandbox_limits(limits: SandboxLimits) -> Limits:
+    return Limits(memory_bytes=memory_bytes(limits.memory), cpu_millis=cpu_millis(limits.cpu), pids=limits.pids)
+
+
+async def start_sandbox(sandbox: Sandbox, argv: list[str], confinement: Confinement, ident: str, ready_seconds: float,
+                        *, scratch: str | None = None, env: dict[str, str] | None = None,
+                        answer_limit: int = ANSWER_LIMIT) -> WarmSandbox:
+    """Start `argv` (a runner speaking the `ready` / one JSON line protocol) confined; wait until it is ready."""
+    launch = await asyncio.to_thread(sandbox.wrap, argv, confinement, cwd=Path("/tmp"))
+    base = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
+    process = await asyncio.create_subprocess_exec(
+        *launch.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, pass_fds=launch.pass_fds, env={**base, **(env or {})},
+        start_new_session=True, limit=answer_limit)
+    started = WarmSandbox(ident, process, launch, scratch=scratch)
+    assert process.stdout is not None
+    try:
+        line = await asyncio.wait_for(process.stdout.readline(), ready_seconds)
+    except (TimeoutError, ValueError):
+        line = b""
+    if line.strip() != b"ready":
+        why = await started._own_stderr() if process.returncode is not None else "it did not answer"
+        await started.discard()
+        raise RuntimeError(f"sandbox {ident} did not start: {why.strip() or 'no output'}")
+    return started

@@ -69,15 +69,6 @@ class CodeSandboxService:
 
     # -- input -------------------------------------------------------------------------------------
 
-    def timeout(self, value: Any) -> int:
-        if value is None:
-            return self.limits.timeout_default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-            raise BadRequest(self.limits.timeout_message)
-        if not self.limits.timeout_min <= int(value) <= self.limits.timeout_max:
-            raise BadRequest(self.limits.timeout_message)
-        return int(value)
-
     def _language(self, value: Any) -> str:
         language = "python" if value is None else value
         if language not in self.languages:
@@ -117,7 +108,7 @@ class CodeSandboxService:
         code = body.get("code")
         if not isinstance(code, str) or not code.strip():
             raise BadRequest("code is required")
-        timeout_s = self.timeout(body.get("timeout_s"))
+        timeout_s = self.limits.check_timeout(body.get("timeout_s"))
         language = self._language(body.get("language"))
         files = self._files(body.get("files"))
         snippet = f"{SNIPPET_DIR}/snippet.{EXTENSIONS[language]}"

@@ -40,7 +40,7 @@ from caiplatform.pagination import Pager
 from caiplatform.ports.builder import FUNCTION_FRAMEWORKS
 from caiplatform.ports.sessions import SessionStore
 from caiplatform.services import invoke_ids
-from caiplatform.turns import Conversation, TurnError, TurnRunner, debug_config, load_runner
+from caiplatform.turns import Conversation, TurnError, TurnRunner, debug_config, load_runner, tool_sandbox
 from caiplatform.turns.browse import INTERNAL_HEADER, SessionBrowser, check_internal
 from caiplatform.turns.models import agent_env
 from caiplatform_server.http import read_body
@@ -137,7 +137,10 @@ class Harness:
     # -- loading ---------------------------------------------------------------------------------
     def _load_python(self) -> TurnRunner:
         with agent_env(self.env):
-            return load_runner(self.framework, self.code_dir, agent=self.agent, sessions=self.store)
+            runner = load_runner(self.framework, self.code_dir, agent=self.agent, sessions=self.store)
+            if tool_sandbox.enabled(self.env):  # the agent's own tools run in the tool sandbox
+                tool_sandbox.sandbox_tools(runner, self.code_dir)
+            return runner
 
     async def load(self) -> None:
         """Import the entry file once (raises with the reason when it cannot)."""
