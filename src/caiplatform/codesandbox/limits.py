@@ -24,6 +24,7 @@ class SandboxLimits:
     files_cap: int = 4 * MiB  # output files, together
     max_files: int = 100
     pids: int = 256
+    response_bytes: int = 8 * MiB  # a tool call's answer, larger is refused
     timeout_min: int = 1
 
     @property
@@ -45,6 +46,6 @@ CODE = SandboxLimits(timeout_default=20, timeout_max=60, cpu="1", memory="512Mi"
                      body_bytes=8 * MiB)
 # Sandboxed tool call: timeout_s default 30, 1..120; body 1 MiB; response 8 MiB; readiness wait 110 s; 2 CPU 1 GiB.
 TOOL = SandboxLimits(timeout_default=30, timeout_max=120, cpu="2", memory="1Gi", pool_size=3, wait_seconds=110.0,
-                     body_bytes=1 * MiB, stdout_cap=8 * MiB)
+                     body_bytes=1 * MiB)
 
 NO_WARM_SANDBOX = "no warm sandbox pod available, try again shortly"

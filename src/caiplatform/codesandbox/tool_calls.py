@@ -80,7 +80,7 @@ class ToolCallService:
         begun = time.monotonic()
         try:
             started = await start_sandbox(self.sandbox, [python, str(TOOL_RUNNER), code_dir], confinement, ident,
-                                          self.limits.wait_seconds, env=env, answer_limit=self.limits.stdout_cap + MiB)
+                                          self.limits.wait_seconds, env=env, answer_limit=self.limits.response_bytes)
         except RuntimeError as exc:
             raise Unavailable(f"the tool sandbox did not become ready: {exc}") from None
         ready = time.monotonic()
@@ -97,7 +97,7 @@ class ToolCallService:
         elif outcome.answer is None and duration >= timeout_s:
             answer.update(killed="timeout", message=f"the tool call was killed: it ran longer than timeout_s ({timeout_s} s)")
         elif outcome.answer is None:
-            answer["message"] = (f"the tool call returned no answer (larger than {self.limits.stdout_cap // MiB} MiB, "
+            answer["message"] = (f"the tool call returned no answer (its answer is capped at {self.limits.response_bytes // MiB} MiB, "
                                  f"or the sandbox died): {outcome.stderr.strip()[-500:]}")
         else:
             answer.update(outcome.answer)
