@@ -174,23 +174,28 @@ class WarmPool:
         """A warm sandbox and how long the caller waited for it (seconds); 503 past the wait."""
         self.start()
         begun = time.monotonic()
-        try:
-            sandbox = await asyncio.wait_for(self._ready.get(), self.wait_seconds)
-        except TimeoutError:
-            self._refused += 1
-            log.warning("%s sandbox pool: no warm sandbox within %.0f s (%s)", self.name, self.wait_seconds,
-                        self.describe())
-            raise Unavailable(NO_WARM_SANDBOX) from None
-        self._busy += 1
-        return sandbox, time.monotonic() - begun
+        while True:
+            try:
+                sandbox = await asyncio.wait_for(self._ready.get(), self.wait_seconds - (time.monotonic() - begun))
+            except TimeoutError:
+                self._refused += 1
+                log.warning("%s sandbox pool: no warm sandbox within %.0f s (%s)", self.name, self.wait_seconds,
+                            self.describe())
+                raise Unavailable(NO_WARM_SANDBOX) from None
+            self._busy += 1
+            if sandbox.process.returncode is None:
+                return sandbox, time.monotonic() - begun
+            log.warning("%s sandbox pool: %s died while warm (exit %s); replaced", self.name, sandbox.id,
+                        sandbox.process.returncode)
+            await self.release(sandbox, ran=False)
 
-    async def release(self, sandbox: WarmSandbox) -> None:
+    async def release(self, sandbox: WarmSandbox, *, ran: bool = True) -> None:
         """Discard a sandbox that ran its snippet; a fresh one takes its place."""
         try:
             await sandbox.discard()
         finally:
             self._busy -= 1
-            self._served += 1
+            self._served += int(ran)
             self._changed.set()
 
 
