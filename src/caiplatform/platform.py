@@ -362,6 +362,8 @@ class Platform:
         await self.runtime.start()
         await self.agents.start()
         self._closers.append(self.agents.close)
+        if self.mode != "memory" and self.sandbox_status()["status"] in ("on", "off"):
+            self.code_sandbox.pool.start()  # warm sandboxes ready before the first snippet
         # Vector indexes: open the engine, finish the collection creations a previous run left pending.
         await self.indexes.engine.start()
         self._closers.append(self.indexes.engine.close)
@@ -372,8 +374,6 @@ class Platform:
         # MCP servers: serve every ready server again, resume unfinished builds; stop builds on close.
         self._closers.append(self.mcp.aclose)
         await self.mcp.resume()
-        if self.mode != "memory" and self.sandbox_status()["status"] in ("on", "off"):
-            self.code_sandbox.pool.start()  # warm sandboxes ready before the first snippet
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
