@@ -130,33 +130,31 @@ def server(tmp_path_factory, model):
     running.close()
 
 
-def test_the_model_calls_the_code_tool_and_gets_the_output(server, model):
-    model.set_script([tool_step("run_code", code="import math\nprint(math.factorial(20))"),
-                      Step(content="20! is 2432902008176640000.")])
-    answer = httpx.post(f"{server.base}/v1/agents/coder/invoke", json={"message": "what is 20!?"}, timeout=120)
+def tool_results(server, model, agent: str, script: list) -> tuple[dict, list]:
+    """Invoke `agent` with the model following `script`; its answer and the tool results of the turn."""
+    model.set_script(script)
+    answer = httpx.post(f"{server.base}/v1/agents/{agent}/invoke", json={"message": "go"}, timeout=120)
     assert answer.status_code == 200, answer.text
     body = answer.json()
+    return body, [p["function_response"]["response"] for e in body["events"] for p in e["content"]["parts"]
+                  if "function_response" in p]
+
+
+def test_the_model_calls_the_code_tool_and_gets_the_output(server, model):
+    body, results = tool_results(server, model, "coder", [
+        tool_step("run_code", code="import math\nprint(math.factorial(20))"), Step(content="20! is 2432902008176640000.")])
     assert body["output"] == "20! is 2432902008176640000."
-    results = [e for e in body["events"] for p in e["content"]["parts"] if "function_response" in p]
-    response = results[0]["content"]["parts"][0]["function_response"]["response"]
-    assert response["exit_code"] == 0 and response["stdout"] == "2432902008176640000\n", response
+    assert results[0]["exit_code"] == 0 and results[0]["stdout"] == "2432902008176640000\n", results
 
 
 def test_an_adk_agent_calls_the_code_tool(server, model):
-    model.set_script([tool_step("run_code", code="print(sum(range(101)))"), Step(content="5050")])
-    answer = httpx.post(f"{server.base}/v1/agents/adkcoder/invoke", json={"message": "sum 0..100"}, timeout=120)
-    assert answer.status_code == 200, answer.text
-    results = [p["function_response"]["response"] for e in answer.json()["events"] for p in e["content"]["parts"]
-               if "function_response" in p]
+    _, results = tool_results(server, model, "adkcoder", [
+        tool_step("run_code", code="print(sum(range(101)))"), Step(content="5050")])
     assert results[0]["stdout"] == "5050\n" and results[0]["exit_code"] == 0, results
 
 
 def test_with_tool_sandbox_set_the_agents_own_tool_runs_in_a_sandbox(server, model):
-    model.set_script([tool_step("where", city="Paris"), Step(content="done")])
-    answer = httpx.post(f"{server.base}/v1/agents/toolie/invoke", json={"message": "where?"}, timeout=120)
-    assert answer.status_code == 200, answer.text
-    results = [p["function_response"]["response"] for e in answer.json()["events"] for p in e["content"]["parts"]
-               if "function_response" in p]
+    _, results = tool_results(server, model, "toolie", [tool_step("where", city="Paris"), Step(content="done")])
     assert results == [{"result": "Paris from the tool sandbox, CHOICE=blue"}], results
 
 
