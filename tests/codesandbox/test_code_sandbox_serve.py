@@ -72,13 +72,19 @@ graph = create_react_agent(chat_model(), [where])
 }
 
 
-# An ADK agent that asks for the code tool its way: `run_code` among its function tools.
+# An ADK agent that asks for the code tool its way (`run_code` among its function tools), and has a tool of
+# its own; with TOOL_SANDBOX set the latter runs in the tool sandbox, `run_code` (the platform's) stays.
 ADK_CODER = {"agent.py": '''
+import os
 from google.adk.agents import LlmAgent
 from caiplatform.turns.code_tool import run_code
 from caiplatform.turns.models import adk_model
 
-root_agent = LlmAgent(name="coder", model=adk_model(), instruction="Compute with run_code.", tools=[run_code])
+def where(city: str) -> str:
+    """Where this tool runs."""
+    return city + (" from the agent process" if "CAI_PROJECT_KEY" in os.environ else " from the tool sandbox")
+
+root_agent = LlmAgent(name="coder", model=adk_model(), instruction="Compute with run_code.", tools=[run_code, where])
 '''}
 
 
@@ -99,11 +105,12 @@ class Server:
             assert response.status_code == 202, response.text
         self.caller = wait_ready(self.http, "caller")
         self.coder = wait_ready(self.http, "coder")
-        wait_ready(self.http, "toolie")
-        wait_ready(self.http, "adkcoder")
-        patched = self.http.patch("/v1/agents/toolie/env", json={"set": {"TOOL_SANDBOX": "1", "CHOICE": "blue"}})
-        assert patched.status_code == 200, patched.text
-        assert wait_ready(self.http, "toolie")["latest_revision"] == "toolie-00002"
+        for name in ("toolie", "adkcoder"):
+            wait_ready(self.http, name)
+            patched = self.http.patch(f"/v1/agents/{name}/env", json={"set": {"TOOL_SANDBOX": "1", "CHOICE": "blue"}})
+            assert patched.status_code == 200, patched.text
+        for name in ("toolie", "adkcoder"):
+            assert wait_ready(self.http, name)["latest_revision"] == f"{name}-00002"
 
     def run(self, body: dict, **event) -> tuple[int, dict]:
         """What the sandbox answered the `caller` function."""
@@ -156,6 +163,8 @@ def test_an_adk_agent_calls_the_code_tool(server, model):
 def test_with_tool_sandbox_set_the_agents_own_tool_runs_in_a_sandbox(server, model):
     _, results = tool_results(server, model, "toolie", [tool_step("where", city="Paris"), Step(content="done")])
     assert results == [{"result": "Paris from the tool sandbox, CHOICE=blue"}], results
+    _, results = tool_results(server, model, "adkcoder", [tool_step("where", city="Rome"), Step(content="done")])
+    assert results == [{"result": "Rome from the tool sandbox"}], results
 
 
 def test_a_tool_call_out_of_range_timeout_is_400(server):
