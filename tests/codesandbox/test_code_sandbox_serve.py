@@ -48,6 +48,23 @@ def handle(event, context):
             return {"status": response.status, "body": json.loads(response.read())}
     except urllib.error.HTTPError as error:
         return {"status": error.code, "body": json.loads(error.read())}
+
+
+# Tools of its own, for the tool-call limits.
+def sleepy(seconds):
+    import time
+    time.sleep(seconds)
+    return "woke"
+
+
+def big(size):
+    return "x" * size
+
+
+def hog():
+    blocks = []
+    while True:
+        blocks.append(bytearray(64 * 1024 * 1024))
 '''}
 
 
@@ -170,6 +187,24 @@ def test_with_tool_sandbox_set_the_agents_own_tool_runs_in_a_sandbox(server, mod
 def test_a_tool_call_out_of_range_timeout_is_400(server):
     status, body = server.run({"module_path": "main.py", "function": "handle", "timeout_s": 121}, route="tool-calls")
     assert (status, body["error"]) == (400, "timeout_s must be between 1 and 120")
+
+
+def test_the_tool_call_limits(server):
+    def call(function: str, timeout_s: int = 30, **args) -> dict:
+        status, body = server.run({"module_path": "main.py", "function": function, "args": args,
+                                   "timeout_s": timeout_s}, route="tool-calls")
+        assert status == 200, body
+        return body
+
+    assert call("big", size=10)["result"] == "x" * 10
+    slow = call("sleepy", timeout_s=1, seconds=30)
+    assert slow["killed"] == "timeout" and slow["message"] == "the tool call was killed: it ran longer than timeout_s (1 s)"
+    assert "capped at 8 MiB" in call("big", size=8 * 1024 * 1024)["message"]
+    assert call("big", size=7 * 1024 * 1024)["result"] == "x" * (7 * 1024 * 1024)
+    assert call("hog")["killed"] == "memory"
+    status, body = server.run({"module_path": "main.py", "function": "big", "args": {"size": "y" * 1024 * 1024}},
+                              route="tool-calls")
+    assert status == 413, body
 
 
 def test_a_snippet_answers_output_files_and_languages(server):
