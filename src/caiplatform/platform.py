@@ -80,15 +80,16 @@ class Platform:
                 session_key = load_or_create_key(Path(settings.data_dir) / "session.key")
         self.session_key = session_key
         self.pager = Pager(session_key + b"/page-token")
-        self.rate_limiter = TokenBucketLimiter(settings.ratelimit_rps, settings.ratelimit_burst, self.clock)
+        self._closers: list[Any] = []
+        self.rate_limiter, throttles = self._build_limits()
         self.access = Access(db, self.clock)
         self.audit = AuditLog(self.clock)
-        self.auth = AuthService(db, self.access, self.audit, self.clock, session_key, settings.automation_token)
+        self.auth = AuthService(db, self.access, self.audit, self.clock, session_key, settings.automation_token,
+                                throttles=throttles)
         self.components: dict[str, Any] = {}
         self.hosts = HostRouter(settings.apps_domain)
         self._build_services()
         self._started = False
-        self._closers: list[Any] = []
         self.secrets = self._build_secrets()
         self._build_identity()
 
@@ -127,6 +128,32 @@ class Platform:
         else:
             self.db.migrate()
         self.auth.bootstrap(self.settings.admin_email, self.settings.admin_password)
+
+    def _build_limits(self) -> tuple[Any, tuple[Any, Any] | None]:
+        """Rate limits and the sign-in throttle: this process's own, or with `CAI_REDIS_URL` counted in
+        Redis for every replica (this process's own again while Redis does not answer)."""
+        from caiplatform.services.auth import (
+            ACCOUNT_ATTEMPTS,
+            IP_ATTEMPTS,
+            LOGIN_WINDOW_SECONDS,
+            sign_in_throttles,
+        )
+
+        local = TokenBucketLimiter(self.settings.ratelimit_rps, self.settings.ratelimit_burst, self.clock)
+        if not self.settings.redis_url:
+            return local, None
+        from caiplatform.adapters.redis.limits import (
+            RedisSlidingWindowThrottle,
+            RedisTokenBucketLimiter,
+            shared_store,
+        )
+
+        store = shared_store(self.settings.redis_url, self.settings.redis_prefix)
+        self._closers.append(store.close)
+        by_ip, by_account = sign_in_throttles(self.clock)
+        limiter = RedisTokenBucketLimiter(store, self.settings.ratelimit_rps, self.settings.ratelimit_burst, local)
+        return limiter, (RedisSlidingWindowThrottle(store, IP_ATTEMPTS, LOGIN_WINDOW_SECONDS, by_ip),
+                         RedisSlidingWindowThrottle(store, ACCOUNT_ATTEMPTS, LOGIN_WINDOW_SECONDS, by_account))
 
     def _build_secrets(self) -> Any:
         """Project secrets: OpenBao/Vault at `CAI_BAO_ADDR`; in memory for `in_memory()`; otherwise the
@@ -183,6 +210,8 @@ class Platform:
 
         if self.mode == "memory":
             provisioner = self.registry.load("projects", "memory")(clock=self.clock)
+        elif self.on_cluster:
+            provisioner = self.registry.load("projects", "kubernetes")(settings=self.cluster_settings(), clock=self.clock)
         else:
             provisioner = self.registry.load("projects", "local")(self.data_dir, clock=self.clock)
         args = (self.db, self.access, self.audit, self.clock, self.pager)
@@ -225,6 +254,8 @@ class Platform:
         async def memorystores_recorded(project_id: str) -> bool:
             if self.mode == "memory":
                 return False  # in-process instances exist only once the area is built
+            if self.on_cluster:
+                return True  # the cluster holds the records: ask through the port
             provisioner = self.registry.load("memorystore", "local")
             # An adapter that cannot tell from its files is asked through the port (which may start it).
             return bool(getattr(provisioner, "records_project", lambda *_: True)(self.data_dir, project_id))
@@ -360,8 +391,16 @@ class Platform:
         self._closers.append(self.memorystores.provisioner.close)
         # Workloads: a restart serves the recorded revisions again (min_scale instances come back warm).
         await self.runtime.start()
+        self.agents.locks = self.work_locks
         await self.agents.start()
         self._closers.append(self.agents.close)
+        if self.db.dialect == "postgresql":  # other replicas may share the database
+            from caiplatform.services.agent_replicas import AgentFollower
+
+            self.agents.take_over_builds()  # adopt the builds of replicas that died
+            follower = AgentFollower(self.agents)  # serve what the others rolled out
+            follower.start()
+            self._closers.append(follower.close)
         if self.mode != "memory" and self.sandbox_status()["status"] in ("on", "off"):
             self.code_sandbox.pool.start()  # warm sandboxes ready before the first snippet
         # Vector indexes: open the engine, finish the collection creations a previous run left pending.
@@ -373,7 +412,11 @@ class Platform:
         await self._start_serverless()
         # MCP servers: serve every ready server again, resume unfinished builds; stop builds on close.
         self._closers.append(self.mcp.aclose)
+        self.mcp.locks = self.work_locks
         await self.mcp.resume()
+        from caiplatform.startup import announce_engines
+
+        announce_engines(self)
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
@@ -402,6 +445,16 @@ class Platform:
     # -- areas ----------------------------------------------------------------------------------
 
     @cached_property
+    def work_locks(self) -> Any:
+        """The locks this replica holds while it does claimed background work (`caiplatform.worklocks`):
+        PostgreSQL advisory locks when the database is PostgreSQL, else this process's own."""
+        from caiplatform.worklocks import work_locks_for
+
+        locks = work_locks_for(self.db, self.settings.replica_id)
+        self._closers.append(locks.close)
+        return locks
+
+    @cached_property
     def memorystores(self) -> MemoryStoreService:
         return self._build_memorystore()
 
@@ -425,6 +478,8 @@ class Platform:
 
         if self.mode == "memory":
             provisioner = self.registry.load("memorystore", "memory")(clock=self.clock)
+        elif self.on_cluster:
+            provisioner = self.registry.load("memorystore", "kubernetes")(settings=self.cluster_settings(), clock=self.clock)
         else:
             provisioner = self.registry.load("memorystore", "local")(
                 self.data_dir, supervisor=self.supervisor(), clock=self.clock
@@ -473,12 +528,26 @@ class Platform:
 
         return ServiceQuota(self.runtime.usage, enforced=self.settings.enforce_service_quota)
 
+    @property
+    def on_cluster(self) -> bool:
+        """Workloads, builds, memory stores and project namespaces on Kubernetes (`CAI_RUNTIME=kubernetes`)."""
+        return self.mode != "memory" and self.settings.runtime == "kubernetes"
+
+    def cluster_settings(self) -> Any:
+        from caiplatform.adapters.kubernetes.client import cluster_settings
+
+        return cluster_settings(self.settings)
+
     @cached_property
     def builder(self) -> Builder:
         """Source tree → image: a private copy in memory, an image directory with its own Python
         environment under `<data-dir>/images` otherwise."""
         if self.mode == "memory":
             builder = self.registry.load("builder", "memory")(self.settings.registry_host)
+        elif self.on_cluster:
+            builder = self.registry.load("builder", "kubernetes")(
+                settings=self.cluster_settings(), registry_host=self.settings.registry_host,
+                context_dir=self.settings.build_context_dir, context_claim=self.settings.build_context_claim)
         else:
             builder = self.registry.load("builder", "local")(
                 self.data_dir, registry_host=self.settings.registry_host, sandbox=self.sandbox)
@@ -496,6 +565,8 @@ class Platform:
         }
         if self.mode == "memory":
             runtime = self.registry.load("runtime", "memory")(**common)
+        elif self.on_cluster:
+            runtime = self.registry.load("runtime", "kubernetes")(settings=self.cluster_settings(), images=self.builder.resolve)
         else:
             runtime = self.registry.load("runtime", "local")(
                 self.data_dir, supervisor=self.supervisor(), sandbox=self.sandbox, **common)
@@ -514,7 +585,7 @@ class Platform:
     def _build_vector(self) -> IndexService:
         """A Qdrant server at `CAI_QDRANT_URL`; in memory for `in_memory()`; else the embedded engine in
         `<data-dir>/vectors` (`CAI_VECTOR_ENGINE=qdrant-local`: Qdrant's local mode; docs/decisions/vector.md)."""
-        from caiplatform.services.vector import IndexService
+        from caiplatform.services.vector import IndexService, NotConfigured
 
         if self.settings.qdrant_url:
             engine = self.registry.load("vector", "qdrant")(self.settings.qdrant_url, api_key=self.settings.qdrant_api_key)
@@ -529,9 +600,9 @@ class Platform:
             ok, detail = self.database_health()
             return None if ok else (detail or "the database did not answer")
 
-        async def kubernetes() -> str | None:
-            # One machine: the platform itself reconciles index records into collections (no cluster).
-            return None
+        kubernetes = NotConfigured(
+            "no cluster is configured; the platform itself reconciles index records into collections"
+        )
 
         return IndexService(
             self.db, self.access, self.audit, self.clock, self.pager, engine,
@@ -591,8 +662,15 @@ class Platform:
             # The agents area is present: triggers may target agents and functions (its directory).
             self.serverless.triggers.find_workload = directory_finder(self.agents)
         await self.serverless.start()
+        self.serverless.triggers.locks = self.work_locks
         self.serverless.triggers.start()
         self._closers.append(self.serverless.triggers.close)
+        if self.db.dialect == "postgresql":  # other replicas may accept services: serve them here too
+            from caiplatform.services.serverless_replicas import ServiceFollower
+
+            follower = ServiceFollower(self.serverless)
+            follower.start()
+            self._closers.append(follower.close)
 
     @cached_property
     def topics(self) -> TopicService:

@@ -47,6 +47,7 @@ from caiplatform.ports.runtime import (
     WorkloadRuntime,
     WorkloadStatus,
 )
+from caiplatform.redaction import one_line
 
 log = logging.getLogger(__name__)
 
@@ -410,7 +411,8 @@ class InstanceRuntime(WorkloadRuntime):
                 "ContainerFailed", f"{type(exc).__name__}: {exc}")
             log.warning("revision %s did not start: %s", revision.name, failure)
             if revision.state != "ready" or not revision.instances:
-                revision.state, revision.reason, revision.message = "not_ready", failure.reason, failure.message
+                # the view's message is one line without server paths; the instance's logs have the rest
+                revision.state, revision.reason, revision.message = "not_ready", failure.reason, one_line(failure.message)
                 self._persist(workload)
             raise failure from None
         if workload.ref.key not in self._workloads or revision.name not in workload.revisions or self._closed:
@@ -469,7 +471,7 @@ class InstanceRuntime(WorkloadRuntime):
         try:
             instance = await self._start(workload, revision, max(0.1, deadline - loop.time()))
         except InstanceStartError as exc:
-            raise NoCapacity(f"{ref.name}: revision {revision.name} could not start an instance: {exc.message}") from None
+            raise NoCapacity(f"{ref.name}: revision {revision.name} could not start an instance: {one_line(exc.message)}") from None
         finally:
             revision.starting -= 1
             await self._notify()

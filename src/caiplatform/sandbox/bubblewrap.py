@@ -117,13 +117,11 @@ def _world_unreadable(root: Path) -> list[Path]:
 class Sandbox:
     """Wraps a command into bubblewrap with a `Confinement`; `enabled=False` runs commands as they are."""
 
-    def __init__(self, *, enabled: bool = True, host_uid: int = DEFAULT_HOST_UID, bwrap: str | None = None,
-                 platform_paths: Iterable[str] = ()):
+    def __init__(self, *, enabled: bool = True, host_uid: int = DEFAULT_HOST_UID, bwrap: str | None = None):
         self.enabled = enabled
         self.host_uid = host_uid
         self.bwrap = (bwrap or find_bwrap()) if enabled else None
         self.setpriv = shutil.which("setpriv")
-        self.extra_read_only = tuple(Path(p) for p in platform_paths)
         self._checked: str | None = None  # '' once the probe passed, else why it failed
         self._userns_fd: int | None = None
         self._lock = threading.RLock()
@@ -323,8 +321,7 @@ class Sandbox:
     def _view(self, confinement: Confinement) -> list[str]:
         args = self._system_view()
         wanted: dict[Path, bool] = {}  # path -> writable (a path asked for both ways is writable)
-        for path, writable in [*((p, False) for p in (*self.interpreter_paths(), *self.extra_read_only,
-                                                      *confinement.read_only)),
+        for path, writable in [*((p, False) for p in (*self.interpreter_paths(), *confinement.read_only)),
                                *((p, True) for p in confinement.writable)]:
             path = Path(os.path.abspath(path))
             if path.exists():

@@ -16,6 +16,7 @@ The harness contract between the two sides:
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import Any, Protocol
 import anyio
 import httpx
 
-from caiplatform import validation
+from caiplatform import json_input, validation
 from caiplatform.errors import (
     BadGateway,
     BadRequest,
@@ -38,6 +39,7 @@ from caiplatform.errors import (
 )
 from caiplatform.ports.runtime import Endpoint, NoCapacity, WorkloadError, WorkloadRuntime
 from caiplatform.principal import Principal
+from caiplatform.redaction import one_line
 from caiplatform.services import invoke_ids
 from caiplatform.services.access import AUTH_REQUIRED
 from caiplatform.services.agent_directory import AgentDirectory, EmbedTarget, InvokeTarget
@@ -64,6 +66,9 @@ EMBED_NO_ORIGIN = "an Origin header from an allowed origin is required to use th
 EMBED_NO_MEMORIZE = "memorize is not available on the embed route"
 EMBED_FIELDS = ("message", "session_id", "user_id")
 EMBED_CONFIG_FIELDS = ("title", "subtitle", "greeting", "accent_color", "launcher_text", "position")
+UPSTREAM_MAX_DEPTH = 128  # nesting of a harness's answer: a transcript holds callers' bodies of up to 64
+
+log = logging.getLogger(__name__)
 
 
 class AgentMemory(Protocol):
@@ -113,8 +118,8 @@ class TurnStream:
 
 def _upstream_message(content: bytes, status: int) -> str:
     try:
-        body = json.loads(content)
-    except (ValueError, UnicodeDecodeError):
+        body = json_input.decode(content, max_depth=UPSTREAM_MAX_DEPTH)
+    except json_input.JSONInputError:
         body = None
     if isinstance(body, dict) and isinstance(body.get("error"), str):
         return body["error"]
@@ -199,9 +204,13 @@ class InvokeService:
         except WorkloadError as exc:
             raise self._failed(target, exc.message) from None
 
-    @staticmethod
-    def _failed(target: InvokeTarget, detail: str) -> BadGateway:
-        return BadGateway(f"invoke agent {target.agent}: {detail}")
+    def _failed(self, target: InvokeTarget, detail: str) -> BadGateway:
+        """Document 1's 502: one line for the caller; tracebacks and paths only in the server's log (the
+        instance's own output is in the agent's logs already)."""
+        reason = one_line(detail) or "the agent failed without a message"  # the harness named a missing model
+        if reason != detail:
+            log.warning("invoke agent %s (project %s) failed: %s", target.agent, target.project_short, detail)
+        return BadGateway(f"invoke agent {target.agent}: {reason}")
 
     async def _exchange(self, target: InvokeTarget, method: str, path: str, *, deadline: float,
                         content: bytes | None = None, headers: dict[str, str] | None = None,
@@ -240,7 +249,7 @@ class InvokeService:
         message = _upstream_message(content, status)
         for cls in (BadRequest, Conflict, PayloadTooLarge):
             if status == cls.status:
-                raise cls(message)
+                raise cls(one_line(message))
         raise self._failed(target, message)
 
     # -- invoke ----------------------------------------------------------------------------------
@@ -301,8 +310,8 @@ class InvokeService:
         if not raw.strip():
             return {}
         try:
-            return json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
+            return json_input.decode(raw)
+        except json_input.JSONInputError as exc:
             raise BadRequest(f"invalid JSON body: {exc}") from None
 
     def _turn_headers(self, prepared: Prepared) -> dict[str, str]:
@@ -397,7 +406,7 @@ class InvokeService:
                         at_line_start = chunk.endswith(b"\n")
                         yield chunk
                 if problem is not None:
-                    line = json.dumps({"type": "error", "message": f"invoke agent {target.agent}: {problem}"})
+                    line = json.dumps({"type": "error", "message": self._failed(target, problem).message})
                     yield (b"" if at_line_start else b"\n") + line.encode() + b"\n"
                 elif prepared.memorize:
                     try:
@@ -436,8 +445,11 @@ class InvokeService:
         if status == 204:
             return None
         if status == 200:
-            return json.loads(content)
-        message = _upstream_message(content, status)
+            try:
+                return json_input.decode(content, max_depth=UPSTREAM_MAX_DEPTH)
+            except json_input.JSONInputError as exc:
+                raise BadGateway(f"agent {target.agent}: the answer is not JSON the platform accepts: {exc}") from None
+        message = one_line(_upstream_message(content, status))
         if status == 400:
             raise BadRequest(message)
         if status == 404:

@@ -30,6 +30,7 @@ from caiplatform.pagination import Pager, page_body
 from caiplatform.ports.broker import (
     Broker,
     BrokerError,
+    BrokerUnavailable,
     ConsumerConfig,
     OutgoingMessage,
     PublishFailed,
@@ -111,6 +112,13 @@ def _text_field(body: Mapping[str, Any], key: str) -> Any:
     if not isinstance(value, str):
         raise BadRequest(f"{key} must be a string")
     return value
+
+
+def broker_failure(what: str, exc: BrokerError) -> InternalError | Unavailable:
+    """A broker that does not answer is 503 (nothing was done; retry), any other failure 500."""
+    if isinstance(exc, BrokerUnavailable):
+        return Unavailable(f"{what} failed: the message broker is unavailable, try again shortly ({exc})")
+    return InternalError(f"{what} failed: {exc}")
 
 
 def push_url_problem(url: str, namespace: str) -> str | None:
@@ -265,6 +273,36 @@ class TopicService:
         if row is None:
             raise NotFound(m.TOPIC_NOT_FOUND)
         return _topic_of(row, project)
+
+    async def _project_topic(self, principal: Principal, project_id: str, name: str) -> tuple[ProjectRef, Topic]:
+        """`_project` then `_topic` in one transaction: one trip to the database on the publish path."""
+        self.access.require_management(principal)
+
+        def read(session: Session) -> tuple[ProjectRef, MessagingTopic | None]:
+            grant = self.access.project_sync(session, principal, project_id, need=Role.MEMBER, bad_id=NotFound)
+            return grant.project, self._topic_row(session, grant.project.id, name)
+
+        project, row = await self.db.run(read)
+        if row is None:
+            raise NotFound(m.TOPIC_NOT_FOUND)
+        return project, _topic_of(row, project)
+
+    async def _project_subscription(self, principal: Principal, project_id: str, topic: str,
+                                    name: str) -> tuple[ProjectRef, Subscription]:
+        """`_project` then `_subscription` in one transaction: one trip to the database on pull and ack."""
+        self.access.require_management(principal)
+
+        def read(session: Session) -> tuple[ProjectRef, MessagingSubscription | None]:
+            grant = self.access.project_sync(session, principal, project_id, need=Role.MEMBER, bad_id=NotFound)
+            row = self._topic_row(session, grant.project.id, topic)
+            if row is None:
+                raise NotFound(m.TOPIC_NOT_FOUND)
+            return grant.project, self._sub_row(session, row, name)
+
+        project, row = await self.db.run(read)
+        if row is None:
+            raise NotFound(m.SUBSCRIPTION_NOT_FOUND)
+        return project, subscription_of(row, project.short)
 
     async def _subscription(self, project: ProjectRef, topic: str, name: str) -> Subscription:
         def read(session: Session) -> MessagingSubscription | None:
@@ -626,8 +664,7 @@ class TopicService:
     ) -> tuple[int, dict[str, Any]]:
         """200 `{message_ids}` in request order; 207 `{message_ids, error, published, requested}` after a
         partial write; 409 when a `discard: new` topic is full before the first message."""
-        project = await self._project(principal, project_id)
-        topic = await self._topic(project, topic_name)
+        project, topic = await self._project_topic(principal, project_id, topic_name)
         messages = self.parse_messages(body)
         if topic.phase != m.PHASE_READY:
             raise Conflict(m.TOPIC_NOT_READY)
@@ -644,7 +681,7 @@ class TopicService:
             if not done:
                 if isinstance(failed.cause, StreamFull):
                     raise Conflict(m.TOPIC_FULL) from failed
-                raise InternalError(f"publish failed: {failed.cause}") from failed
+                raise broker_failure("publish", failed.cause) from failed
             error = m.TOPIC_FULL if isinstance(failed.cause, StreamFull) else f"publish failed: {failed.cause}"
             return 207, {
                 "message_ids": [m.message_id(seq) for seq in done],
@@ -653,7 +690,7 @@ class TopicService:
                 "requested": len(messages),
             }
         except BrokerError as exc:
-            raise InternalError(f"publish failed: {exc}") from exc
+            raise broker_failure("publish", exc) from exc
         counters.published += len(sequences)
         counters.published_bytes += sum(len(msg.data) for msg in messages)
         return 200, {"message_ids": [m.message_id(seq) for seq in sequences]}
@@ -911,8 +948,7 @@ class TopicService:
     async def pull(
         self, principal: Principal, project_id: str, topic: str, name: str, body: Mapping[str, Any]
     ) -> tuple[int, dict[str, Any]]:
-        project = await self._project(principal, project_id)
-        sub = await self._subscription(project, topic, name)
+        project, sub = await self._project_subscription(principal, project_id, topic, name)
         max_messages = _int_field(body, "max_messages", "max_messages must be an integer")
         if max_messages is _UNSET or max_messages == 0:
             max_messages = m.DEFAULT_PULL_MESSAGES
@@ -941,7 +977,7 @@ class TopicService:
             batch = 1 if sub.ordered else max_messages
             deliveries = await self.broker.pull(sub.stream, sub.consumer, batch, timeout_ms / 1000)
         except BrokerError as exc:
-            raise InternalError(f"pull failed: {exc}") from exc
+            raise broker_failure("pull", exc) from exc
         self.record_delivered(project.id, topic, len(deliveries), sum(len(d.data) for d in deliveries))
         messages = []
         for delivery in deliveries:
@@ -970,8 +1006,7 @@ class TopicService:
     async def acknowledge(
         self, principal: Principal, project_id: str, topic: str, name: str, body: Mapping[str, Any]
     ) -> dict[str, Any]:
-        project = await self._project(principal, project_id)
-        sub = await self._subscription(project, topic, name)
+        _, sub = await self._project_subscription(principal, project_id, topic, name)
         ids = body.get("ack_ids")
         if ids is None or (isinstance(ids, list) and not ids):
             raise BadRequest(m.NO_ACK_IDS)
@@ -988,7 +1023,7 @@ class TopicService:
         try:
             acknowledged = await self.broker.ack(list(dict.fromkeys(tokens)))
         except BrokerError as exc:
-            raise InternalError(f"acknowledge failed: {exc}") from exc
+            raise broker_failure("acknowledge", exc) from exc
         return {"acknowledged": acknowledged}
 
     # ------------------------------------------------------------------------------------ project views

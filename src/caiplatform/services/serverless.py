@@ -11,7 +11,6 @@ image is accepted and its revision reports `ImagePullBackOff` (see docs/decision
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
@@ -22,6 +21,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from caiplatform import json_input
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models import Project
@@ -231,8 +231,8 @@ class ServerlessService:
                     continue
                 raise _RevisionProblem("CreateContainerConfigError", f"secret {name!r} not found in this project")
             try:
-                parsed = json.loads(value)
-            except ValueError:
+                parsed = json_input.decode(value)
+            except json_input.JSONInputError:
                 parsed = None
             if isinstance(parsed, dict) and all(isinstance(v, str) for v in parsed.values()):
                 out.update(parsed)

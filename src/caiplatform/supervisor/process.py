@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -133,6 +135,32 @@ def port_is_free(port: int, host: str = LOOPBACK) -> bool:
         except OSError:
             return False
     return True
+
+
+def loopback_address_for(port: int, avoid: Iterable[str] = (), attempts: int = 64) -> str | None:
+    """An address of 127.0.0.0/8 where a server can listen on `port` now, or None when the system cannot
+    bind another loopback address (only 127.0.0.1 is configured, as on macOS without aliases).
+
+    On Linux the whole 127.0.0.0/8 range is local, so each server can have its own address and keep a
+    well-known port. Never 127.0.x.y: 127.0.0.1 is the machine's own engines (a Redis on 6379), 127.0.1.1
+    the Debian host name, 127.0.0.53 the resolver. Random, then probed, so platforms that run side by
+    side on one machine almost never pick the same address and never take one that is in use."""
+    taken = set(avoid)
+    for _ in range(attempts):
+        host = f"127.{random.randint(1, 254)}.{random.randint(0, 255)}.{random.randint(1, 254)}"
+        if host in taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    return None
+                taken.add(host)
+                continue
+        return host
+    return None
 
 
 async def tcp_ready(port: int, host: str = LOOPBACK, timeout: float = 1.0) -> bool:

@@ -148,19 +148,22 @@ async def delete_trigger(project_id: str, name: str, principal: Principal = Depe
 # ---------------------------------------------------------------------------------------- health
 
 
+NOT_CONFIGURED = "not configured"
+
+
 async def health(platform: Platform) -> tuple[int, dict[str, Any]]:
-    """Always 200; `status` says whether every dependency answers."""
+    """Always 200; `status` says whether every dependency answers.
+
+    Without a cluster the `kubernetes` and `crd` slots say `not configured` (with the local runtime's
+    name in `kubernetes_detail` and `runtime`): what is true, never a bare `ok` for something unused."""
     ok, detail = platform.database_health()
     body: dict[str, Any] = {
         "status": "ok",
         "service": "serverless",
         "database": "ok" if ok else "unreachable",
         "sessions": "ok" if platform.session_key else "unavailable",
-        # On one machine the workload runtime is the local process runtime; it answers in the
-        # `kubernetes` slot that the document reserves for the cluster, and the platform's own
-        # resource registry (the serverless tables) in the `crd` slot.
-        "kubernetes": "ok",
-        "crd": "ok",
+        "kubernetes": NOT_CONFIGURED,
+        "crd": NOT_CONFIGURED,
     }
     if detail:
         body["database_detail"] = detail
@@ -173,6 +176,11 @@ async def health(platform: Platform) -> tuple[int, dict[str, Any]]:
         body["kubernetes_detail"] = f"the workload runtime is not available: {exc}"
     else:
         body["runtime"] = runtime_name
+        if runtime_name == "kubernetes":
+            body["kubernetes"] = body["crd"] = "ok"  # the runtime adapter answered for its cluster
+        else:
+            body["kubernetes_detail"] = f"no cluster is configured; services run on the {runtime_name} runtime"
+            body["crd_detail"] = "no cluster is configured; service records live in the platform database"
         if runtime_name == "local":  # processes run deployed code: say how they are confined
             body["sandbox"] = platform.sandbox_status()
     if ok:
@@ -184,7 +192,8 @@ async def health(platform: Platform) -> tuple[int, dict[str, Any]]:
     else:
         body["crd"] = "missing"
         body["crd_detail"] = "the database is unreachable"
-    if any(body[k] != "ok" for k in ("database", "sessions", "kubernetes", "crd")):
+    healthy = ("ok", NOT_CONFIGURED)
+    if any(body[k] not in healthy for k in ("database", "sessions", "kubernetes", "crd")):
         body["status"] = "degraded"
     return 200, body
 

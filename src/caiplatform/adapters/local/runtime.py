@@ -381,7 +381,9 @@ class _HttpHealth:
 
     async def __call__(self) -> bool:
         try:
-            async with httpx.AsyncClient(timeout=2.0) as client:
+            # Plain HTTP on loopback: no TLS context to build (loading the CA bundle took ~80 ms of the
+            # event loop per probe, every 100 ms while an instance starts).
+            async with httpx.AsyncClient(timeout=2.0, verify=False, trust_env=False) as client:
                 response = await client.get(f"http://{LOOPBACK}:{self.port}{HEALTH_PATH}")
         except httpx.HTTPError as exc:
             self.last = f"GET {HEALTH_PATH}: {type(exc).__name__}"
