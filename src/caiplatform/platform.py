@@ -336,10 +336,34 @@ class Platform:
 
     def sandbox_status(self) -> dict[str, object]:
         """`/healthz`: `on`, `off` (the operator's explicit opt-out) or `unavailable` with why; in memory
-        no deployed code runs in a process."""
+        no deployed code runs in a process. With the code sandbox's warm pool (`code_pool`) once it exists."""
         if self.mode == "memory":
-            return {"status": "not used", "detail": "the in-memory runtime runs no processes"}
-        return dict(self.sandbox.describe())
+            status: dict[str, object] = {"status": "not used", "detail": "the in-memory runtime runs no processes"}
+        else:
+            status = dict(self.sandbox.describe())
+        if "code_sandbox" in self.__dict__:
+            status["code_pool"] = self.code_sandbox.pool.describe()
+        return status
+
+    @cached_property
+    def code_sandbox(self) -> Any:
+        """The code sandbox agents reach at `SANDBOX_URL` (docs/codesandbox.md): snippets in fresh sandboxes
+        from a warm pool. Filled by `start()` on a server; on first use in memory."""
+        from caiplatform.codesandbox import CODE, CodeSandboxService, WarmPool
+
+        pool = WarmPool(self.sandbox, CODE, size=self.settings.code_sandbox_pool_size,
+                        wait_seconds=self.settings.code_sandbox_wait_seconds,
+                        network=self.settings.code_sandbox_network)
+        self._closers.append(pool.close)
+        return CodeSandboxService(pool, CODE)
+
+    @cached_property
+    def tool_sandbox(self) -> Any:
+        """Sandboxed tool calls of agents with `TOOL_SANDBOX` set (docs/codesandbox.md): a fresh sandbox per
+        call, with the agent's image."""
+        from caiplatform.codesandbox.tool_calls import ToolCallService
+
+        return ToolCallService(self.db, self.sandbox, self.builder.resolve)
 
     def supervisor(self) -> Any:
         """The one process supervisor of this platform (engines and workloads), created on first use.
@@ -377,6 +401,8 @@ class Platform:
             follower = AgentFollower(self.agents)  # serve what the others rolled out
             follower.start()
             self._closers.append(follower.close)
+        if self.mode != "memory" and self.sandbox_status()["status"] in ("on", "off"):
+            self.code_sandbox.pool.start()  # warm sandboxes ready before the first snippet
         # Vector indexes: open the engine, finish the collection creations a previous run left pending.
         await self.indexes.engine.start()
         self._closers.append(self.indexes.engine.close)

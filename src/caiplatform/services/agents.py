@@ -76,6 +76,11 @@ READY_POLL_SECONDS = 0.25
 SECRETS_BODY_LIMIT = 1 * MiB
 #: The read-token TTL a workload asks for when it reads project secrets (caiplatform.workload's default).
 WORKLOAD_TOKEN_TTL_SECONDS = 300
+
+
+def sandbox_url(base_url: str | None, project_id: str) -> str:
+    """`SANDBOX_URL` of a project's agents: the platform's own code sandbox route for that project."""
+    return f"{(base_url or '').rstrip('/')}/v1/projects/{project_id}/sandbox" if base_url else ""
 FILE_BODY_LIMIT = 4 * MiB  # JSON escaping may grow 1 MiB of text
 LOG_HISTORY_DEFAULT = 500
 
@@ -703,6 +708,8 @@ class AgentService:
             "CAI_SESSION_STORE": self._session_store(record),
             "CAI_API_URL": self.settings.base_url or "",
             "CAI_PROJECT_ID": record.project.id,
+            # The code sandbox, reached with the agent's own workload key (docs/codesandbox.md).
+            "SANDBOX_URL": sandbox_url(self.settings.base_url, record.project.id),
             "PLATFORM_REQUEST_TIMEOUT_SECONDS": str(WORKLOAD_TOKEN_TTL_SECONDS),
         })
         for key, value in (("MODEL_BASE_URL", self.settings.model_base_url), ("MODEL_NAME", self.settings.model_name),

@@ -1,0 +1,106 @@
+"""Sandboxed tool calls (document 1, Limits): with `TOOL_SANDBOX` set on an agent, the harness sends each call
+of the agent's own tool functions here instead of running it in the agent's process.
+
+`POST {SANDBOX_URL}/tool-calls` with the agent's workload key: `{module_path, function, args, timeout_s}`.
+The call runs in a fresh sandbox holding the agent's image (code and Python environment, read-only), with
+2 CPU and 1 GiB, the agent's own configuration variables but none of its credentials, and the host network
+(a tool reaches its APIs as the agent would). `timeout_s` default 30, 1 to 120; body 1 MiB; an answer over
+8 MiB is refused; the sandbox has 110 s to become ready.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from sqlalchemy import select
+
+from caiplatform.codesandbox.limits import TOOL, MiB
+from caiplatform.codesandbox.pool import sandbox_limits, start_sandbox
+from caiplatform.codesandbox.service import CodeSandboxService
+from caiplatform.db import Database
+from caiplatform.errors import BadRequest, Forbidden, Unavailable
+from caiplatform.principal import Principal
+from caiplatform.sandbox import Confinement, Sandbox
+
+log = logging.getLogger(__name__)
+
+TOOL_RUNNER = Path(__file__).with_name("tool_runner.py")
+AGENTS_ONLY = "sandboxed tool calls are for agents: this workload key belongs to no agent"
+# Reserved and credential variables an agent has that its tools, outside its process, do not get.
+WITHHELD = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE")
+
+
+class ToolCallService:
+    def __init__(self, db: Database, sandbox: Sandbox, resolve_image: Callable[[str], Awaitable[Any]]):
+        self.db = db
+        self.sandbox = sandbox
+        self.resolve_image = resolve_image
+        self.limits = TOOL
+        self._ids = itertools.count(1)
+
+    async def _agent(self, principal: Principal) -> tuple[str, Any, dict[str, str]]:
+        from caiplatform.db.models import Agent
+
+        agent = await self.db.run(lambda s: s.scalar(select(Agent).where(Agent.workload_key_id == principal.key_id)))
+        if agent is None or not agent.image:
+            raise Forbidden(AGENTS_ONLY)
+        image = await self.resolve_image(agent.image)
+        if image is None or "CAI_CODE_DIR" not in image.env:
+            raise Unavailable(f"the image of agent {agent.name} is not on this machine")
+        env = {k: str(v) for k, v in (agent.env or {}).items() if not any(w in k.upper() for w in WITHHELD)}
+        return agent.name, image, env
+
+    async def call(self, principal: Principal, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        CodeSandboxService.authorize(principal, project_id)
+        module_path, function = body.get("module_path"), body.get("function")
+        if not isinstance(module_path, str) or not module_path.endswith(".py") or PurePosixPath(module_path).is_absolute() \
+                or ".." in PurePosixPath(module_path).parts:
+            raise BadRequest("invalid 'module_path': a relative path of a .py file of the agent's code")
+        if not isinstance(function, str) or not all(p.isidentifier() for p in function.split(".")):
+            raise BadRequest("invalid 'function': a (dotted) Python name")
+        args = body.get("args") or {}
+        if not isinstance(args, dict):
+            raise BadRequest("invalid 'args': expected a JSON object of keyword arguments")
+        timeout_s = self.limits.check_timeout(body.get("timeout_s"))
+        name, image, env = await self._agent(principal)
+        code_dir = image.env["CAI_CODE_DIR"]
+        python = image.command[0] if image.command and Path(image.command[0]).is_absolute() else "python3"
+        paths = [Path(image.location)] if image.location else []
+        if Path(python).is_absolute() and (Path(python).parent.parent / "pyvenv.cfg").is_file():
+            paths.append(Path(python).parent.parent)
+        ident = f"tool-{os.getpid()}-{next(self._ids)}"
+        confinement = Confinement(read_only=tuple(paths), limits=sandbox_limits(self.limits), label=ident)
+        begun = time.monotonic()
+        try:
+            started = await start_sandbox(self.sandbox, [python, str(TOOL_RUNNER), code_dir], confinement, ident,
+                                          self.limits.wait_seconds, env=env, answer_limit=self.limits.response_bytes)
+        except RuntimeError as exc:
+            raise Unavailable(f"the tool sandbox did not become ready: {exc}") from None
+        ready = time.monotonic()
+        try:
+            outcome = await started.run({"module_path": module_path, "function": function, "args": args},
+                                        timeout_s)
+        finally:
+            await started.discard()
+        duration = time.monotonic() - ready
+        answer: dict[str, Any] = {"killed": None, "message": None, "duration_ms": int(duration * 1000),
+                                  "startup_ms": int((ready - begun) * 1000), "timeout_s": timeout_s}
+        if outcome.oom_killed:
+            answer.update(killed="memory", message=f"the tool call was killed: it used more than {self.limits.memory}")
+        elif outcome.answer is None and duration >= timeout_s:
+            answer.update(killed="timeout", message=f"the tool call was killed: it ran longer than timeout_s ({timeout_s} s)")
+        elif outcome.answer is None:
+            answer["message"] = (f"the tool call returned no answer (its answer is capped at {self.limits.response_bytes // MiB} MiB, "
+                                 f"or the sandbox died): {outcome.stderr.strip()[-500:]}")
+        else:
+            answer.update(outcome.answer)
+        log.info("tool sandbox: %s ran %s:%s of agent %s in %d ms%s", ident, module_path, function, name,
+                 answer["duration_ms"], f" (killed: {answer['killed']})" if answer["killed"] else "")
+        return json.loads(json.dumps(answer, default=str))

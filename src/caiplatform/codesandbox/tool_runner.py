@@ -1,0 +1,57 @@
+"""What a sandboxed tool call runs: the agent's own tool function, imported from its code, in a sandbox.
+
+Run with the agent's Python environment and `<code_dir>` as argument. Protocol as `runner.py`: it says
+`ready`, reads one JSON line `{module_path, function, args}`, imports `<code_dir>/<module_path>` (the code
+directory first on `sys.path`, so sibling modules import), calls `function(**args)` (awaiting a coroutine)
+and answers one JSON line `{result}` or `{error}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def call(code_dir: Path, request: dict) -> dict:
+    path = code_dir / request["module_path"]
+    sys.path.insert(0, str(code_dir))
+    spec = importlib.util.spec_from_file_location("cai_tool_" + path.stem, path)
+    if spec is None or spec.loader is None:
+        return {"error": f"cannot import {request['module_path']}"}
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    target: Any = module
+    for part in request["function"].split("."):
+        target = getattr(target, part)
+    value = target(**(request.get("args") or {}))
+    if inspect.isawaitable(value):
+        value = asyncio.run(value)  # type: ignore[arg-type]
+    return {"result": value}
+
+
+def main() -> int:
+    channel = sys.stdout.buffer
+    sys.stdout = sys.stderr  # what the tool prints goes to the sandbox's log, not the answer channel
+    code_dir = Path(sys.argv[1])
+    channel.write(b"ready\n")
+    channel.flush()
+    line = sys.stdin.buffer.readline()
+    if not line:
+        return 0
+    try:
+        answer = call(code_dir, json.loads(line))
+        text = json.dumps(answer, default=str)
+    except BaseException as exc:  # noqa: BLE001 - the tool's failure is the answer
+        text = json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+    channel.write(text.encode() + b"\n")
+    channel.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
