@@ -7,6 +7,7 @@ import hashlib
 import io
 import tarfile
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 LANGGRAPH = {
@@ -49,7 +50,7 @@ BY_FRAMEWORK = {
 }
 
 
-def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
+def write_tree(root: Path, files: Mapping[str, str | bytes]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for rel, content in files.items():
         path = root / rel

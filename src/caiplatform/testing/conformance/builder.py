@@ -15,6 +15,7 @@ import re
 import secrets
 import subprocess
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ def request_for(source: Path, framework: str = "langgraph", workload: str | None
 RUN_NONCE = {"nonce.txt": secrets.token_hex(8)}
 
 
-def tree(tmp_path: Path, files: dict[str, str | bytes] | None = None, name: str | None = None) -> Path:
+def tree(tmp_path: Path, files: Mapping[str, str | bytes] | None = None, name: str | None = None) -> Path:
     return sources.write_tree(tmp_path / (name or f"src-{secrets.token_hex(3)}"), {**(files or sources.LANGGRAPH), **RUN_NONCE})
 
 
