@@ -69,7 +69,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
 def _unit_stays_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under --forbid-processes a `unit` test that starts a child process or reaches beyond loopback
     fails, naming the fix (the classification at collection is then wrong for it). In-process servers
-    on loopback (the in-memory memory store's RESP server, a push receiver) are part of unit tests."""
+    on loopback (the in-memory memory store's RESP server) are part of unit tests."""
     if not request.config.getoption("--forbid-processes") or request.node.get_closest_marker("unit") is None:
         return
 
