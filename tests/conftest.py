@@ -20,13 +20,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "unit: no engine, no child process, no network (set at collection)")
-    config.addinivalue_line("markers", "engine: needs a real engine (set at collection from its fixtures)")
-    config.addinivalue_line("markers", "process: starts child processes (set at collection)")
-    config.addinivalue_line("markers", "needs(*what): needs the `agents` extra or the go/ruby/node toolchain")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its kind and deselect those that need what this machine lacks (see
     caiplatform.testing.selection and docs/testing.md)."""
