@@ -15,7 +15,7 @@ ROOT = Path(__file__).parent
 def start_engines(session: nox.Session) -> None:
     """Start the machine's PostgreSQL, Redis and NATS when it has them and they are not answering (else
     the test session starts portable ones from pip packages), and install the toolchains of functions in
-    other languages when they are missing (idempotent)."""
+    other languages and the Chromium of the widget tests when they are missing (idempotent)."""
     for engine in ("postgres", "redis", "nats"):
         script = ROOT / "backends" / engine / "start.sh"
         if script.exists():
@@ -58,8 +58,20 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", "src")
 
 
+@nox.session(name="bench")
+def bench(session: nox.Session) -> None:
+    """The hot paths against their baselines, measured in the same run; writes the table of
+    docs/performance.md. `nox -s bench -- --quick` stays under about two minutes."""
+    session.install("-e", ".[all,agents,dev]")
+    start_engines(session)
+    session.run("python", str(ROOT / "benchmarks" / "run.py"), *session.posargs)
+
+
 @nox.session
 def benchmarks(session: nox.Session) -> None:
-    session.install("-e", ".[all,dev]")
-    for bench in sorted((ROOT / "benchmarks").glob("*_bench.py")):
-        session.run("python", str(bench))
+    """Every benchmark of benchmarks/, the table's and the others (deploy, serverless, memory stores)."""
+    session.install("-e", ".[all,agents,dev]")
+    start_engines(session)
+    session.run("python", str(ROOT / "benchmarks" / "run.py"), *session.posargs)
+    for name in ("agents", "memorystore", "serverless"):
+        session.run("python", str(ROOT / "benchmarks" / f"{name}_bench.py"))

@@ -1,186 +1,127 @@
 """What does the platform add to an invoke?
 
-Starts one harness (`python -m caiplatform.harness`, a Python function, as the local runtime runs it)
-and the platform's HTTP API (`create_app` on an in-memory platform, served by uvicorn) whose invoke
-path reaches that harness. Then, alternating rounds so machine noise hits both alike:
+Starts `caiplatform serve` on the embedded defaults and deploys an echo LangGraph agent (one node that
+returns the message, no model). Then one call of each path in turn, the order rotating, so that machine
+noise hits all paths alike:
 
-- buffered: median and p99 latency of `POST /invoke` on the harness directly vs
-  `POST /v1/agents/<name>/invoke` on the platform; the platform's added latency and the ratio;
-- streamed: time to the first NDJSON line, directly vs through the platform;
-- throughput: invokes per second with `--concurrency` requests in flight on the one warm instance.
+- buffered: p50 and p99 latency of `POST /invoke` on the agent's harness directly (its loopback
+  address, the body and headers the platform sends) vs `POST /v1/agents/<name>/invoke` on the platform;
+- streamed: time to the first NDJSON line, directly vs through the platform.
 
-    python benchmarks/invoke_bench.py [--requests 300] [--rounds 3] [--concurrency 16]
+Each call starts a new session on both paths, so the harness does the same work. The added latency is
+the difference of the two percentiles. A third path, a bare Starlette proxy of a few lines in front of
+the same harness, measures the floor: what any Python hop on the path costs on this machine.
 
-A ratio near 1.0 means the control plane costs little beside the agent itself. The function answers at
-once, so the numbers are the platform's overhead alone (a model call would dwarf them).
+    python benchmarks/invoke_bench.py [--requests 100] [--rounds 6]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing
-import os
-import statistics
-import sys
 import tempfile
 import time
-import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
-import uvicorn
+from benchsupport import PROXY_APP, QUICK, Row, bare_app, ms, percentile, report
+from served import INTERNAL_TOKEN, served
 
-from caiplatform.platform import Platform
-from caiplatform.ports.runtime import Endpoint
-from caiplatform.settings import Settings
-from caiplatform.supervisor import ProcessSpec, ProcessSupervisor, free_port
-from caiplatform.testing.example_agents import PYTHON_FUNCTION
-from caiplatform.testing.invoke import StaticDirectory, target_for
-from caiplatform.testing.turn_checks import write_agent
-from caiplatform_server.app import create_app
-
-AGENT = "bench-fn"
+AGENT = "echo"
 BODY = {"message": "hello from the benchmark"}
+TARGET_P50, TARGET_P99, TARGET_TTFL = 0.002, 0.005, 0.002
 
 
-class FixedInstance:
-    """A runtime with one warm instance at a fixed address (the part of `acquire` measured elsewhere)."""
-
-    def __init__(self, base_url: str):
-        self.base_url = base_url
-
-    async def acquire(self, ref, *, timeout: float, tag: str | None = None) -> Endpoint:
-        async def release() -> None:
-            return None
-
-        return Endpoint(revision=f"{ref.name}-00001", base_url=self.base_url, release=release)
-
-
-def serve_platform(port: int, harness_url: str) -> None:
-    """The platform's HTTP API with the benchmark agent in its directory, served by uvicorn."""
-    settings = Settings(CAI_INTERNAL_TOKEN="bench-internal", RATELIMIT_RPS=1e9, RATELIMIT_BURST=10**9)
-    platform = Platform.in_memory(settings)
-    directory = StaticDirectory()
-    directory.add(target_for(AGENT, "function", project_id=str(uuid.uuid4())))
-    platform.invoke.attach(directory=directory, runtime=FixedInstance(harness_url))
-    uvicorn.run(create_app(platform, apis=["core"], manage_lifecycle=False), host="127.0.0.1", port=port,
-                log_level="warning", access_log=False)
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
-
-
-async def latencies(client: httpx.AsyncClient, url: str, n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        start = time.perf_counter()
-        response = await client.post(url, json=BODY)
-        response.raise_for_status()
-        out.append(time.perf_counter() - start)
-    return out
-
-
-async def first_lines(client: httpx.AsyncClient, url: str, n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        start = time.perf_counter()
-        first: float | None = None
-        async with client.stream("POST", url, json=BODY) as response:
-            async for line in response.aiter_lines():
-                if first is None and line.strip():
-                    first = time.perf_counter() - start
-        assert first is not None, "the stream had no line"
-        out.append(first)
-    return out
-
-
-async def throughput(client: httpx.AsyncClient, url: str, n: int, concurrency: int) -> float:
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one() -> None:
-        async with gate:
-            (await client.post(url, json=BODY)).raise_for_status()
-
+async def buffered(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> float:
     start = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(n)))
-    return n / (time.perf_counter() - start)
+    response = await client.post(url, json=BODY, headers=headers)
+    response.raise_for_status()
+    return time.perf_counter() - start
 
 
-async def main(requests: int, rounds: int, concurrency: int) -> None:
-    work = Path(tempfile.mkdtemp(prefix="invoke-bench-"))
-    code = write_agent(work / AGENT, PYTHON_FUNCTION)
-    harness_port, api_port = free_port(), free_port()
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env = {"CAI_FRAMEWORK": "function", "CAI_CODE_DIR": str(code), "AGENT_NAME": AGENT, "CAI_SESSION_STORE": "memory",
-           "CAI_INTERNAL_TOKEN": "bench-internal", "PORT": str(harness_port), "PATH": os.environ.get("PATH", ""),
-           "HOME": os.environ.get("HOME", "/"), "PYTHONPATH": src}
-    harness_url = f"http://127.0.0.1:{harness_port}"
+async def first_line(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> float:
+    start = time.perf_counter()
+    first: float | None = None
+    async with client.stream("POST", url, json=BODY, headers=headers) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if first is None and line.strip():
+                first = time.perf_counter() - start
+    assert first is not None, "the stream had no line"
+    return first
 
-    async def healthy() -> bool:
+
+async def alternate(n: int, rounds: int, **paths: Callable[[], Awaitable[float]]) -> dict[str, list[float]]:
+    """`n * rounds` calls of each path, one call of each path in turn (the order rotating), so that a
+    burst of load on the machine lands on all paths alike."""
+    out: dict[str, list[float]] = {name: [] for name in paths}
+    items = list(paths.items())
+    for i in range(n * rounds):
+        shift = i % len(items)
+        for name, fn in items[shift:] + items[:shift]:
+            out[name].append(await fn())
+    return out
+
+
+async def measure(base_url: str, harness_port: int, proxy_port: int, requests: int, rounds: int) -> dict[str, list[float]]:
+    direct_url = f"http://127.0.0.1:{harness_port}/invoke"
+    platform_url = f"{base_url}/v1/agents/{AGENT}/invoke"
+    proxy_url = f"http://127.0.0.1:{proxy_port}/invoke"
+    internal = {"X-CAI-Internal": INTERNAL_TOKEN}
+    async with httpx.AsyncClient(timeout=60) as client:
+        for _ in range(20):  # warm both paths and their connections
+            await buffered(client, direct_url, internal)
+            await buffered(client, platform_url, {})
+        return await alternate(
+            requests, rounds,
+            direct=lambda: buffered(client, direct_url, internal),
+            platform=lambda: buffered(client, platform_url, {}),
+            proxy=lambda: buffered(client, proxy_url, {}),
+            direct_ttfl=lambda: first_line(client, direct_url + "/stream", internal),
+            platform_ttfl=lambda: first_line(client, platform_url + "/stream", {}),
+            proxy_ttfl=lambda: first_line(client, proxy_url + "/stream", {}),
+        )
+
+
+async def main(requests: int, rounds: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="cai-invoke-bench-") as tmp, \
+            served(Path(tmp) / "data", CAI_SCALE_TO_ZERO_SECONDS="3600") as platform:
+        platform.deploy(AGENT)
+        platform.wait_ready(AGENT)
+        httpx.post(f"{platform.base_url}/v1/agents/{AGENT}/invoke", json=BODY, timeout=300).raise_for_status()
+        port = platform.harness_ports()[AGENT]
+        proxy, proxy_port = bare_app(Path(tmp), PROXY_APP, "proxy_app", env={
+            "BENCH_HARNESS_URL": f"http://127.0.0.1:{port}", "BENCH_INTERNAL_TOKEN": INTERNAL_TOKEN})
         try:
-            async with httpx.AsyncClient(timeout=2) as c:
-                return (await c.get(harness_url + "/healthz")).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    async with ProcessSupervisor(work / "run") as supervisor:
-        await supervisor.start(ProcessSpec(name="bench-harness", argv=[sys.executable, "-m", "caiplatform.harness"],
-                                           env=env, health=healthy, restart=False, inherit_env=False))
-        # The platform runs in a process of its own, like the harness, so the client's work (this
-        # process) is not charged to it.
-        server = multiprocessing.get_context("spawn").Process(target=serve_platform, args=(api_port, harness_url),
-                                                              daemon=True)
-        server.start()
-        async with httpx.AsyncClient(timeout=2) as probe:
-            while True:
-                try:
-                    if (await probe.get(f"http://127.0.0.1:{api_port}/healthz")).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    await asyncio.sleep(0.1)
-        direct_url = harness_url + "/invoke"
-        platform_url = f"http://127.0.0.1:{api_port}/v1/agents/{AGENT}/invoke"
-        limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2)
-        try:
-            async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-                await latencies(client, direct_url, 20)  # warm both paths
-                await latencies(client, platform_url, 20)
-                results: dict[str, list[float]] = {k: [] for k in ("direct", "platform", "direct_ttfl", "platform_ttfl")}
-                rates: dict[str, list[float]] = {"direct": [], "platform": []}
-                for _ in range(rounds):
-                    results["direct"] += await latencies(client, direct_url, requests)
-                    results["platform"] += await latencies(client, platform_url, requests)
-                    results["direct_ttfl"] += await first_lines(client, direct_url + "/stream", requests // 3)
-                    results["platform_ttfl"] += await first_lines(client, platform_url + "/stream", requests // 3)
-                    rates["direct"].append(await throughput(client, direct_url, requests, concurrency))
-                    rates["platform"].append(await throughput(client, platform_url, requests, concurrency))
+            got = await measure(platform.base_url, port, proxy_port, requests, rounds)
         finally:
-            server.terminate()
-            server.join(10)
+            proxy.stop()
 
-    def ms(value: float) -> str:
-        return f"{value * 1000:7.2f} ms"
+    def added(kind: str, p: float, through: str = "platform") -> float:
+        return percentile(got[through + kind], p) - percentile(got["direct" + kind], p)
 
-    print(f"invoke overhead, {rounds} rounds x {requests} requests, one warm instance of a Python function")
-    for kind, label in (("", "buffered"), ("_ttfl", "streamed, time to first line")):
-        direct, through = results["direct" + kind], results["platform" + kind]
-        d50, p50 = statistics.median(direct), statistics.median(through)
-        d99, p99 = percentile(direct, 99), percentile(through, 99)
-        print(f"{label}:")
-        print(f"  median  direct {ms(d50)}  platform {ms(p50)}  added {ms(p50 - d50)}  ratio {p50 / d50:.2f}")
-        print(f"  p99     direct {ms(d99)}  platform {ms(p99)}  added {ms(p99 - d99)}  ratio {p99 / d99:.2f}")
-    d_rate, p_rate = statistics.median(rates["direct"]), statistics.median(rates["platform"])
-    print(f"throughput, {concurrency} in flight: direct {d_rate:7.1f}/s  platform {p_rate:7.1f}/s  "
-          f"ratio {p_rate / d_rate:.2f}")
+    def floor(kind: str, p: float) -> str:
+        return f"floor: a bare Python proxy in front of the harness adds {ms(added(kind, p, 'proxy'))}"
+
+    print(f"invoke: {rounds * requests} calls of each path in turn, echo LangGraph agent on caiplatform serve")
+    p50, p99, ttfl = added("", 50), added("", 99), added("_ttfl", 50)
+    report(
+        Row("Buffered invoke, echo LangGraph agent, added p50",
+            ms(percentile(got["platform"], 50)), f"harness directly {ms(percentile(got['direct'], 50))}",
+            f"+{ms(p50)}", f"added ≤ {ms(TARGET_P50)}", p50 <= TARGET_P50, note=floor("", 50)),
+        Row("Buffered invoke, added p99",
+            ms(percentile(got["platform"], 99)), f"harness directly {ms(percentile(got['direct'], 99))}",
+            f"+{ms(p99)}", f"added ≤ {ms(TARGET_P99)}", p99 <= TARGET_P99, note=floor("", 99)),
+        Row("Streamed invoke, time to first line, added p50",
+            ms(percentile(got["platform_ttfl"], 50)), f"harness directly {ms(percentile(got['direct_ttfl'], 50))}",
+            f"+{ms(ttfl)}", f"added ≤ {ms(TARGET_TTFL)}", ttfl <= TARGET_TTFL, note=floor("_ttfl", 50)),
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=25 if QUICK else 100)
+    parser.add_argument("--rounds", type=int, default=4 if QUICK else 6)
     args = parser.parse_args()
-    asyncio.run(main(args.requests, args.rounds, args.concurrency))
+    asyncio.run(main(args.requests, args.rounds))

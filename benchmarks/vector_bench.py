@@ -9,7 +9,7 @@ scan of the same vectors in the same run. Prints upsert throughput and query p50
 - HTTP query / (2 x numpy scan + empty request), where the empty request is an authenticated request
   the server answers without any work (target: at most 1)
 
-    python benchmarks/vector_bench.py [--points 100000] [--dims 384] [--queries 200] [--engine local]
+    python benchmarks/vector_bench.py [--points 100000] [--dims 384] [--queries 200] [--engine edge]
 
 `--engine qdrant-local` measures Qdrant's local mode instead (expect minutes per 10k points upserted).
 """
@@ -99,7 +99,7 @@ async def main() -> None:
     parser.add_argument("--points", type=int, default=100_000)
     parser.add_argument("--dims", type=int, default=384)
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--engine", default="local", choices=["local", "qdrant-local"])
+    parser.add_argument("--engine", default="edge", choices=["edge", "qdrant-local"])
     args = parser.parse_args()
 
     rng = np.random.default_rng(7)
@@ -113,7 +113,7 @@ async def main() -> None:
         await platform.start()
         try:
             signed_in = await platform.auth.login(ADMIN_EMAIL, ADMIN_PASSWORD, client_ip=None)
-            admin: Principal = platform.auth.authenticate(signed_in.token)
+            admin: Principal = await platform.auth.authenticate(signed_in.token)
             project_id = await platform.db.run(
                 lambda s: s.scalar(select(Project.id).where(Project.slug == "default")))
             lib, http_index = "bench-lib", "bench-http"

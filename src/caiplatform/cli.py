@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import contextlib
+import os
 import sys
 from pathlib import Path
+
+from caiplatform.startup import DEFAULT_LOG_LEVEL, LOG_LEVELS
 
 APIS = ("core", "serverless", "pubsub", "memorystore", "vectordb")
 
@@ -20,35 +23,85 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--api", action="append", choices=APIS, dest="apis", help="serve only this API (repeatable); default all five"
     )
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--log-level", default=DEFAULT_LOG_LEVEL, choices=LOG_LEVELS,
+        help="default warning: one line per engine started; info shows every library's lines too",
+    )
+    serve.add_argument(
+        "--scripted-model", action="store_true",
+        help="start the project's scripted OpenAI-compatible model and point agents at it (no model account needed)",
+    )
     return parser
 
 
 def serve(args: argparse.Namespace) -> int:
+    from caiplatform.startup import configure_logging, scripted_model
+
+    configure_logging(args.log_level)
+    with contextlib.ExitStack() as stack:
+        model = stack.enter_context(scripted_model()) if args.scripted_model else None
+        return _serve(args, model)
+
+
+def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
     import uvicorn
 
     from caiplatform.errors import PlatformError
     from caiplatform.platform import Platform
     from caiplatform.settings import Settings
+    from caiplatform.startup import startup_log
+    from caiplatform_server import serving
     from caiplatform_server.app import create_app
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.umask(0o077)  # the server's own files (database, keys, engine state, logs) are owner-only
     settings = Settings()
     updates: dict[str, object] = {}
     if args.data_dir:
         updates["data_dir"] = Path(args.data_dir)
     if not settings.base_url:
         updates["base_url"] = f"http://{args.host}:{args.port}"
+    if model is not None:
+        updates.update(model_base_url=model["MODEL_BASE_URL"], model_api_key=model["MODEL_API_KEY"],
+                       model_name=model["MODEL_NAME"])
+        startup_log.info("scripted model: %s (it echoes `you said: <message>`; agents use it)", model["MODEL_BASE_URL"])
     settings = settings.model_copy(update=updates)
     try:
         platform = Platform.from_settings(settings)
     except PlatformError as exc:  # e.g. a bootstrap password under 12 characters: say so, no traceback
         print(f"caiplatform serve: {exc.message}", file=sys.stderr)
         return 2
-    app = create_app(platform, apis=args.apis or APIS)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
-    uvicorn.Server(config).run()
+    refusal = sandbox_refusal(platform)
+    if refusal:
+        print(f"caiplatform serve: {refusal}", file=sys.stderr)
+        return 2
+    apis = args.apis or APIS
+    app = create_app(platform, apis=apis)
+    config = serving.uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level)
+
+    class AnnouncingServer(uvicorn.Server):
+        async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+            await super().startup(sockets)
+            if self.started:
+                startup_log.info("serving %s on http://%s:%d", ", ".join(apis), args.host, args.port)
+
+    AnnouncingServer(config).run()
     return 0
+
+
+def sandbox_refusal(platform: object) -> str | None:
+    """Deployed code runs only in the sandbox, unless the operator opted out (logged, shown in /healthz)."""
+    from caiplatform.startup import startup_log
+
+    status = platform.sandbox_status()  # type: ignore[attr-defined]
+    if status["status"] == "off":
+        startup_log.warning(
+            "CAI_LOCAL_SANDBOX=off: deployed code (agents, functions, services, MCP servers, builds) runs "
+            "WITHOUT a sandbox, with this server's rights and files in view")
+    elif status["status"] == "unavailable":
+        return f"refusing to run workloads: {status['detail']}"
+    elif status["status"] == "on":
+        startup_log.info("sandbox: deployed code runs confined (%s)", status["detail"])
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

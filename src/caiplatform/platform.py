@@ -80,15 +80,16 @@ class Platform:
                 session_key = load_or_create_key(Path(settings.data_dir) / "session.key")
         self.session_key = session_key
         self.pager = Pager(session_key + b"/page-token")
-        self.rate_limiter = TokenBucketLimiter(settings.ratelimit_rps, settings.ratelimit_burst, self.clock)
+        self._closers: list[Any] = []
+        self.rate_limiter, throttles = self._build_limits()
         self.access = Access(db, self.clock)
         self.audit = AuditLog(self.clock)
-        self.auth = AuthService(db, self.access, self.audit, self.clock, session_key, settings.automation_token)
+        self.auth = AuthService(db, self.access, self.audit, self.clock, session_key, settings.automation_token,
+                                throttles=throttles)
         self.components: dict[str, Any] = {}
         self.hosts = HostRouter(settings.apps_domain)
         self._build_services()
         self._started = False
-        self._closers: list[Any] = []
         self.secrets = self._build_secrets()
         self._build_identity()
 
@@ -113,6 +114,7 @@ class Platform:
         settings = settings.model_copy(update={"data_dir": Path(settings.data_dir).resolve()})
         data_dir = Path(settings.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.chmod(0o700)  # keys, the database, engine state: the server's alone
         db = Database(settings.database_url) if settings.database_url else Database.sqlite_file(data_dir / "platform.db")
         mode = "external" if settings.database_url else "embedded"
         platform = cls(settings, db=db, mode=mode, clock=clock)
@@ -126,6 +128,32 @@ class Platform:
         else:
             self.db.migrate()
         self.auth.bootstrap(self.settings.admin_email, self.settings.admin_password)
+
+    def _build_limits(self) -> tuple[Any, tuple[Any, Any] | None]:
+        """Rate limits and the sign-in throttle: this process's own, or with `CAI_REDIS_URL` counted in
+        Redis for every replica (this process's own again while Redis does not answer)."""
+        from caiplatform.services.auth import (
+            ACCOUNT_ATTEMPTS,
+            IP_ATTEMPTS,
+            LOGIN_WINDOW_SECONDS,
+            sign_in_throttles,
+        )
+
+        local = TokenBucketLimiter(self.settings.ratelimit_rps, self.settings.ratelimit_burst, self.clock)
+        if not self.settings.redis_url:
+            return local, None
+        from caiplatform.adapters.redis.limits import (
+            RedisSlidingWindowThrottle,
+            RedisTokenBucketLimiter,
+            shared_store,
+        )
+
+        store = shared_store(self.settings.redis_url, self.settings.redis_prefix)
+        self._closers.append(store.close)
+        by_ip, by_account = sign_in_throttles(self.clock)
+        limiter = RedisTokenBucketLimiter(store, self.settings.ratelimit_rps, self.settings.ratelimit_burst, local)
+        return limiter, (RedisSlidingWindowThrottle(store, IP_ATTEMPTS, LOGIN_WINDOW_SECONDS, by_ip),
+                         RedisSlidingWindowThrottle(store, ACCOUNT_ATTEMPTS, LOGIN_WINDOW_SECONDS, by_account))
 
     def _build_secrets(self) -> Any:
         """Project secrets: OpenBao/Vault at `CAI_BAO_ADDR`; in memory for `in_memory()`; otherwise the
@@ -160,7 +188,8 @@ class Platform:
             mcp_host = self.registry.load("mcp_host", "memory")(self.settings.registry_host)
         else:
             mcp_host = self.registry.load("mcp_host", "local")(
-                self.data_dir, supervisor=self.supervisor, registry_host=self.settings.registry_host, hosts=self.hosts
+                self.data_dir, supervisor=self.supervisor, registry_host=self.settings.registry_host, hosts=self.hosts,
+                sandbox=self.sandbox,
             )
         self.mcp = McpServerService(
             self.db, self.access, self.audit, self.clock, self.pager, mcp_host, api_url=self.settings.base_url or "",
@@ -181,6 +210,8 @@ class Platform:
 
         if self.mode == "memory":
             provisioner = self.registry.load("projects", "memory")(clock=self.clock)
+        elif self.on_cluster:
+            provisioner = self.registry.load("projects", "kubernetes")(settings=self.cluster_settings(), clock=self.clock)
         else:
             provisioner = self.registry.load("projects", "local")(self.data_dir, clock=self.clock)
         args = (self.db, self.access, self.audit, self.clock, self.pager)
@@ -223,6 +254,8 @@ class Platform:
         async def memorystores_recorded(project_id: str) -> bool:
             if self.mode == "memory":
                 return False  # in-process instances exist only once the area is built
+            if self.on_cluster:
+                return True  # the cluster holds the records: ask through the port
             provisioner = self.registry.load("memorystore", "local")
             # An adapter that cannot tell from its files is asked through the port (which may start it).
             return bool(getattr(provisioner, "records_project", lambda *_: True)(self.data_dir, project_id))
@@ -292,6 +325,22 @@ class Platform:
     def data_dir(self) -> Path:
         return Path(self.settings.data_dir)
 
+    # -- the sandbox of deployed code (docs/sandbox.md) ------------------------------------------
+
+    @cached_property
+    def sandbox(self) -> Any:
+        """The sandbox every local workload process and build step runs in (`CAI_LOCAL_SANDBOX`)."""
+        from caiplatform.sandbox import shared_sandbox
+
+        return shared_sandbox(self.settings)
+
+    def sandbox_status(self) -> dict[str, object]:
+        """`/healthz`: `on`, `off` (the operator's explicit opt-out) or `unavailable` with why; in memory
+        no deployed code runs in a process."""
+        if self.mode == "memory":
+            return {"status": "not used", "detail": "the in-memory runtime runs no processes"}
+        return dict(self.sandbox.describe())
+
     def supervisor(self) -> Any:
         """The one process supervisor of this platform (engines and workloads), created on first use.
 
@@ -318,8 +367,16 @@ class Platform:
         self._closers.append(self.memorystores.provisioner.close)
         # Workloads: a restart serves the recorded revisions again (min_scale instances come back warm).
         await self.runtime.start()
+        self.agents.locks = self.work_locks
         await self.agents.start()
         self._closers.append(self.agents.close)
+        if self.db.dialect == "postgresql":  # other replicas may share the database
+            from caiplatform.services.agent_replicas import AgentFollower
+
+            self.agents.take_over_builds()  # adopt the builds of replicas that died
+            follower = AgentFollower(self.agents)  # serve what the others rolled out
+            follower.start()
+            self._closers.append(follower.close)
         # Vector indexes: open the engine, finish the collection creations a previous run left pending.
         await self.indexes.engine.start()
         self._closers.append(self.indexes.engine.close)
@@ -329,7 +386,11 @@ class Platform:
         await self._start_serverless()
         # MCP servers: serve every ready server again, resume unfinished builds; stop builds on close.
         self._closers.append(self.mcp.aclose)
+        self.mcp.locks = self.work_locks
         await self.mcp.resume()
+        from caiplatform.startup import announce_engines
+
+        announce_engines(self)
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""
@@ -358,6 +419,16 @@ class Platform:
     # -- areas ----------------------------------------------------------------------------------
 
     @cached_property
+    def work_locks(self) -> Any:
+        """The locks this replica holds while it does claimed background work (`caiplatform.worklocks`):
+        PostgreSQL advisory locks when the database is PostgreSQL, else this process's own."""
+        from caiplatform.worklocks import work_locks_for
+
+        locks = work_locks_for(self.db, self.settings.replica_id)
+        self._closers.append(locks.close)
+        return locks
+
+    @cached_property
     def memorystores(self) -> MemoryStoreService:
         return self._build_memorystore()
 
@@ -381,6 +452,8 @@ class Platform:
 
         if self.mode == "memory":
             provisioner = self.registry.load("memorystore", "memory")(clock=self.clock)
+        elif self.on_cluster:
+            provisioner = self.registry.load("memorystore", "kubernetes")(settings=self.cluster_settings(), clock=self.clock)
         else:
             provisioner = self.registry.load("memorystore", "local")(
                 self.data_dir, supervisor=self.supervisor(), clock=self.clock
@@ -429,14 +502,29 @@ class Platform:
 
         return ServiceQuota(self.runtime.usage, enforced=self.settings.enforce_service_quota)
 
+    @property
+    def on_cluster(self) -> bool:
+        """Workloads, builds, memory stores and project namespaces on Kubernetes (`CAI_RUNTIME=kubernetes`)."""
+        return self.mode != "memory" and self.settings.runtime == "kubernetes"
+
+    def cluster_settings(self) -> Any:
+        from caiplatform.adapters.kubernetes.client import cluster_settings
+
+        return cluster_settings(self.settings)
+
     @cached_property
     def builder(self) -> Builder:
         """Source tree → image: a private copy in memory, an image directory with its own Python
         environment under `<data-dir>/images` otherwise."""
         if self.mode == "memory":
             builder = self.registry.load("builder", "memory")(self.settings.registry_host)
+        elif self.on_cluster:
+            builder = self.registry.load("builder", "kubernetes")(
+                settings=self.cluster_settings(), registry_host=self.settings.registry_host,
+                context_dir=self.settings.build_context_dir, context_claim=self.settings.build_context_claim)
         else:
-            builder = self.registry.load("builder", "local")(self.data_dir, registry_host=self.settings.registry_host)
+            builder = self.registry.load("builder", "local")(
+                self.data_dir, registry_host=self.settings.registry_host, sandbox=self.sandbox)
         self._closers.append(builder.close)
         return builder
 
@@ -451,8 +539,11 @@ class Platform:
         }
         if self.mode == "memory":
             runtime = self.registry.load("runtime", "memory")(**common)
+        elif self.on_cluster:
+            runtime = self.registry.load("runtime", "kubernetes")(settings=self.cluster_settings(), images=self.builder.resolve)
         else:
-            runtime = self.registry.load("runtime", "local")(self.data_dir, supervisor=self.supervisor(), **common)
+            runtime = self.registry.load("runtime", "local")(
+                self.data_dir, supervisor=self.supervisor(), sandbox=self.sandbox, **common)
         self._closers.append(runtime.close)  # after the supervisor's, so it runs before it on aclose()
         return runtime
 
@@ -468,7 +559,7 @@ class Platform:
     def _build_vector(self) -> IndexService:
         """A Qdrant server at `CAI_QDRANT_URL`; in memory for `in_memory()`; else the embedded engine in
         `<data-dir>/vectors` (`CAI_VECTOR_ENGINE=qdrant-local`: Qdrant's local mode; docs/decisions/vector.md)."""
-        from caiplatform.services.vector import IndexService
+        from caiplatform.services.vector import IndexService, NotConfigured
 
         if self.settings.qdrant_url:
             engine = self.registry.load("vector", "qdrant")(self.settings.qdrant_url, api_key=self.settings.qdrant_api_key)
@@ -483,9 +574,9 @@ class Platform:
             ok, detail = self.database_health()
             return None if ok else (detail or "the database did not answer")
 
-        async def kubernetes() -> str | None:
-            # One machine: the platform itself reconciles index records into collections (no cluster).
-            return None
+        kubernetes = NotConfigured(
+            "no cluster is configured; the platform itself reconciles index records into collections"
+        )
 
         return IndexService(
             self.db, self.access, self.audit, self.clock, self.pager, engine,
@@ -545,8 +636,15 @@ class Platform:
             # The agents area is present: triggers may target agents and functions (its directory).
             self.serverless.triggers.find_workload = directory_finder(self.agents)
         await self.serverless.start()
+        self.serverless.triggers.locks = self.work_locks
         self.serverless.triggers.start()
         self._closers.append(self.serverless.triggers.close)
+        if self.db.dialect == "postgresql":  # other replicas may accept services: serve them here too
+            from caiplatform.services.serverless_replicas import ServiceFollower
+
+            follower = ServiceFollower(self.serverless)
+            follower.start()
+            self._closers.append(follower.close)
 
     @cached_property
     def topics(self) -> TopicService:

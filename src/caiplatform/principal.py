@@ -39,6 +39,10 @@ class Principal:
     client_ip: str | None = None
     # Session tokens carry their expiry (Unix seconds) so that /v1/auth/me can report it.
     expires_at: int | None = None
+    # The user's account as read when this credential was resolved (every request resolves it anew):
+    # the owed password change gates management without another read of the same row.
+    must_change_password: bool = False
+    role: str | None = None
 
     @property
     def authenticated(self) -> bool:

@@ -1,4 +1,9 @@
-"""Per-principal token buckets (anonymous callers per IP)."""
+"""Per-principal token buckets (anonymous callers per IP) and the sign-in throttle, in this process.
+
+The async methods (`acquire`, `check`, `record`) are the interface the server and the auth service use;
+`caiplatform.adapters.redis.limits` implements the same ones for a whole cluster, falling back to
+these classes when its store is down.
+"""
 
 from __future__ import annotations
 
@@ -42,6 +47,9 @@ class TokenBucketLimiter:
                 return None
             return (cost - bucket.tokens) / self.rate
 
+    async def acquire(self, key: str, cost: float = 1.0) -> float | None:
+        return self.try_acquire(key, cost)
+
     def check(self, key: str) -> None:
         wait = self.try_acquire(key)
         if wait is not None:
@@ -78,3 +86,9 @@ class SlidingWindowThrottle:
     def hit(self, key: str) -> None:
         with self._lock:
             self._hits.setdefault(key, []).append(self._clock.monotonic())
+
+    async def check(self, key: str) -> float | None:
+        return self.retry_after(key)
+
+    async def record(self, key: str) -> None:
+        self.hit(key)

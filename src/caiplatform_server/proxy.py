@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 import httpx
 from starlette.types import Receive, Scope, Send
 
+from caiplatform.redaction import one_line
 from caiplatform.routing import HostRouter
+
+log = logging.getLogger(__name__)
 
 HOP_BY_HOP = {
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailers",
@@ -39,7 +44,8 @@ async def proxy(router: HostRouter, client: httpx.AsyncClient, scope: Scope, rec
     try:
         upstream = await factory()
     except Exception as exc:  # noqa: BLE001 - an unavailable upstream is the client's 503, not a crash
-        body = json.dumps({"error": f"upstream unavailable: {exc}", "request_id": request_id}).encode()
+        log.warning("upstream of %s unavailable: %s", host, exc)
+        body = json.dumps({"error": f"upstream unavailable: {one_line(str(exc))}", "request_id": request_id}).encode()
         await _json(send, 503, body, request_id)
         return
 
@@ -70,7 +76,8 @@ async def proxy(router: HostRouter, client: httpx.AsyncClient, scope: Scope, rec
         await upstream.release()
         if upstream.transport is not None:
             await client.aclose()
-        body = json.dumps({"error": f"upstream failed: {exc}", "request_id": request_id}).encode()
+        log.warning("upstream of %s failed: %s", host, exc)
+        body = json.dumps({"error": f"upstream failed: {one_line(str(exc))}", "request_id": request_id}).encode()
         await _json(send, 502, body, request_id)
         return
     try:

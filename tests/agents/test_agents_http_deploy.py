@@ -48,6 +48,22 @@ async def test_deploy_reaches_ready_with_the_agent_view(client, world):
     assert view["url"]
 
 
+async def test_without_a_model_endpoint_the_deploy_and_the_view_name_the_setting(client, world, platform):
+    platform.agents.settings = platform.agents.settings.model_copy(update={"model_base_url": None})
+    response = await deploy(client, world.member, "nomodel")
+    assert response.status_code == 202
+    note = response.json()["note"]
+    assert "no model endpoint is configured" in note and "MODEL_BASE_URL" in note and "--scripted-model" in note
+    view = await wait_settled(client, world.member, "nomodel")
+    assert view["ready"] is True and "MODEL_BASE_URL" in view["message"]  # it cannot answer: not silently fine
+    # A function needs no model: nothing to say.
+    assert "note" not in (await deploy(client, world.member, "fnx", FUNCTION, framework="function")).json()
+    # The agent's own MODEL_BASE_URL is an endpoint too.
+    env = await client.patch("/v1/agents/nomodel/env", headers=world.member, json={"set": {"MODEL_BASE_URL": "http://127.0.0.1:9/v1"}})
+    assert env.status_code == 200, env.text
+    assert "message" not in (await client.get("/v1/agents/nomodel", headers=world.member)).json()
+
+
 async def test_function_deploy_and_default_framework(client, world):
     response = await deploy(client, world.member, "fn", FUNCTION, framework="function")
     assert response.status_code == 202

@@ -42,7 +42,7 @@ async def test_env_is_readable_and_every_change_rolls_a_revision(platform, clien
     await client.patch("/v1/agents/bot/env", headers=bot, json={"set": {"GREETING": "hello"}})
     await wait_settled(client, bot, "bot")
     endpoint = await platform.runtime.acquire((await platform.agents.manage_target(
-        platform.auth.authenticate(bot["Authorization"].split()[1]), "bot", None)).workload, timeout=5)
+        await platform.auth.authenticate(bot["Authorization"].split()[1]), "bot", None)).workload, timeout=5)
     async with endpoint.client() as http:
         assert (await http.get("/env/GREETING")).json()["value"] == "hello"
         assert (await http.get("/env/AGENT_NAME")).json()["value"] == "bot"
@@ -70,7 +70,7 @@ async def test_secrets_are_write_only(platform, client, bot):
     assert (await wait_settled(client, bot, "bot"))["latest_revision"] == "bot-00004"
     # The instance gets the secret names (never values), so /debug/config can leave them out.
     endpoint = await platform.runtime.acquire((await platform.agents.manage_target(
-        platform.auth.authenticate(bot["Authorization"].split()[1]), "bot", None)).workload, timeout=5)
+        await platform.auth.authenticate(bot["Authorization"].split()[1]), "bot", None)).workload, timeout=5)
     async with endpoint.client() as http:
         names = (await http.get("/env/CAI_SECRET_NAMES")).json()["value"].split(",")
     await endpoint.release()
@@ -152,7 +152,7 @@ async def test_stored_source_files(platform, client, bot):
 
 async def test_logs_live_and_history(platform, client, bot, clock):
     endpoint = await platform.runtime.acquire((await platform.agents.invoke_target(
-        platform.auth.authenticate(None), "bot", None)).workload, timeout=5)
+        await platform.auth.authenticate(None), "bot", None)).workload, timeout=5)
     async with endpoint.client() as http:
         await http.get("/say", params={"text": "hello from the bot"})
     await endpoint.release()
@@ -173,7 +173,7 @@ async def test_logs_live_and_history(platform, client, bot, clock):
 
 
 async def test_logs_of_a_scaled_to_zero_agent_point_at_history(platform, client, bot):
-    target = await platform.agents.manage_target(platform.auth.authenticate(bot["Authorization"].split()[1]), "bot", None)
+    target = await platform.agents.manage_target(await platform.auth.authenticate(bot["Authorization"].split()[1]), "bot", None)
     await platform.runtime.delete(target.workload)  # nothing runs
     response = await client.get("/v1/agents/bot/logs", headers=bot)
     assert response.status_code == 200 and "no live pods" in response.text and "/logs/history" in response.text

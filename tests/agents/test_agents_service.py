@@ -38,7 +38,7 @@ async def test_directory_for_the_invoke_path(platform, world, automation):
     assert (await agents.invoke_target(anonymous, "dup", "other")).project_id == world.other_project_id
     with pytest.raises(Unauthenticated):
         await agents.manage_target(anonymous, "dir", None)
-    member = platform.auth.authenticate(world.member["Authorization"].split()[1])
+    member = await platform.auth.authenticate(world.member["Authorization"].split()[1])
     with pytest.raises(Forbidden):  # deployed with the automation token: no recorded owner
         await agents.manage_target(member, "dir", None)
     assert (await agents.manage_target(automation, "dir", "default")).agent_id == target.agent_id
@@ -70,7 +70,7 @@ async def test_audit_rows_name_the_actor(platform, world):
 
     from caiplatform.db.models import AuditEntry
 
-    member = platform.auth.authenticate(world.member["Authorization"].split()[1])
+    member = await platform.auth.authenticate(world.member["Authorization"].split()[1])
     await platform.agents.deploy(member, "default", _upload("audited"))
     await platform.agents.wait_idle()
     await platform.agents.patch_config(member, "audited", None, {"timeout_seconds": 10})
@@ -91,7 +91,7 @@ async def test_purge_project_deletes_every_agent(platform, world, automation):
 async def test_hooks_for_the_identity_area(platform, world, automation):
     from caiplatform.db.models import PlatformSetting
 
-    member = platform.auth.authenticate(world.member["Authorization"].split()[1])
+    member = await platform.auth.authenticate(world.member["Authorization"].split()[1])
     await platform.agents.deploy(member, "default", _upload("owned"))
     await platform.agents.deploy(automation, "default", _upload("orphan"))
     await platform.agents.wait_idle()

@@ -1,4 +1,5 @@
-"""Builder conformance: the in-memory builder and the local image builder."""
+"""Builder conformance: the in-memory builder, the local image builder and kaniko Jobs on the Kubernetes API
+emulator."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import pytest
 
 from caiplatform.testing.conformance.builder import *  # noqa: F403
 from caiplatform.testing.conformance.builder import apply_notimpl
+from tests.conformance import kube_support
 
 
-@pytest.fixture(params=["memory", "local"])
+@pytest.fixture(params=["memory", "local", "kubernetes"])
 def backend(request) -> str:
     return request.param
 
@@ -21,7 +23,18 @@ def shared_data_dir(tmp_path_factory):
 
 @pytest.fixture
 async def builder(request, backend, shared_data_dir):
-    apply_notimpl(request, backend)
+    apply_notimpl(request, kube_support.marked_as(backend))
+    if backend == "kubernetes":
+        from caiplatform.adapters.kubernetes.builder import KanikoJobBuilder
+
+        async with kube_support.cluster() as cluster:
+            adapter = KanikoJobBuilder(settings=cluster.settings, context_dir=kube_support.build_context_dir(shared_data_dir / "build-context"),
+                                       poll_seconds=0.02)
+            try:
+                yield adapter
+            finally:
+                await adapter.close()
+        return
     if backend == "memory":
         from caiplatform.adapters.memory.builder import InMemoryBuilder
 

@@ -1,4 +1,4 @@
-"""The project provisioning conformance suite over the in-memory and local adapters."""
+"""The project provisioning conformance suite over the in-memory, local and Kubernetes adapters."""
 
 from __future__ import annotations
 
@@ -7,13 +7,19 @@ import pytest
 from caiplatform.clock import ManualClock
 from caiplatform.registry import default_registry
 from caiplatform.testing.conformance.projects import *  # noqa: F403 - the shared suite
+from tests.conformance import kube_support
 
 
-@pytest.fixture(params=["memory", "local"])
-def provisioner_factory(request, tmp_path):
+@pytest.fixture(params=["memory", "local", "kubernetes"])
+async def provisioner_factory(request, tmp_path):
     clock = ManualClock()
     if request.param == "memory":
         shared = default_registry.load("projects", "memory")(clock=clock)
-        return lambda: shared
-    cls = default_registry.load("projects", "local")
-    return lambda: cls(tmp_path, clock=clock)
+        yield lambda: shared
+    elif request.param == "local":
+        cls = default_registry.load("projects", "local")
+        yield lambda: cls(tmp_path, clock=clock)
+    else:
+        cls = default_registry.load("projects", "kubernetes")
+        async with kube_support.cluster() as cluster:
+            yield lambda: cls(settings=cluster.settings, clock=clock)

@@ -1,4 +1,5 @@
-"""Workload runtime conformance: the in-memory runtime and local processes, both running the tiny app."""
+"""Workload runtime conformance: the in-memory runtime and local processes, both running the tiny app, and
+Knative on the Kubernetes API emulator (its objects and API calls audited after each test)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from caiplatform.ports.builder import Image
 from caiplatform.testing import tiny_app
 from caiplatform.testing.conformance.runtime import *  # noqa: F403
 from caiplatform.testing.conformance.runtime import IDLE_SECONDS, RuntimeKit, apply_notimpl
+from tests.conformance import kube_support
 
 
-@pytest.fixture(params=["memory", "local"])
+@pytest.fixture(params=["memory", "local", "kubernetes"])
 def backend(request) -> str:
     return request.param
 
@@ -37,7 +39,7 @@ def _local_image(reference: str, env: dict[str, str]) -> Image:
 
 @pytest.fixture
 async def kit(request, backend, tmp_path):
-    apply_notimpl(request, backend)
+    apply_notimpl(request, kube_support.marked_as(backend))
     if backend == "memory":
         from caiplatform.adapters.memory.runtime import InMemoryRuntime
 
@@ -45,6 +47,19 @@ async def kit(request, backend, tmp_path):
         kit.runtime = InMemoryRuntime(
             app_factory=lambda image, env: tiny_app.create_app(env), images=kit.resolve, idle_seconds=IDLE_SECONDS
         )
+    elif backend == "kubernetes":
+        async with kube_support.cluster() as cluster:
+            from caiplatform.adapters.kubernetes.runtime import KnativeRuntime
+
+            kit = RuntimeKit(runtime=None, image_for=_memory_image)  # type: ignore[arg-type]
+            transport = cluster.emulated.data_plane if cluster.emulated else None  # type: ignore[attr-defined]
+            kit.runtime = KnativeRuntime(settings=cluster.settings, images=kit.resolve, poll_seconds=0.02,
+                                         transport=transport)
+            try:
+                yield kit
+            finally:
+                await kit.runtime.close()
+        return
     else:
         from caiplatform.adapters.local.runtime import LocalProcessRuntime
 

@@ -1,19 +1,27 @@
-"""Vector engine conformance: the in-memory numpy engine, the embedded one (numpy written ahead to
-SQLite), and Qdrant through qdrant-client (local mode).
+"""Vector engine conformance: the in-memory numpy engine (`memory`), Qdrant Edge (`edge`, the embedded
+default), and the Qdrant adapter in qdrant-client's local mode (`qdrant`) and on its server path (`qdrant-rest`: qdrant-client over HTTP to `QdrantRestFake`, Qdrant's
+REST API answered in process by Qdrant Edge).
 
-Qdrant's local mode is the same adapter code as a Qdrant server (only the client differs); no server
-binary ships on PyPI, so the suite runs it in a temporary directory.
+No Qdrant server ships on PyPI. To run the suite against a real one as well, set `CAI_TEST_QDRANT_URL`
+(and `CAI_TEST_QDRANT_API_KEY` when it wants a key): the backend `qdrant-server` is then added. Every
+test uses its own randomly named collection and drops it.
 """
 
 from __future__ import annotations
 
+import os
+
+import anyio.to_thread
 import pytest
 
 from caiplatform.testing.conformance.vector import *  # noqa: F403
 from caiplatform.testing.conformance.vector import apply_notimpl
 
+SERVER_URL = os.environ.get("CAI_TEST_QDRANT_URL")
+BACKENDS = ["memory", "edge", "qdrant", "qdrant-rest"] + (["qdrant-server"] if SERVER_URL else [])
 
-@pytest.fixture(params=["memory", "local", "qdrant"])
+
+@pytest.fixture(params=BACKENDS)
 def backend(request) -> str:
     return request.param
 
@@ -21,20 +29,33 @@ def backend(request) -> str:
 @pytest.fixture
 async def engine(request, backend, tmp_path):
     apply_notimpl(request, backend)
+    fake = None
     if backend == "memory":
         from caiplatform.adapters.memory.vector import InMemoryVectorEngine
 
         adapter = InMemoryVectorEngine()
-    elif backend == "local":
-        from caiplatform.adapters.local.vector import LocalVectorEngine
+    elif backend == "edge":
+        from caiplatform.adapters.edge.vector import EdgeVectorEngine
 
-        adapter = LocalVectorEngine(tmp_path / "vectors")
-    else:
+        adapter = EdgeVectorEngine(tmp_path / "edge")
+    elif backend == "qdrant":
         from caiplatform.adapters.qdrant.vector import QdrantVectorEngine
 
         adapter = QdrantVectorEngine(path=tmp_path / "qdrant")
+    elif backend == "qdrant-rest":
+        from caiplatform.adapters.qdrant.vector import QdrantVectorEngine
+        from caiplatform.testing.qdrant_rest import QdrantRestFake
+
+        fake = QdrantRestFake()
+        adapter = QdrantVectorEngine("http://qdrant.test:6333", transport=fake)
+    else:
+        from caiplatform.adapters.qdrant.vector import QdrantVectorEngine
+
+        adapter = QdrantVectorEngine(SERVER_URL, api_key=os.environ.get("CAI_TEST_QDRANT_API_KEY"))
     await adapter.start()
     try:
         yield adapter
     finally:
         await adapter.close()
+        if fake is not None:
+            await anyio.to_thread.run_sync(fake.shutdown)

@@ -183,7 +183,15 @@ async def test_quota_from_runtime_usage(client, world, platform):
     assert entries["requests.cpu"]["used"] == "2500m" and entries["requests.cpu"]["used_pct"] == 25
     assert entries["requests.memory"]["used"] == "512Mi" and entries["requests.memory"]["used_pct"] == 2
     assert entries["services"]["hard"] == "60"  # the fallback of a project recorded without quota settings
-    assert entries["pods"]["display"].startswith("Running instances")
+    # Document 2: `display` is the label alone, the numbers stay in used/hard/used_pct.
+    assert {r: q["display"] for r, q in entries.items()} == {
+        "pods": "Running instances",
+        "services": "Services",
+        "requests.cpu": "CPU (reserved)",
+        "requests.memory": "Memory (reserved)",
+        "limits.cpu": "CPU (max)",
+        "limits.memory": "Memory (max)",
+    }
 
 
 async def test_quota_unlimited_hard(client, admin_headers, platform):
@@ -203,7 +211,7 @@ async def test_quota_unlimited_hard(client, admin_headers, platform):
     platform.projects.usage = usage
     body = (await client.get(f"/v1/projects/{project['id']}/quota", headers=admin_headers)).json()
     assert body["quotas"] == [
-        {"resource": "pods", "used": "7", "hard": "0", "used_pct": 0, "display": "Running instances: 7 (unlimited)"}
+        {"resource": "pods", "used": "7", "hard": "0", "used_pct": 0, "display": "Running instances"}
     ]
 
 

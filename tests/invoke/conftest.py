@@ -11,6 +11,7 @@ import pytest
 from caiplatform.harness.app import create_harness_app
 from caiplatform.testing.model_server import ScriptedModel, model_env
 from caiplatform.testing.turn_checks import write_agent
+from caiplatform.turns.browse import workload_internal_token
 
 
 @pytest.fixture(scope="session")
@@ -86,9 +87,10 @@ async def wired(platform, harness_env):
         def deploy(self, name: str, framework: str, files: dict[str, str], *, project_short: str = "p0001", **env: str):
             target = directory.add(target_for(name, framework, project_short=project_short))
             token = platform.settings.internal_token
+            if token:  # each agent holds its own, derived from the platform's
+                env.setdefault("CAI_INTERNAL_TOKEN", workload_internal_token(token, target.workload.key))
             harnesses.serve(target.workload, harness_env(framework, files, AGENT_NAME=name,
-                                                         CAI_PROJECT_ID=target.project_id,
-                                                         **({"CAI_INTERNAL_TOKEN": token} if token else {}), **env))
+                                                         CAI_PROJECT_ID=target.project_id, **env))
             return target
 
     yield Wired()

@@ -13,6 +13,7 @@ from caiplatform.services.agent_directory import InvokeTarget
 from caiplatform.testing.example_agents import ADK_WEATHER, PYTHON_FUNCTION, WEATHER_SCRIPT
 from caiplatform.testing.invoke import StaticDirectory
 from caiplatform.testing.turn_checks import check_stream_shape, check_transcript, write_agent
+from caiplatform.turns.browse import workload_internal_token
 
 
 async def _deploy(platform, tmp_path, model_vars, name, framework, files, *, scaling=None) -> InvokeTarget:
@@ -24,7 +25,8 @@ async def _deploy(platform, tmp_path, model_vars, name, framework, files, *, sca
     env = {"AGENT_NAME": name, "AGENT_IMAGE": image.reference, "CAI_SESSION_STORE": "memory",
            "CAI_PROJECT_ID": project_id, **model_vars}
     spec = RevisionSpec(ref, f"{name}-00001", 1, image.reference, env=env,
-                        secret_env={"CAI_INTERNAL_TOKEN": platform.settings.internal_token},
+                        secret_env={"CAI_INTERNAL_TOKEN": workload_internal_token(platform.settings.internal_token,
+                                                                                  ref.key)},
                         scaling=scaling or Scaling())
     await platform.runtime.apply(spec)
     target = InvokeTarget(name, str(uuid.uuid4()), project_id, short, kind, framework, ref)

@@ -83,8 +83,9 @@ async def test_build_writes_a_content_addressed_image_and_reuses_it(host, tmp_pa
 async def test_broken_sources_fail_the_build_with_a_message(host, tmp_path):
     with pytest.raises(McpBuildError, match="does not compile"):
         await host.build(build_of(1, tools(add="def add(:\n")))
-    with pytest.raises(McpBuildError, match="the tools do not load: ModuleNotFoundError"):
+    with pytest.raises(McpBuildError, match="the tools do not load: ModuleNotFoundError") as missing:
         await host.build(build_of(1, tools(add="import no_such_module_here\nfrom caiplatform.mcp import tool\n@tool\ndef add(): pass\n")))
+    assert "`from caiplatform.mcp import tool, secret`" in str(missing.value)  # what a handler imports
     assert host.builds == 0 and not list((tmp_path / "mcp-images").iterdir())
 
 

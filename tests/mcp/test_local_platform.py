@@ -21,7 +21,7 @@ def add(a: int, b: int = 2) -> int:
 
 async def _admin(platform: Platform):
     signed_in = await platform.auth.login(ADMIN_EMAIL, ADMIN_PASSWORD, client_ip=None)
-    principal = platform.auth.authenticate(signed_in.token)
+    principal = await platform.auth.authenticate(signed_in.token)
     project_id = await platform.db.run(lambda s: s.scalar(select(Project.id).where(Project.slug == "default")))
     return principal, project_id
 

@@ -133,7 +133,9 @@ async def test_a_broken_handler_fails_the_build_with_a_message(client, admin_hea
     server = (await client.get(f"{base}/s", headers=admin_headers)).json()["mcp_server"]
     assert server["status"] == "failed" and "does not compile" in server["message"]
     (version,) = (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]
-    assert "image_digest" not in version and version["current"] is False
+    # Document 2: "`current` moves on publish": the failed version is the current one; nothing serves.
+    assert "image_digest" not in version and version["current"] is True
+    assert "version" not in server and "url" not in server
     rollback = await client.post(f"{base}/s/versions/1:rollback", headers=admin_headers)
     assert rollback.status_code == 409 and "no recorded image" in rollback.json()["error"]
 
@@ -166,6 +168,34 @@ async def test_versions_rollback_and_yank(client, admin_headers, base, platform)
     unyank = await client.post(f"{base}/s/versions/2:unyank", headers=admin_headers)
     assert unyank.json() == {"server": "s", "version": 2, "yanked": False}
     assert (await client.post(f"{base}/s/versions/2:rollback", headers=admin_headers)).status_code == 200
+
+
+async def test_current_moves_on_publish_and_rollback_while_version_says_what_serves(client, admin_headers, base, platform):
+    def flags(versions):
+        return {v["version"]: v["current"] for v in versions}
+
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    assert (await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": ADD})).status_code == 202
+    # Read right after the publish, before its build ran: version 1 is already the current one.
+    versions = (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]
+    assert flags(versions) == {1: True}
+    building = (await client.get(f"{base}/s", headers=admin_headers)).json()["mcp_server"]
+    assert building["status"] == "ready" or "version" not in building  # `version` is what serves
+    await ready(platform)
+
+    await client.put(f"{base}/s/tools/broken", headers=admin_headers, json={"handler": "def broken(:\n"})
+    assert flags((await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]) == {2: True, 1: False}
+    await ready(platform)
+    server = (await client.get(f"{base}/s", headers=admin_headers)).json()["mcp_server"]
+    assert server["status"] == "failed" and server["version"] == 1  # version 1 still serves
+    assert flags((await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]) == {2: True, 1: False}
+    assert (await client.post(f"{base}/s/versions/2:yank", headers=admin_headers)).status_code == 409
+    assert (await client.post(f"{base}/s/versions/1:yank", headers=admin_headers)).status_code == 409
+
+    assert (await client.post(f"{base}/s/versions/1:rollback", headers=admin_headers)).status_code == 200
+    assert flags((await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]) == {2: False, 1: True}
+    server = (await client.get(f"{base}/s", headers=admin_headers)).json()["mcp_server"]
+    assert server["status"] == "ready" and server["version"] == 1
 
 
 @pytest.mark.parametrize("version", ["0", "-1", "abc", "1.5"])
@@ -433,3 +463,37 @@ async def test_resume_serves_again_and_finishes_unfinished_builds(client, admin_
     assert len(platform.mcp.host.builds) == builds + 1  # only the unfinished one builds again
     status = {s["name"]: (s["status"], s.get("message")) for s in (await client.get(base, headers=admin_headers)).json()["mcpservers"]}
     assert status == {"ok": ("ready", None), "broken": ("failed", "build failed: earlier"), "midway": ("ready", None)}
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        "from mcp_helper import tool\n\n@tool\ndef add(a: int) -> int:\n    return a\n",
+        "from cai.mcp import tool, secret\n\n@tool\ndef add(a: int) -> int:\n    return a\n",
+        "import mcp_tools\n\n@mcp_tools.tool\ndef add(a: int) -> int:\n    return a\n",
+        "@tool\ndef add(a: int) -> int:\n    return a\n",
+    ],
+)
+async def test_a_handler_that_imports_another_helper_is_told_which_module_to_import(client, admin_headers, base, handler):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    response = await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": handler})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error.startswith("tools/add.py ") and "`from caiplatform.mcp import tool, secret`" in error
+    assert "@tool(credential_keys=[...])" in error and "secret(name)" in error
+    versions = (await client.get(f"{base}/s/versions", headers=admin_headers)).json()["versions"]
+    assert versions == []  # refused: nothing published
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        "import caiplatform.mcp\n\n@caiplatform.mcp.tool\ndef add(a: int) -> int:\n    return a\n",
+        "from caiplatform import mcp as helper\n\n@helper.tool(credential_keys=['K'])\ndef add(a: int) -> int:\n    return a\n",
+        "def add(a: int) -> int:\n    return a\n",
+    ],
+)
+async def test_the_helper_module_in_any_spelling_is_accepted(client, admin_headers, base, handler):
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    response = await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": handler})
+    assert response.status_code == 202, response.text

@@ -208,7 +208,9 @@ async def test_embedded_platform_restart_keeps_instance_and_data(tmp_path, setti
         assert created.status_code == 201
         uri = created.json()["credential"]["uri"]
         got = await poll_ready(c, f"{base(users.project_id)}/durable", headers)
-        assert got["connection"]["port"] != 6379
+        # Document 3: port 6379; on one machine each instance has its own loopback address for it.
+        assert got["connection"]["port"] == 6379 and got["connection"]["host"] != "127.0.0.1"
+        assert f"@{got['connection']['host']}:6379/" in uri and "note" not in got
         client = redis.Redis.from_url(uri, protocol=2, retry=None)
         client.set("kept", "across restarts")
         client.get("kept")

@@ -212,7 +212,7 @@ async def test_the_platform_restarts_the_instance_after_a_rotation(tmp_path):
         platform.db, platform.access, platform.audit, platform.clock, platform.pager, provisioner,
         rotation_restart_delay=0.2,
     )
-    admin = platform.auth.authenticate((await platform.auth.login(ADMIN_EMAIL, ADMIN_PASSWORD, None)).token)
+    admin = await platform.auth.authenticate((await platform.auth.login(ADMIN_EMAIL, ADMIN_PASSWORD, None)).token)
     from sqlalchemy import select
 
     from caiplatform.db.models import Project
@@ -267,3 +267,38 @@ async def test_deleting_a_project_stops_its_servers_and_destroys_their_data(tmp_
         assert await platform.memorystores.purge_project(doomed.id) == 0
     finally:
         await platform.aclose()
+
+
+async def test_an_instance_keeps_its_address_and_port_6379_across_restarts(tmp_path):
+    first = LocalValkeyProvisioner(tmp_path)
+    await first.start()
+    s = spec()
+    await first.create(s, password())
+    inst = await wait_ready(first, s)
+    await first.close()
+    second = LocalValkeyProvisioner(tmp_path)
+    await second.start()
+    try:
+        again = await wait_ready(second, s)
+        assert (again.host, again.port) == (inst.host, 6379) and inst.host != "127.0.0.1"
+    finally:
+        await second.close()
+
+
+async def test_without_another_loopback_address_an_instance_falls_back_and_says_so(tmp_path, monkeypatch):
+    import caiplatform.adapters.local.memorystore as local
+
+    monkeypatch.setattr(local, "loopback_address_for", lambda port, avoid=(): None)  # e.g. macOS, no aliases
+    p = LocalValkeyProvisioner(tmp_path)
+    await p.start()
+    try:
+        s = spec()
+        pw = password()
+        await p.create(s, pw)
+        inst = await wait_ready(p, s)
+        assert inst.host == "127.0.0.1" and inst.port != 6379
+        view = inst.to_json()
+        assert view["connection"]["port"] == inst.port and "6379" in view["note"]
+        assert client(inst, pw).ping()
+    finally:
+        await p.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import secrets
 
@@ -99,3 +100,18 @@ async def test_deleting_a_project_removes_its_streams_consumers_and_push_deliver
         assert await topics.purge_project(project.id) == 0
     finally:
         await platform.aclose()
+
+
+async def test_a_push_subscription_counts_its_worker_once(js_api):
+    """`state.consumers` on JetStream: the push worker's waiting pull is the one reader of a push
+    subscription, not one more beside it."""
+    api = js_api
+    c = api.client
+    assert (await c.post(api.topics, headers=api.admin, json={"name": "events"})).status_code == 201
+    push = {"mode": "push", "push": {"url": f"http://worker.cai-p-{api.short}"}}
+    assert (await c.post(api.subs("events"), headers=api.admin, json={"name": "p", "deliver": push})).status_code == 201
+    seen = set()
+    for _ in range(10):
+        await asyncio.sleep(0.1)
+        seen.add((await c.get(api.sub("events", "p"), headers=api.member)).json()["state"]["consumers"])
+    assert seen == {1}

@@ -240,3 +240,16 @@ async def test_two_workers_share_without_duplicates(platform, api, receiver, wat
         assert sorted(delivered) == sorted(ids) and len(delivered) == 30
     finally:
         await second.close()
+
+
+async def test_binary_mode_percent_encodes_a_key_beyond_ascii(api, receiver):
+    """A message key is any text; in binary mode it travels in `ce-partitionkey`, percent-encoded as the
+    CloudEvents HTTP binding says. Unencoded it could not be sent, and the push loop failed on it."""
+    await _setup(api, "cloudevents-binary")
+    await _publish(api, {"text": "first", "key": "ключ 100%"})
+    await _publish(api, {"text": "second", "key": "plain", "attributes": {"note": 'say "hi"'}})
+    await receiver.wait_for(2)
+    keys = {body: headers["ce-partitionkey"] for headers, body in receiver.requests}
+    assert keys == {b"first": "%D0%BA%D0%BB%D1%8E%D1%87%20100%25", b"second": "plain"}
+    notes = [headers.get("ce-attr-note") for headers, body in receiver.requests if body == b"second"]
+    assert notes == ["say%20%22hi%22"]

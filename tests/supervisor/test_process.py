@@ -314,3 +314,21 @@ async def test_start_reaps_a_leftover_of_the_same_name(tmp_path: Path):
 def test_restart_delay_doubles_and_caps():
     assert [restart_delay(i, 0.5, 30) for i in range(8)] == [0.5, 1, 2, 4, 8, 16, 30, 30]
     assert restart_delay(1000, 0.5, 30) == 30
+
+
+def test_loopback_address_for_avoids_127_0_and_addresses_in_use(monkeypatch):
+    import random
+    import socket
+
+    from caiplatform.supervisor import loopback_address_for
+
+    host = loopback_address_for(6379)
+    assert host is not None and host.startswith("127.") and not host.startswith("127.0.")
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, 6379))
+        listener.listen()
+        octets = [int(o) for o in host.split(".")[1:]]
+        draws = iter(octets * 8)
+        monkeypatch.setattr(random, "randint", lambda a, b: next(draws))  # only ever draws the busy address
+        assert loopback_address_for(6379, attempts=8) is None

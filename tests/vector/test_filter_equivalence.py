@@ -1,4 +1,5 @@
-"""Generated filters (hypothesis) give identical answers on the in-memory engine and on Qdrant."""
+"""Generated filters (hypothesis) give identical answers on the in-memory engine (the hand-written
+evaluator of `domain/vector_filter.py`) and on Qdrant Edge (Qdrant's own)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from caiplatform.adapters.edge.vector import EdgeVectorEngine
 from caiplatform.adapters.memory.vector import InMemoryVectorEngine
-from caiplatform.adapters.qdrant.vector import QdrantVectorEngine
 from caiplatform.ports.vector import CollectionConfig, Point, VectorEngineRejected
 from caiplatform.testing.conformance.vector import FILTER_POINTS
 
@@ -62,18 +63,18 @@ filters = st.recursive(leaf, _filter, max_leaves=6).map(lambda f: f if "key" not
 def engines(tmp_path_factory):
     loop = asyncio.new_event_loop()
     memory = InMemoryVectorEngine()
-    qdrant = QdrantVectorEngine(path=tmp_path_factory.mktemp("qdrant"))
+    edge = EdgeVectorEngine(tmp_path_factory.mktemp("edge"))
     points = [Point(pid, [1.0, float(i)], payload) for i, (pid, payload) in enumerate(FILTER_POINTS)]
 
     async def setup() -> None:
-        for engine in (memory, qdrant):
+        for engine in (memory, edge):
             await engine.start()
             await engine.create_collection("eq", CollectionConfig(dimensions=2))
             await engine.upsert("eq", points)
 
     loop.run_until_complete(setup())
-    yield loop, memory, qdrant
-    loop.run_until_complete(qdrant.close())
+    yield loop, memory, edge
+    loop.run_until_complete(edge.close())
     loop.close()
 
 
@@ -92,5 +93,5 @@ def _answer(loop, engine, spec) -> Any:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(spec=filters)
 def test_generated_filters_answer_alike(engines, spec):
-    loop, memory, qdrant = engines
-    assert _answer(loop, memory, spec) == _answer(loop, qdrant, spec), spec
+    loop, memory, edge = engines
+    assert _answer(loop, memory, spec) == _answer(loop, edge, spec), spec

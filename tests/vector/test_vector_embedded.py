@@ -1,4 +1,4 @@
-"""The embedded default (Qdrant local mode in the data dir): index records and points survive a restart."""
+"""The embedded default (Qdrant Edge in the data dir): index records and points survive a restart."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ async def test_restart_keeps_indexes_and_points(tmp_path, settings, project_of):
             engine.create_collection = original
     finally:
         await first.aclose()
-    assert (tmp_path / "vectors" / "vectors.db").is_file()
+    assert (tmp_path / "vectors" / "collections").is_dir()
 
     second = Platform.embedded(tmp_path, settings)
     await second.start()
@@ -59,14 +59,15 @@ async def test_restart_keeps_indexes_and_points(tmp_path, settings, project_of):
 @pytest.mark.parametrize(
     ("env", "engine", "where"),
     [
-        ({}, "LocalVectorEngine", "vectors"),
+        ({}, "EdgeVectorEngine", "vectors"),
+        ({"CAI_VECTOR_ENGINE": "local"}, "EdgeVectorEngine", "vectors"),  # the former engine's name
         ({"CAI_VECTOR_ENGINE": "qdrant-local"}, "QdrantVectorEngine", "qdrant"),
         ({"CAI_QDRANT_URL": "http://127.0.0.1:1"}, "QdrantVectorEngine", None),
     ],
 )
 async def test_engine_choice(tmp_path, settings, env, engine, where):
     chosen = settings.model_copy(update={
-        "vector_engine": env.get("CAI_VECTOR_ENGINE", "local"), "qdrant_url": env.get("CAI_QDRANT_URL")})
+        "vector_engine": env.get("CAI_VECTOR_ENGINE", "edge"), "qdrant_url": env.get("CAI_QDRANT_URL")})
     platform = Platform.embedded(tmp_path, chosen)
     try:
         assert type(platform.vector_engine).__name__ == engine
@@ -83,9 +84,9 @@ async def test_engine_choice(tmp_path, settings, env, engine, where):
 
 
 async def test_deleting_a_project_drops_its_collections_even_before_start(tmp_path, settings):
-    """The embedded engine: a deleted project's collections leave `vectors.db`, on a running platform and
+    """The embedded engine: a deleted project's collections leave the data dir, on a running platform and
     on one that was never started (deleting a project opens the engine for it); others stay."""
-    from caiplatform.adapters.local.vector import LocalVectorEngine
+    from caiplatform.adapters.edge.vector import EdgeVectorEngine
     from caiplatform.domain.vector import collection_name
     from caiplatform.testing.users import bootstrap_admin, delete_project, new_project
 
@@ -113,7 +114,7 @@ async def test_deleting_a_project_drops_its_collections_even_before_start(tmp_pa
     finally:
         await second.aclose()
 
-    engine = LocalVectorEngine(tmp_path / "vectors")
+    engine = EdgeVectorEngine(tmp_path / "vectors")
     await engine.start()
     try:
         assert await engine.list_collections() == [collections[2]]

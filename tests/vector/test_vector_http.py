@@ -411,6 +411,9 @@ async def test_healthz(http):
     assert set(body["dependencies"]) == {"vector_store", "kubernetes", "database"}
     for dep in body["dependencies"].values():
         assert dep["ok"] is True and isinstance(dep["latency_ms"], int | float) and "error" not in dep
+    # No cluster: the entry keeps the document's shape and says what is true.
+    kubernetes = body["dependencies"]["kubernetes"]
+    assert kubernetes["status"] == "not configured" and "no cluster is configured" in kubernetes["detail"]
 
 
 async def test_healthz_degraded_when_engine_fails(http, platform):

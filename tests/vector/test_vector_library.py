@@ -11,7 +11,7 @@ from caiplatform.ports.vector import CollectionConfig, Point
 
 
 async def test_library_calls_enforce_the_api_rules(platform):
-    admin = platform.auth.authenticate(platform.settings.automation_token)
+    admin = await platform.auth.authenticate(platform.settings.automation_token)
     project_id = await platform.db.run(lambda s: s.scalar(select(Project.id).where(Project.slug == "default")))
     indexes = platform.indexes
 

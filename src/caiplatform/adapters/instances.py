@@ -47,6 +47,7 @@ from caiplatform.ports.runtime import (
     WorkloadRuntime,
     WorkloadStatus,
 )
+from caiplatform.redaction import one_line
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +248,10 @@ class InstanceRuntime(WorkloadRuntime):
     def _instance_alive(self, instance: Instance) -> bool:
         return True
 
+    def _exit_reason(self, workload: Workload, revision: Revision, instance: Instance) -> tuple[str, str] | None:
+        """Why an instance that died on its own died, when the runtime knows (`OOMKilled`)."""
+        return None
+
     def _persist(self, workload: Workload) -> None:  # noqa: B027 - optional hook
         """Record the workload's revisions and traffic (durable runtimes)."""
 
@@ -406,14 +411,15 @@ class InstanceRuntime(WorkloadRuntime):
                 "ContainerFailed", f"{type(exc).__name__}: {exc}")
             log.warning("revision %s did not start: %s", revision.name, failure)
             if revision.state != "ready" or not revision.instances:
-                revision.state, revision.reason, revision.message = "not_ready", failure.reason, failure.message
+                # the view's message is one line without server paths; the instance's logs have the rest
+                revision.state, revision.reason, revision.message = "not_ready", failure.reason, one_line(failure.message)
                 self._persist(workload)
             raise failure from None
         if workload.ref.key not in self._workloads or revision.name not in workload.revisions or self._closed:
             await self._stop_instance(workload, instance)  # deleted while it started
             raise InstanceStartError("Deleted", f"{workload.ref.name} was deleted")
         revision.instances.append(instance)
-        if revision.state != "ready" or revision.reason:
+        if revision.state != "ready":
             revision.state, revision.reason, revision.message = "ready", "", ""
             self._persist(workload)
         return instance
@@ -465,7 +471,7 @@ class InstanceRuntime(WorkloadRuntime):
         try:
             instance = await self._start(workload, revision, max(0.1, deadline - loop.time()))
         except InstanceStartError as exc:
-            raise NoCapacity(f"{ref.name}: revision {revision.name} could not start an instance: {exc.message}") from None
+            raise NoCapacity(f"{ref.name}: revision {revision.name} could not start an instance: {one_line(exc.message)}") from None
         finally:
             revision.starting -= 1
             await self._notify()
@@ -526,6 +532,12 @@ class InstanceRuntime(WorkloadRuntime):
                 for instance in list(revision.instances):
                     if not instance.stopping and not self._instance_alive(instance):
                         log.warning("instance %s of %s exited", instance.name, revision.name)
+                        why = self._exit_reason(workload, revision, instance)
+                        if why is not None:
+                            # Kept on the (still routable) revision like a pod's last termination reason,
+                            # until the next deploy.
+                            revision.reason, revision.message = why
+                            self._persist(workload)
                         await self._stop(workload, revision, instance)
                         changed = True
                 floor = revision.spec.scaling.min_scale if revision.name in routed else 0

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from caiplatform.build.steps import run_step
+from caiplatform.build.steps import StepJail, run_step
 from caiplatform.ports.builder import BuildError, BuildLog
 
 MAIN_TEMPLATE = Path(__file__).with_name("go_function_main.go.tmpl")
@@ -45,21 +45,28 @@ def go_environment(base: Mapping[str, str], cache_dir: Path) -> dict[str, str]:
 
 async def build_go_function(
     source: Path, output: Path, emit: BuildLog, *, env: Mapping[str, str] | None = None, cache_dir: Path | None = None,
+    jail: StepJail | None = None,
 ) -> None:
     """Compile the function in `source` into the program `output` (raises `BuildError` with Go's output)."""
     base = dict(env if env is not None else os.environ)
     go = go_binary(base)
     if go is None:
         raise BuildError("function-go functions need the Go toolchain (`go`), which is not installed here")
-    genv = go_environment(base, cache_dir or Path(tempfile.gettempdir()) / "caiplatform-go")
+    cache = cache_dir or Path(tempfile.gettempdir()) / "caiplatform-go"
+    genv = go_environment(base, cache)
     with tempfile.TemporaryDirectory(prefix="cai-go-build-") as tmp:
         work = Path(tmp) / "src"
         await asyncio.to_thread(shutil.copytree, source, work, symlinks=False, ignore=shutil.ignore_patterns(".git"))
+        output.parent.mkdir(parents=True, exist_ok=True)
+        if jail is not None:
+            # In the sandbox: its own build and module caches (the builder's, per project), no home of the server.
+            jail = jail.with_paths(writable=(Path(tmp), output.parent, cache))
+            genv.update({"GOCACHE": str(cache / "go-build"), "GOPATH": str(cache / "go"), "HOME": "/tmp"})
         if not (work / "go.mod").is_file():
-            await run_step([go, "mod", "init", "function"], "creating go.mod (go mod init)", emit, cwd=work, env=genv)
+            await run_step([go, "mod", "init", "function"], "creating go.mod (go mod init)", emit, cwd=work, env=genv, jail=jail)
         listing = await run_step(
             [go, "list", "-f", "{{.Name}} {{.ImportPath}}", "."], "reading the Go package (go list)", emit,
-            cwd=work, env=genv)
+            cwd=work, env=genv, jail=jail)
         name, import_path = listing.strip().splitlines()[-1].split(" ", 1)
         template = MAIN_TEMPLATE.read_text()
         if name == "main":
@@ -72,24 +79,22 @@ async def build_go_function(
                 .replace("{{HANDLE}}", "userfunction.Handle"))
             target = f"./{WRAPPER_DIR}"
         emit("compiling the Go function (go build)")
-        output.parent.mkdir(parents=True, exist_ok=True)
         await run_step([go, "build", "-trimpath", "-o", str(output), target], "compiling the Go function (go build)",
-                       emit, cwd=work, env=genv)
-    await check_handle(output, genv)
+                       emit, cwd=work, env=genv, jail=jail)
+    await check_handle(output, genv, StepJail(jail.sandbox, read_only=(output.parent,)) if jail is not None else None)
 
 
-async def check_handle(program: Path, env: Mapping[str, str]) -> None:
-    """Run the program once with `CAI_FUNCTION_CHECK=1`: it says whether `Handle` has a shape it can call."""
-    process = await asyncio.create_subprocess_exec(
-        str(program), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL, env={**env, "CAI_FUNCTION_CHECK": "1"})
+async def check_handle(program: Path, env: Mapping[str, str], jail: StepJail | None = None) -> None:
+    """Run the program once with `CAI_FUNCTION_CHECK=1`: it says whether `Handle` has a shape it can call
+    (its packages' `init` functions run too, so in the sandbox when there is one)."""
     try:
-        out, _ = await asyncio.wait_for(process.communicate(), CHECK_TIMEOUT_SECONDS)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise BuildError(f"the compiled Go function did not start within {CHECK_TIMEOUT_SECONDS:g} s") from None
-    for line in reversed(out.decode("utf-8", "replace").splitlines()):
+        out = await run_step([str(program)], "checking the compiled Go function", lambda _line: None,
+                             env={**env, "CAI_FUNCTION_CHECK": "1"}, timeout=CHECK_TIMEOUT_SECONDS, jail=jail)
+    except BuildError as exc:
+        if "took longer than" in exc.message:
+            raise BuildError(f"the compiled Go function did not start within {CHECK_TIMEOUT_SECONDS:g} s") from None
+        out = exc.message
+    for line in reversed(out.splitlines()):
         try:
             hello = json.loads(line)
         except ValueError:
@@ -98,4 +103,4 @@ async def check_handle(program: Path, env: Mapping[str, str]) -> None:
             if hello["ready"]:
                 return
             raise BuildError(f"main.go: {hello.get('error')}")
-    raise BuildError(f"the compiled Go function exited (code {process.returncode}) before it was ready")
+    raise BuildError("the compiled Go function exited before it was ready")

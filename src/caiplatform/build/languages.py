@@ -18,19 +18,23 @@ import shutil
 from pathlib import Path
 
 from caiplatform.build.golang import BINARY_NAME, build_go_function
-from caiplatform.build.steps import run_step
+from caiplatform.build.steps import StepJail, run_step
 from caiplatform.ports.builder import BuildError, BuildLog
 from caiplatform.turns.ruby import bundle_env
 
 
-async def build_function(framework: str, code_dir: Path, bin_dir: Path, emit: BuildLog, *, cache_dir: Path) -> None:
-    """`cache_dir`: the builder's own cache (Go's build cache when the process has no home)."""
+async def build_function(framework: str, code_dir: Path, bin_dir: Path, emit: BuildLog, *, cache_dir: Path,
+                         jail: StepJail | None = None) -> None:
+    """`cache_dir`: the builder's own cache (Go's build cache when the process has no home). `jail`: the
+    sandbox the steps run in (they run the user's code), writing only the image's source and `bin_dir`."""
+    if jail is not None:
+        jail = jail.with_paths(writable=(code_dir,))
     if framework == "function-go":
-        await build_go_function(code_dir, bin_dir / BINARY_NAME, emit, cache_dir=cache_dir)
+        await build_go_function(code_dir, bin_dir / BINARY_NAME, emit, cache_dir=cache_dir, jail=jail)
     elif framework == "function-ruby":
-        await _ruby(code_dir, emit)
+        await _ruby(code_dir, emit, jail)
     elif framework == "function-nodejs":
-        await _node(code_dir, emit)
+        await _node(code_dir, emit, jail)
 
 
 def function_env(framework: str, bin_dir: Path) -> dict[str, str]:
@@ -47,19 +51,19 @@ def _tool(name: str, why: str) -> str:
     return found
 
 
-async def _ruby(code_dir: Path, emit: BuildLog) -> None:
+async def _ruby(code_dir: Path, emit: BuildLog, jail: StepJail | None) -> None:
     ruby = _tool("ruby", "function-ruby")
-    await run_step([ruby, "-c", "main.rb"], "checking main.rb (ruby -c)", emit, cwd=code_dir)
+    await run_step([ruby, "-c", "main.rb"], "checking main.rb (ruby -c)", emit, cwd=code_dir, jail=jail)
     if (code_dir / "Gemfile").is_file():
         bundle = _tool("bundle", "a Ruby function with a Gemfile (Bundler)")
         emit("installing the Gemfile's gems into vendor/bundle (bundle install)")
         # Gems vendored with `bundle cache` install without a registry, as Bundler's own `--local` does.
         local = ["--local"] if (code_dir / "vendor" / "cache").is_dir() else []
         await run_step([bundle, "install", *local], "installing the Gemfile's gems (bundle install)", emit,
-                       cwd=code_dir, env={**os.environ, "BUNDLE_SILENCE_ROOT_WARNING": "1", **bundle_env(code_dir)})
+                       cwd=code_dir, env={**os.environ, "BUNDLE_SILENCE_ROOT_WARNING": "1", **bundle_env(code_dir)}, jail=jail)
 
 
-async def _node(code_dir: Path, emit: BuildLog) -> None:
+async def _node(code_dir: Path, emit: BuildLog, jail: StepJail | None) -> None:
     manifest = code_dir / "package.json"
     if not manifest.is_file() or (code_dir / "node_modules").exists():
         return
@@ -72,4 +76,4 @@ async def _node(code_dir: Path, emit: BuildLog) -> None:
     npm = _tool("npm", "a Node.js function with dependencies in package.json")
     emit("installing package.json's dependencies (npm install --omit=dev)")
     await run_step([npm, "install", "--omit=dev", "--no-audit", "--no-fund", "--no-update-notifier"],
-                   "installing package.json's dependencies (npm install)", emit, cwd=code_dir)
+                   "installing package.json's dependencies (npm install)", emit, cwd=code_dir, jail=jail)

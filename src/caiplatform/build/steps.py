@@ -1,4 +1,10 @@
-"""Running one build step (pip, go, bundle, ...) with its output in the build log."""
+"""Running one build step (pip, go, bundle, ...) with its output in the build log.
+
+A step of the local builder runs the user's code (a `setup.py`, npm's install scripts, a gem's extension,
+a Go `init`), so it runs in the sandbox (`StepJail`): it sees the system, the platform's interpreter, the
+paths it reads and writes the paths it builds, with the variables a package manager needs and none of the
+server's own.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,54 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from caiplatform.ports.builder import BuildError, BuildLog
+from caiplatform.sandbox import Confinement, Launch, Limits, Sandbox, SandboxUnavailable, sandbox_env
 
 STEP_TIMEOUT_SECONDS = 900.0
+# What a package manager or compiler needs of the server's environment; nothing else passes.
+PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+                    "NODE_EXTRA_CA_CERTS", "PYTHONNOUSERSITE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
+                    "no_proxy")
+PASSED_PREFIXES = ("PIP_", "NPM_CONFIG_", "npm_config_", "GO", "CGO_", "BUNDLE_", "GEM_", "CAI_FUNCTION_CHECK")
+BUILD_LIMITS = Limits(memory_bytes=4 * 2**30, cpu_millis=2000, pids=1024)
+
+
+@dataclass(frozen=True)
+class StepJail:
+    """The sandbox of a builder's steps, with the paths they read and write."""
+
+    sandbox: Sandbox
+    read_only: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()
+
+    def with_paths(self, *, read_only: tuple[Path, ...] = (), writable: tuple[Path, ...] = ()) -> StepJail:
+        return replace(self, read_only=self.read_only + read_only, writable=self.writable + writable)
+
+    def environment(self, env: Mapping[str, str]) -> dict[str, str]:
+        passed = {k: v for k, v in env.items() if k in PASSED_VARIABLES or k.startswith(PASSED_PREFIXES)}
+        return sandbox_env(passed)
+
+    def launch(self, argv: list[str], cwd: Path | None, what: str) -> Launch:
+        """Hand the writable paths to the sandbox and wrap the step (raises `BuildError` when it cannot)."""
+        try:
+            self.sandbox.check()
+            self.sandbox.hand_over(self.writable)
+            read_only = self.read_only + ((cwd,) if cwd is not None else ())
+            return self.sandbox.wrap(argv, Confinement(read_only=read_only, writable=self.writable,
+                                                       limits=BUILD_LIMITS, label="build"), cwd=cwd or Path("/tmp"))
+        except SandboxUnavailable as exc:
+            raise BuildError(f"{what} was not run: {exc}") from None
+
+    def finish(self, launch: Launch) -> bool:
+        """After the step: give what it wrote back to root, remove its cgroup; whether it ran out of memory."""
+        oom = launch.oom_killed()
+        launch.close()
+        for path in self.writable:
+            self.sandbox.take_back(path)
+        return oom
 
 
 async def run_step(
@@ -21,16 +70,33 @@ async def run_step(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = STEP_TIMEOUT_SECONDS,
+    jail: StepJail | None = None,
 ) -> str:
     """Run a build step; its output goes to the build log and, on failure, into the `BuildError`."""
+    environment = dict(env) if env is not None else {**os.environ}
+    launch = Launch(list(argv))
+    if jail is not None and jail.sandbox.enabled:
+        environment = jail.environment(environment)
+        launch = await asyncio.to_thread(jail.launch, list(argv), cwd, what)
+    try:
+        return await _run(launch, what, emit, cwd, environment, timeout)
+    finally:
+        if jail is not None and jail.sandbox.enabled:
+            if await asyncio.to_thread(jail.finish, launch):
+                raise BuildError(f"{what} was stopped: it used more memory than a build step may "
+                                 f"({BUILD_LIMITS.describe()}) (OOMKilled)")
+
+
+async def _run(launch: Launch, what: str, emit: BuildLog, cwd: Path | None, env: dict[str, str], timeout: float) -> str:
     try:
         process = await asyncio.create_subprocess_exec(
-            *argv,
+            *launch.argv,
+            pass_fds=launch.pass_fds,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             cwd=str(cwd) if cwd else None,
-            env=dict(env) if env is not None else {**os.environ},
+            env=env,
         )
     except OSError as exc:
         raise BuildError(f"{what} failed: {exc}") from None

@@ -25,6 +25,10 @@ def normalize_url(url: str) -> str:
     return url
 
 
+# The advisory lock key of schema and bootstrap setup (an arbitrary constant).
+SETUP_LOCK_KEY = 0x636169736574757
+
+
 class Database:
     def __init__(self, url: str, *, echo: bool = False):
         self.url = normalize_url(url)
@@ -78,8 +82,16 @@ class Database:
         config = Config()
         config.set_main_option("script_location", str(files("caiplatform.db") / "migrations"))
         with self.engine.begin() as connection:
+            self.serialize_setup(connection)
             config.attributes["connection"] = connection
             command.upgrade(config, "heads")  # every branch, so unrelinked area revisions all apply
+
+    def serialize_setup(self, connection: Any) -> None:
+        """Make this transaction the only one setting the database up (schema, bootstrap accounts) until
+        it ends: replicas started at the same time then migrate and bootstrap once, one after the
+        other. A PostgreSQL transaction-level advisory lock; nothing to do on SQLite (one writer)."""
+        if self.dialect == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SETUP_LOCK_KEY})
 
     def create_all(self) -> None:
         """Create the schema straight from the models, without migrations: for throwaway in-memory
@@ -133,6 +145,19 @@ def _in_memory_schema() -> Database:
             _create_schema(template.engine)
             _template = template
         return _template
+
+
+DATABASE_UNAVAILABLE_MESSAGE = "the platform database is unavailable; try again shortly"
+
+
+def is_database_unavailable(exc: BaseException) -> bool:
+    """Whether `exc` says the database could not be reached (stopped, restarting, connection lost), as
+    opposed to a statement it refused: the former is 503, worth retrying."""
+    from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return True
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -24,9 +24,17 @@ DEFAULT_PERSISTENCE_SIZE = "2Gi"
 REACHABLE_SCOPE = "vpc"
 
 Mi = 1024 * 1024
+# Document 3: `connection.port` is 6379. On one machine each instance has its own loopback address for it;
+# where the system cannot bind one, the instance's view says so with this note.
+DOCUMENTED_PORT = 6379
+FALLBACK_NOTE = (
+    "this system cannot listen on another loopback address than 127.0.0.1, so the instance listens on "
+    "127.0.0.1 and a free port instead of its own address and the documented port 6379"
+)
 
 
 @dataclass(frozen=True)
+
 class SizeClass:
     name: str
     memory_limit: str  # the container limit, as a quantity
@@ -182,6 +190,7 @@ class Instance:
     external_endpoint: str | None = None
     message: str = ""  # why it is not ready, when known
     transitions: dict[str, datetime] = field(default_factory=dict)  # condition type -> last change
+    note: str = ""  # something a client must know about this instance's connection (omitted when empty)
 
     @property
     def ready(self) -> bool:
@@ -254,6 +263,8 @@ class Instance:
                 "created_at": rfc3339(self.created_at),
             }
         )
+        if self.note:
+            body["note"] = self.note
         return body
 
 

@@ -7,13 +7,14 @@ names so both adapters behave alike.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 from typing import Any
 
 from caiplatform.clock import rfc3339
-from caiplatform.domain.memorystore import parse_quantity
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -39,6 +40,8 @@ PUSH_RESPONSE_READ_LIMIT = 64 * KiB
 PUSH_BACKOFF_INITIAL = 1.0
 PUSH_BACKOFF_CAP = 60.0
 
+TOPIC_VERBS = ("publish",)
+SUBSCRIPTION_VERBS = ("pull", "acknowledge", "ack")
 SUBSCRIPTION_TYPES = ("shared", "key-shared", "exclusive", "failover")
 # Types that promise total order with one active reader: the pull API cannot give that promise.
 SINGLE_READER_TYPES = ("exclusive", "failover")
@@ -80,6 +83,10 @@ CONTENT_MODE_RULE = 'deliver.push.content_mode must be "cloudevents-structured" 
 TYPE_RULE = 'type must be one of "shared", "key-shared", "exclusive" or "failover"'
 ACK_DEADLINE_RULE = "ack_deadline_seconds must be between 1 and 600"
 MAX_DELIVER_RULE = "max_deliver must not be negative"
+
+
+def unknown_verb(verb: str) -> str:
+    return f"unknown method :{verb}"
 
 
 def name_error(kind: str, value: Any) -> str | None:
@@ -146,11 +153,29 @@ def format_duration(seconds: float) -> str:
     return "".join(parts)
 
 
+# A Kubernetes resource quantity in bytes: a decimal number (fractions and exponents allowed, `1.5Gi`,
+# `0.5Mi`, `1e6`) with a binary or decimal suffix; sub-byte suffixes (m, u, n) make no sense for bytes.
+_BYTES_QUANTITY = re.compile(r"^\+?(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+                             r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?[0-9]{1,3}))?$")
+_BYTES_FACTORS = {"Ki": KiB, "Mi": MiB, "Gi": GiB, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6,
+                  "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
 def parse_bytes(text: Any) -> int | None:
+    """Bytes of a positive resource quantity (`16Mi`, `1.5Gi`, `100M`, `1e9`), rounded up to a whole byte
+    as Kubernetes does, or None when it is not one."""
     if not isinstance(text, str):
         return None
-    value = parse_quantity(text.strip())
-    return value if value else None
+    match = _BYTES_QUANTITY.match(text.strip())
+    if not match:
+        return None
+    number = Fraction(match["number"])
+    if match["suffix"]:
+        number *= _BYTES_FACTORS[match["suffix"]]
+    elif match["exponent"]:
+        number *= Fraction(10) ** int(match["exponent"])
+    value = math.ceil(number)
+    return value if value > 0 else None
 
 
 def human_bytes(n: int) -> str:
@@ -303,8 +328,12 @@ class Subscription:
                 "deliver": deliver,
             }
         )
+        # `after_attempts` also bounds a push message without a dead-letter topic (it is dropped then), so a
+        # value the caller set reads back even when no topic is set.
         if self.dead_letter_topic:
             body["dead_letter"] = {"topic": self.dead_letter_topic, "after_attempts": self.dead_letter_after_attempts}
+        elif self.dead_letter_after_attempts != DEFAULT_AFTER_ATTEMPTS:
+            body["dead_letter"] = {"after_attempts": self.dead_letter_after_attempts}
         if self.created_at is not None:
             body["created_at"] = rfc3339(self.created_at)
         body["state"] = state

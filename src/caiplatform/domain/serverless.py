@@ -46,6 +46,9 @@ TAIL_RULE = f"tail must be an integer between {TAIL_MIN} and {TAIL_MAX}"
 NO_DATABASE = "the platform database is not configured, so project access cannot be resolved"
 
 
+SERVICE_VERBS = ("set-traffic",)
+
+
 def unknown_verb(verb: str) -> str:
     return f"unknown method ':{verb}' - the supported one is ':set-traffic'"
 

@@ -3,7 +3,8 @@
 
 Managed fields and last-applied annotations are stripped; the value of every environment variable whose
 name matches the documents' pattern reads `***REDACTED***`, whether it stands as a `{name, value}` entry
-or in a plain `env` map.
+or in a plain `env` map. Absolute paths in the other values (the session store the platform hands an
+agent lives in the server's data directory) read as their last segment: no server path leaves the server.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from caiplatform.redaction import without_paths
 from caiplatform.validation import ENV_NAME
 
 SENSITIVE_NAME = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE)")
@@ -35,10 +37,16 @@ def sanitize_spec(node: Any) -> Any:
             continue
         if sensitive_entry and key == "value":
             out[key] = REDACTED
+        elif key == "value" and isinstance(value, str) and isinstance(name, str):
+            out[key] = without_paths(value)
         elif key == "annotations" and isinstance(value, Mapping):
             out[key] = {k: v for k, v in value.items() if k not in STRIPPED_ANNOTATIONS}
         elif key == "env" and isinstance(value, Mapping):
-            out[key] = {k: REDACTED if SENSITIVE_NAME.search(str(k)) else sanitize_spec(v) for k, v in value.items()}
+            out[key] = {k: REDACTED if SENSITIVE_NAME.search(str(k)) else _env_value(v) for k, v in value.items()}
         else:
             out[key] = sanitize_spec(value)
     return out
+
+
+def _env_value(value: Any) -> Any:
+    return without_paths(value) if isinstance(value, str) else sanitize_spec(value)

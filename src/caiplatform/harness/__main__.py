@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 import os
 
-import uvicorn
-
 from caiplatform.harness.app import create_harness_app
+from caiplatform_server import serving
 
 
 def main() -> None:
@@ -15,8 +14,8 @@ def main() -> None:
     app = create_harness_app(dict(os.environ))
     port = int(os.environ.get("PORT") or 8080)
     # Access lines and start-up go to the instance's output, which the runtime keeps as the agent's logs.
-    uvicorn.run(app, host=os.environ.get("CAI_HARNESS_HOST", "127.0.0.1"), port=port, log_level="info",
-                access_log=True, lifespan="on")
+    serving.run(app, host=os.environ.get("CAI_HARNESS_HOST", "127.0.0.1"), port=port, log_level="info",
+                access_log=True)
 
 
 if __name__ == "__main__":

@@ -35,11 +35,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from caiplatform import json_input
 from caiplatform.errors import BadRequest, MethodNotAllowed, NotFound, PlatformError, Unavailable
 from caiplatform.pagination import Pager
 from caiplatform.ports.builder import FUNCTION_FRAMEWORKS
 from caiplatform.ports.sessions import SessionStore
+from caiplatform.redaction import one_line
 from caiplatform.services import invoke_ids
+from caiplatform.services.invoke_errors import upstream_reason
 from caiplatform.turns import Conversation, TurnError, TurnRunner, debug_config, load_runner
 from caiplatform.turns.browse import INTERNAL_HEADER, SessionBrowser, check_internal
 from caiplatform.turns.models import agent_env
@@ -102,8 +105,8 @@ def _json(raw: bytes, *, allow_any: bool = False) -> Any:
     if not raw.strip():
         return {}
     try:
-        value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        value = json_input.decode(raw)
+    except json_input.JSONInputError as exc:
         raise BadRequest(f"invalid JSON body: {exc}") from None
     if not allow_any and not isinstance(value, dict):
         raise BadRequest("invalid JSON body: expected a JSON object")
@@ -149,8 +152,9 @@ class Harness:
             try:
                 runner = await self._make_runner()
             except Exception as exc:  # the agent's own import failed: report it, keep answering
-                self.load_error = f"the {self.framework} entry could not be loaded: {type(exc).__name__}: {exc}"
-                log.error("%s", self.load_error)
+                detail = f"the {self.framework} entry could not be loaded: {type(exc).__name__}: {exc}"
+                log.error("%s", detail, exc_info=True)  # the agent's logs get the whole traceback
+                self.load_error = one_line(detail)
                 raise Unavailable(self.load_error) from exc
             self.runner = runner
             self.conversation = Conversation(runner, self.store, agent=self.agent)
@@ -169,6 +173,10 @@ class Harness:
             await self.runner.aclose()
         if self.store not in _memory_stores.values():  # a shared in-process store outlives the instance
             await self.store.aclose()
+
+    def caller_reason(self, detail: str) -> str:
+        """A failure as the caller reads it (one line, no paths, the missing model setting named)."""
+        return upstream_reason(detail, agent=not self.is_function, model_base_url=self.env.get("MODEL_BASE_URL"))
 
     # -- callers ---------------------------------------------------------------------------------
     def internal_presented(self, request: Request) -> bool:
@@ -223,7 +231,8 @@ def create_harness_app(env: Mapping[str, str]) -> ASGIApp:
             result = await harness.conversation.invoke(message, ids.session_id, ids.user_id, body=event,
                                                        preamble=memory_preamble(memories) if memories else "")
         except TurnError as exc:
-            raise TurnFailed(str(exc)) from None
+            log.error("turn failed: %s", exc)
+            raise TurnFailed(harness.caller_reason(str(exc))) from None
         headers = _ids_headers(ids)
         if harness.is_function:
             return JSONResponse(result.value, headers=headers)
@@ -237,6 +246,8 @@ def create_harness_app(env: Mapping[str, str]) -> ASGIApp:
         async def lines() -> AsyncIterator[bytes]:
             async for line in conversation.stream(message, ids.session_id, ids.user_id, body=event,
                                                   preamble=memory_preamble(memories) if memories else ""):
+                if line.get("type") == "error":
+                    line = {**line, "message": harness.caller_reason(str(line.get("message", "")))}
                 yield (json.dumps(line, ensure_ascii=False) + "\n").encode()
 
         return StreamingResponse(lines(), media_type=NDJSON, headers=_ids_headers(ids))

@@ -230,7 +230,7 @@ def build_app(source: Path, token: str, *, name: str | None = None, version: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    import uvicorn
+    from caiplatform_server import serving
 
     parser = argparse.ArgumentParser(prog="caiplatform.mcp.server")
     parser.add_argument("--source", default=".")
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         print("CAI_MCP_AUTH_TOKEN is not set; refusing to serve an unauthenticated MCP server", file=sys.stderr)
         return 2
     app = build_app(Path(args.source), token, name=args.name, version=args.version)
-    uvicorn.run(app, host=args.host, port=args.port, timeout_keep_alive=REQUEST_TIMEOUT_SECONDS, log_level="warning")
+    serving.run(app, host=args.host, port=args.port, timeout_keep_alive=REQUEST_TIMEOUT_SECONDS, log_level="warning")
     return 0
 
 

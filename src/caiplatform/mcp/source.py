@@ -83,3 +83,54 @@ def write_source_tree(root: Path, tools: list[dict[str, Any]]) -> None:
         ],
     }
     (root / "mcp.json").write_text(json.dumps(manifest, indent=2))
+
+
+HELPER_MODULE = "caiplatform.mcp"
+HELPER_NAMES = ("tool", "secret", "asecret")
+HELPER_HINT = (
+    "a tool handler imports the MCP helper module: `from caiplatform.mcp import tool, secret` "
+    "(`@tool` marks the tool's function, `@tool(credential_keys=[...])` declares the secrets it reads, "
+    "`secret(name)`, or `await asecret(name)` in an async tool, reads one at call time)"
+)
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def check_helper_import(name: str, handler: str) -> str | None:
+    """Why the handler takes the helper's names from somewhere other than `caiplatform.mcp`, or None.
+
+    Read without importing it, so a publish is refused with the module to import instead of a build that
+    fails later with `ModuleNotFoundError`. Source that does not compile is left to the build to report."""
+    try:
+        tree = ast.parse(handler)
+    except SyntaxError:
+        return None
+    helper_modules: set[str] = set()  # names bound to the helper module itself
+    from_helper: set[str] = set()  # names imported from it
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            helper_modules |= {a.asname or a.name for a in node.names if a.name == HELPER_MODULE}
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            for alias in node.names:
+                if module == "caiplatform" and alias.name == "mcp":
+                    helper_modules.add(alias.asname or "mcp")
+                elif module == HELPER_MODULE:
+                    from_helper.add(alias.asname or alias.name)
+                elif alias.name in HELPER_NAMES:
+                    return f"tools/{name}.py imports {alias.name!r} from {module!r}; {HELPER_HINT}"
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+        for dec in fn.decorator_list:
+            target = dec.func if isinstance(dec, ast.Call) else dec
+            if isinstance(target, ast.Name) and target.id == "tool" and not ({"tool"} & (from_helper | defined)):
+                return f"tools/{name}.py decorates {fn.name} with @tool but never imports it; {HELPER_HINT}"
+            if isinstance(target, ast.Attribute) and target.attr == "tool" and _dotted(target.value) not in helper_modules:
+                return f"tools/{name}.py decorates {fn.name} with @{_dotted(target)}, not the helper's; {HELPER_HINT}"
+    return None

@@ -18,6 +18,10 @@ class BrokerError(Exception):
     """The broker refused or failed an operation."""
 
 
+class BrokerUnavailable(BrokerError):
+    """The broker did not answer (stopped, restarting, unreachable): nothing was done, try again later."""
+
+
 class StreamFull(BrokerError):
     """A `discard: new` stream at its limit refused a message."""
 

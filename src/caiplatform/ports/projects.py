@@ -6,7 +6,8 @@ in the create response's `warning` and the project still exists, so an operator 
 (for the cache user, `POST /v1/admin/valkey-acl/backfill` re-runs that step for every project).
 
 Adapters: `memory` (records calls in process), `local` (the one-machine default: records what it did
-under `<data-dir>/projects/<short>/provisioning.json`); a Kubernetes adapter comes in a later issue.
+under `<data-dir>/projects/<short>/provisioning.json`), `kubernetes` (namespace, ResourceQuota, LimitRange,
+NetworkPolicy on a cluster; docs/kubernetes.md).
 """
 
 from __future__ import annotations

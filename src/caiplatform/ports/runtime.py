@@ -105,6 +105,9 @@ class RevisionSpec:
     service_account_name: str = ""
     # Free-form labels recorded on the revision (e.g. who deployed it, the config generation).
     labels: dict[str, str] = field(default_factory=dict)
+    # Host directories holding the workload's own state (its session database): on the local runtime the
+    # only ones its sandbox may write besides its home and /tmp (a cluster would mount a volume).
+    state_dirs: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -137,10 +137,10 @@ class Access:
         self.require_authenticated(principal)
         if principal.kind is PrincipalKind.WORKLOAD and not allow_workload:
             raise Forbidden(WORKLOAD_KEY_LIMIT)
-        if principal.kind is PrincipalKind.USER and principal.user_id:
-            must_change = self.db.run_sync(lambda s: s.get(User, principal.user_id))
-            if must_change is not None and must_change.must_change_password:
-                raise Forbidden(PASSWORD_CHANGE_REQUIRED)
+        # Read from the account when the credential was resolved (`AuthService.authenticate`, anew on every
+        # request): no second read of the same row, and nothing on the event loop.
+        if principal.kind is PrincipalKind.USER and principal.must_change_password:
+            raise Forbidden(PASSWORD_CHANGE_REQUIRED)
 
     def require_human(self, principal: Principal) -> None:
         """Credentials, accounts and membership are managed by people only."""
@@ -153,11 +153,14 @@ class Access:
         machine credential, which acts for the platform operator)."""
         return principal.kind is PrincipalKind.AUTOMATION or self.is_platform_admin(session, principal)
 
-    def require_platform_admin(self, principal: Principal) -> None:
+    async def require_platform_admin(self, principal: Principal) -> None:
         """Users, organizations, the platform model key: human (or automation) credentials with the
-        platform admin role. A service-account key is refused before its role is even considered."""
+        platform admin role. A service-account key is refused before its role is even considered.
+        The role is read live (a demotion counts at once), in a worker thread."""
         self.require_human(principal)
-        if not self.db.run_sync(lambda s: self.platform_authority_sync(s, principal)):
+        if principal.kind is PrincipalKind.AUTOMATION:
+            return
+        if not await self.db.run(lambda s: self.platform_authority_sync(s, principal)):
             raise Forbidden(PLATFORM_ADMIN_REQUIRED)
 
     def is_platform_admin(self, session: Session, principal: Principal) -> bool:

@@ -126,7 +126,7 @@ class AccountService:
     # -- users ------------------------------------------------------------------------------------
 
     async def list_users(self, principal: Principal, page_size: Any = None, page_token: str | None = None) -> dict[str, Any]:
-        self.access.require_platform_admin(principal)
+        await self.access.require_platform_admin(principal)
         request = self.pager.request("users", page_size, page_token)
         agents = await self._agents_by_user(principal)
 
@@ -213,7 +213,7 @@ class AccountService:
         return session.scalar(select(func.count()).select_from(User).where(User.role == "admin")) or 0
 
     async def set_role(self, principal: Principal, email: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.access.require_platform_admin(principal)
+        await self.access.require_platform_admin(principal)
         if "role" not in body or body.get("role") in (None, ""):
             raise BadRequest("nothing to update: send {\"role\": \"admin\"|\"user\"}")
         role = body["role"]
@@ -236,7 +236,7 @@ class AccountService:
         return await self.db.run(update)
 
     async def delete_user(self, principal: Principal, email: str) -> dict[str, Any]:
-        self.access.require_platform_admin(principal)
+        await self.access.require_platform_admin(principal)
 
         def delete(session: Session) -> dict[str, Any]:
             user = self._user_by_email(session, email)
@@ -256,7 +256,7 @@ class AccountService:
         return await self.db.run(delete)
 
     async def reset_password(self, principal: Principal, email: str) -> dict[str, Any]:
-        self.access.require_platform_admin(principal)
+        await self.access.require_platform_admin(principal)
 
         def reset(session: Session) -> dict[str, Any]:
             user = self._user_by_email(session, email)
@@ -275,7 +275,7 @@ class AccountService:
     # -- organizations ---------------------------------------------------------------------------
 
     async def list_orgs(self, principal: Principal, page_size: Any = None, page_token: str | None = None) -> dict[str, Any]:
-        self.access.require_platform_admin(principal)
+        await self.access.require_platform_admin(principal)
         request = self.pager.request("orgs", page_size, page_token)
 
         def fetch(session: Session) -> Page[dict[str, Any]]:
@@ -286,7 +286,7 @@ class AccountService:
         return {"orgs": page.items, "next_page_token": page.next_page_token}
 
     async def create_org(self, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
-        self.access.require_platform_admin(principal)
+        await self.access.require_platform_admin(principal)
         raw = body.get("slug")
         slug = raw.strip().lower() if isinstance(raw, str) else ""
         if not validation.SLUG.match(slug):
@@ -316,7 +316,7 @@ class AccountService:
         return org
 
     async def delete_org(self, principal: Principal, org_id: str) -> dict[str, Any]:
-        self.access.require_platform_admin(principal)
+        await self.access.require_platform_admin(principal)
 
         def delete(session: Session) -> dict[str, Any]:
             org = self._org(session, org_id)
@@ -337,7 +337,7 @@ class AccountService:
     async def list_org_members(
         self, principal: Principal, org_id: str, page_size: Any = None, page_token: str | None = None
     ) -> dict[str, Any]:
-        self.access.require_platform_admin(principal)
+        await self.access.require_platform_admin(principal)
 
         def fetch(session: Session) -> Page[dict[str, Any]]:
             org = self._org(session, org_id)
@@ -369,7 +369,7 @@ class AccountService:
             raise Conflict("this is the organization's only admin - promote someone else first")
 
     async def add_org_member(self, principal: Principal, org_id: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        self.access.require_platform_admin(principal)
+        await self.access.require_platform_admin(principal)
         email = validation.email(body.get("email"))
         role = self._org_role(body.get("role"), "member")
         now = self.clock.now()
@@ -405,7 +405,7 @@ class AccountService:
         return org, member, user
 
     async def set_org_member_role(self, principal: Principal, org_id: str, user_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.access.require_platform_admin(principal)
+        await self.access.require_platform_admin(principal)
         role = self._org_role(body.get("role"))
 
         def update(session: Session) -> dict[str, Any]:
@@ -420,7 +420,7 @@ class AccountService:
         return await self.db.run(update)
 
     async def remove_org_member(self, principal: Principal, org_id: str, user_id: str) -> dict[str, Any]:
-        self.access.require_platform_admin(principal)
+        await self.access.require_platform_admin(principal)
 
         def remove(session: Session) -> dict[str, Any]:
             org, member, user = self._org_member(session, org_id, user_id)

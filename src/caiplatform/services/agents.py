@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import secrets as pysecrets
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -26,7 +25,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from caiplatform import security, validation
+from caiplatform import json_input, security, validation
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database, new_id
 from caiplatform.db.models import ApiKey, PlatformSetting, Project
@@ -37,7 +36,7 @@ from caiplatform.domain.spec_document import REDACTED, sanitize_spec
 from caiplatform.errors import BadRequest, Conflict, Forbidden, NotFound, PlatformError
 from caiplatform.pagination import Pager, page_body
 from caiplatform.ports.agent_secrets import AgentRef, AgentSecrets
-from caiplatform.ports.builder import Builder, BuildError, BuildRequest, truncate_build_message
+from caiplatform.ports.builder import Builder, BuildError, BuildRequest, Image, truncate_build_message
 from caiplatform.ports.runtime import (
     Resources,
     RevisionSpec,
@@ -51,13 +50,16 @@ from caiplatform.ports.runtime import (
 )
 from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.ratelimit import TokenBucketLimiter
+from caiplatform.redaction import without_paths
 from caiplatform.routing import HostGuard, HostRouter, Refusal, Upstream
 from caiplatform.services.access import Access, ProjectGrant, ProjectRef
 from caiplatform.services.agent_directory import EmbedTarget, InvokeTarget
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.service_quota import ServiceQuota, ServiceQuotaExceeded, services_hard
 from caiplatform.settings import Settings
+from caiplatform.turns.browse import workload_internal_token
 from caiplatform.validation import AGENT_NAME, ENV_NAME
+from caiplatform.worklocks import LocalWorkLocks
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,8 @@ MiB = 1024 * 1024
 PLATFORM_MODEL_KEY_SETTING = "model_api_key"
 #: A build claim older than this may be taken over (a crashed server never released it).
 BUILD_CLAIM_TTL = timedelta(minutes=30)
+#: How often each replica looks for builds whose replica died (their work lock is free).
+BUILD_TAKEOVER_SECONDS = 2.0
 #: How long a rolled revision may take to become ready before the agent is marked failed.
 READY_TIMEOUT_SECONDS = 300.0
 READY_POLL_SECONDS = 0.25
@@ -80,6 +84,13 @@ NOTHING_TO_DO = "nothing to do: provide 'set' and/or 'remove'"
 FILE_NOTE = "saved to the stored source; the running agent is unchanged - redeploy (POST /v1/agents/{name}/redeploy) for it to take effect"
 FILES_NOTE = "the stored source of the last deploy plus later edits (latest version only); redeploy to run it"
 REDEPLOY_NOTE = "rebuilding from the stored source; poll GET /v1/agents/{name} until ready"
+DEPLOY_NOTE = "building; poll GET /v1/agents/{name} until ready"
+MODEL_FRAMEWORKS = ("adk", "langgraph", "crewai")
+NO_MODEL_ENDPOINT = (
+    "no model endpoint is configured: set MODEL_BASE_URL (an OpenAI-compatible endpoint, with MODEL_API_KEY "
+    "and MODEL_NAME) on the server, or MODEL_BASE_URL in the agent's env; until then every invoke of this "
+    "agent fails. To try agents without a model account, start the server with `caiplatform serve --scripted-model`"
+)
 SPEC_NOTE = f"live object with managed fields and last-applied annotations removed; values of env vars whose names look sensitive read {REDACTED}"
 METRICS_NOTE = "live counts only; no history is kept"
 HISTORY_NOTE = "persisted log lines, oldest first; retention {retention}"
@@ -157,6 +168,11 @@ class DeployUpload:
     code_not_a_file: bool = False
 
 
+def build_lock(build_id: str) -> str:
+    """The work lock a build runs under."""
+    return f"agent-build:{build_id}"
+
+
 def owner_ref_of(principal: Principal) -> str | None:
     if principal.kind is PrincipalKind.USER and principal.user_id:
         return f"user:{principal.user_id}"
@@ -183,7 +199,7 @@ class AgentService:
         forget_bindings: Callable[[str], Any] | None = None,
         forget_memory: Callable[[InvokeTarget], Any] | None = None,
         public_upstream: Callable[[InvokeTarget], Any] | None = None,
-        authenticate: Callable[[str], Principal] | None = None,
+        authenticate: Callable[[str], Awaitable[Principal]] | None = None,
         quota: ServiceQuota | None = None,
     ):
         self.db = db
@@ -209,6 +225,10 @@ class AgentService:
         # The project services quota, shared with the serverless area (the platform passes one object).
         self.quota = quota if quota is not None else ServiceQuota(runtime.usage)
         self.secret_port = AgentSecretsOnTables(self)
+        # A build runs under its work lock; replaced by the platform with locks in its database, so a
+        # build whose replica died (lock free, agent still `building`) is taken over by another.
+        self.locks: Any = LocalWorkLocks()
+        self._takeover: asyncio.Task[None] | None = None
 
     # == lifecycle ===================================================================================
 
@@ -218,7 +238,7 @@ class AgentService:
         rows = await self.db.run(lambda s: [(a.id, a.state, a.build_id) for a in s.scalars(select(Agent))])
         for agent_id, state, build_id in rows:
             if state == "building" and build_id:
-                self._spawn(agent_id, self._build_and_roll(agent_id, build_id, None))
+                await self._resume_build(agent_id, build_id)
             elif state == "deploying":
                 self._spawn(agent_id, self._watch_latest(agent_id))
             elif state == "ready":
@@ -226,7 +246,40 @@ class AgentService:
                 if record is not None:
                     await self._publish(record)
 
+    def take_over_builds(self, interval: float = BUILD_TAKEOVER_SECONDS) -> None:
+        """Every `interval`, resume the builds and rollout watches whose replica died (several replicas
+        on one database)."""
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    unsettled = await self.db.run(lambda s: [(a.id, a.state, a.build_id) for a in s.scalars(
+                        select(Agent).where(Agent.state.in_(("building", "deploying"))))])
+                    for agent_id, state, build_id in unsettled:
+                        if state == "building" and build_id:
+                            await self._resume_build(agent_id, build_id)
+                        elif state == "deploying" and not self._tasks.get(agent_id):
+                            # A rollout whose watcher died with its replica (a live one keeps its lock).
+                            self._spawn(agent_id, self._watch_latest(agent_id))
+                except Exception:  # noqa: BLE001 - the next round tries again
+                    log.exception("agents: looking for builds to take over failed")
+
+        if self._takeover is None:
+            self._takeover = asyncio.get_running_loop().create_task(loop(), name="agent-build-takeover")
+
+    async def _resume_build(self, agent_id: str, build_id: str) -> None:
+        """Run a recorded build here when no replica holds its work lock."""
+        if await self.locks.try_acquire(build_lock(build_id)):
+            log.warning("agents: resuming build %s of agent %s (no replica is running it)", build_id, agent_id)
+            self._spawn(agent_id, self._build_and_roll(agent_id, build_id, None))
+
     async def close(self) -> None:
+        if self._takeover is not None:
+            self._takeover.cancel()
+            with contextlib.suppress(BaseException):
+                await self._takeover
+            self._takeover = None
         tasks = [t for group in self._tasks.values() for t in group]
         for task in tasks:
             task.cancel()
@@ -404,7 +457,12 @@ class AgentService:
             body["external_url"] = record.external_url
         if record.message:
             body["message"] = record.message
+        elif self._lacks_model_endpoint(record.framework, record.env):
+            body["message"] = NO_MODEL_ENDPOINT  # ready or not, it cannot answer: say so instead of looking fine
         return body
+
+    def _lacks_model_endpoint(self, framework: str, env: dict[str, Any] | None) -> bool:
+        return framework in MODEL_FRAMEWORKS and not self.settings.model_base_url and not (env or {}).get("MODEL_BASE_URL")
 
     # == deploy ======================================================================================
 
@@ -424,8 +482,8 @@ class AgentService:
         raw_config = upload.fields.get("config", "")
         if raw_config.strip():
             try:
-                parsed = json.loads(raw_config)
-            except ValueError as exc:
+                parsed = json_input.decode(raw_config)
+            except json_input.JSONInputError as exc:
                 raise BadRequest(f"invalid 'config' field: {exc}") from None
             if not isinstance(parsed, dict):
                 raise BadRequest("invalid 'config' field: expected a JSON object")
@@ -433,7 +491,8 @@ class AgentService:
                 config = rules.merge_config({}, parsed)
             except BadRequest as exc:
                 raise BadRequest(f"invalid 'config' field: {exc.message}") from None
-        files = agent_source.extract_tarball(upload.code)
+        # Up to 64 MiB of gzip to inflate and check: in a worker thread, never on the event loop.
+        files = await anyio.to_thread.run_sync(agent_source.extract_tarball, upload.code)
         return await self._claim_and_build(principal, project, name, files, framework=framework, runtime=runtime, kind=kind, config=config)
 
     async def redeploy(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
@@ -445,7 +504,10 @@ class AgentService:
             principal, record.project.id, record.name, None, framework=record.framework, runtime=record.runtime,
             kind=record.kind, config=None,
         )
-        return {**result, "files": count, "note": REDEPLOY_NOTE.format(name=record.name)}
+        note = REDEPLOY_NOTE.format(name=record.name)
+        if "note" in result:  # the model endpoint is missing: the redeploy says so too
+            note += "; " + NO_MODEL_ENDPOINT
+        return {**result, "files": count, "note": note}
 
     def _cloud_credential_check(self, project: Project) -> None:
         settings = project.settings or {}
@@ -519,14 +581,23 @@ class AgentService:
             session.add(AgentBuild(id=build_id, agent_id=agent.id, started_at=now))
             action = "agent.redeploy" if redeploy or files is None else "agent.deploy"
             self.audit.record(session, proj.id, principal, action, name, {"build_id": build_id, "framework": framework})
-            return agent.id, redeploy
+            return agent.id, dict(agent.env or {})
 
+        # Held before the claim is visible, so no other replica takes this build for an orphan.
+        await self.locks.try_acquire(build_lock(build_id))
         try:
-            agent_id, _ = await self.db.run(claim)
+            agent_id, env = await self.db.run(claim)
         except IntegrityError:  # a concurrent first deploy of the same name won the insert
+            await self.locks.release(build_lock(build_id))
             raise Conflict(build_in_progress(name)) from None
+        except BaseException:
+            await self.locks.release(build_lock(build_id))
+            raise
         self._spawn(agent_id, self._build_and_roll(agent_id, build_id, principal))
-        return {"agent": name, "build_id": build_id}
+        result = {"agent": name, "build_id": build_id}
+        if self._lacks_model_endpoint(framework, env):
+            result["note"] = DEPLOY_NOTE.format(name=name) + "; " + NO_MODEL_ENDPOINT
+        return result
 
     def _replace_files_sync(self, session: Session, agent_id: str, files: dict[str, bytes], now: datetime) -> None:
         session.execute(delete(AgentFile).where(AgentFile.agent_id == agent_id))
@@ -536,6 +607,7 @@ class AgentService:
     async def _finish_build(self, agent_id: str, build_id: str, *, ok: bool, message: str = "", image: str = "") -> bool:
         """Record a build's end and release the claim; False when the claim is no longer ours."""
         now = self.clock.now()
+        message = without_paths(message)  # build output names the server's build directories
 
         def run(session: Session) -> bool:
             build = session.get(AgentBuild, build_id)
@@ -555,19 +627,35 @@ class AgentService:
         return await self.db.run(run)
 
     async def _build_and_roll(self, agent_id: str, build_id: str, principal: Principal | None) -> None:
+        """The build under its work lock (taken by the caller), then the roll."""
+        try:
+            built = await self._build(agent_id, build_id, principal)
+        finally:
+            await self.locks.release(build_lock(build_id))
+        if built:
+            await self._roll(agent_id, "deploy", watch=False)
+            await self._watch_latest(agent_id)
+
+    async def build_image(self, record: AgentRecord) -> Image:
+        """The image of the agent's stored sources, from this replica's builder (the same sources give
+        the same image reference on every replica)."""
+        files = await self.db.run(
+            lambda s: {f.path: f.content for f in s.scalars(select(AgentFile).where(AgentFile.agent_id == record.id))}
+        )
+        with tempfile.TemporaryDirectory(prefix=f"cai-build-{record.name}-") as tmp:
+            agent_source.write_tree(files, Path(tmp))
+            return await self.builder.build(BuildRequest(
+                project_id=record.project.id, project_short=record.project.short, workload=record.name,
+                framework=record.framework, source_dir=Path(tmp), runtime=record.runtime,
+            ))
+
+    async def _build(self, agent_id: str, build_id: str, principal: Principal | None) -> bool:
+        """Build the image and record the end of the build; True when the agent should roll it out."""
         record = await self._record_by_id(agent_id)
         if record is None:
-            return
+            return False
         try:
-            files = await self.db.run(
-                lambda s: {f.path: f.content for f in s.scalars(select(AgentFile).where(AgentFile.agent_id == agent_id))}
-            )
-            with tempfile.TemporaryDirectory(prefix=f"cai-build-{record.name}-") as tmp:
-                agent_source.write_tree(files, Path(tmp))
-                image = await self.builder.build(BuildRequest(
-                    project_id=record.project.id, project_short=record.project.short, workload=record.name,
-                    framework=record.framework, source_dir=Path(tmp), runtime=record.runtime,
-                ))
+            image = await self.build_image(record)
             if self.bound_values is not None:
                 ref = AgentRef(record.id, record.name, record.project.id)
                 values = await self.bound_values(principal, ref)
@@ -575,30 +663,37 @@ class AgentService:
                     await self.secret_port.set_keys(ref, values)
         except asyncio.CancelledError:
             raise
-        except BuildError as exc:
+        except (BuildError, PlatformError) as exc:
             await self._finish_build(agent_id, build_id, ok=False, message=exc.message)
-            return
-        except PlatformError as exc:
-            await self._finish_build(agent_id, build_id, ok=False, message=exc.message)
-            return
+            return False
         except Exception as exc:  # noqa: BLE001 - any failure is the build's failure, shown in `message`
             log.exception("build of %s failed", record.name)
             await self._finish_build(agent_id, build_id, ok=False, message=f"build failed: {exc}")
-            return
-        if await self._finish_build(agent_id, build_id, ok=True, image=image.reference):
-            await self._roll(agent_id, "deploy", watch=False)
-            await self._watch_latest(agent_id)
+            return False
+        return await self._finish_build(agent_id, build_id, ok=True, image=image.reference)
 
     # == revisions ===================================================================================
+
+    def _session_dir(self, record: AgentRecord) -> Path | None:
+        """The directory of the agent's own session database (one per agent: its sandbox mounts only it)."""
+        if self.settings.redis_url or self.mode == "memory":
+            return None
+        sessions = (Path(self.settings.data_dir) / "sessions").resolve()
+        directory = sessions / f"{record.project.short}-{record.name}"
+        directory.mkdir(parents=True, exist_ok=True)
+        for suffix in ("", "-wal", "-shm"):  # a database of an earlier version sat beside the others
+            earlier = sessions / f"{record.project.short}-{record.name}.sqlite3{suffix}"
+            if earlier.is_file() and not (directory / f"sessions.sqlite3{suffix}").exists():
+                earlier.replace(directory / f"sessions.sqlite3{suffix}")
+        return directory
 
     def _session_store(self, record: AgentRecord) -> str:
         if self.settings.redis_url:
             return self.settings.redis_url
-        if self.mode == "memory":
+        directory = self._session_dir(record)
+        if directory is None:
             return "memory"
-        path = (Path(self.settings.data_dir) / "sessions").resolve() / f"{record.project.short}-{record.name}.sqlite3"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{path}"
+        return f"sqlite:///{directory / 'sessions.sqlite3'}"
 
     def _revision_env(self, record: AgentRecord, secret_values: dict[str, str], workload_key: str | None) -> tuple[dict[str, str], dict[str, str]]:
         env = {k: str(v) for k, v in record.env.items()}
@@ -620,7 +715,7 @@ class AgentService:
         if workload_key:
             secret_env["CAI_PROJECT_KEY"] = workload_key
         if self.settings.internal_token:
-            secret_env["CAI_INTERNAL_TOKEN"] = self.settings.internal_token
+            secret_env["CAI_INTERNAL_TOKEN"] = workload_internal_token(self.settings.internal_token, record.workload.key)
         secret_env.update(secret_values)  # a per-agent MODEL_API_KEY overrides the platform default
         # The instance sees secrets as plain environment variables; their names (never values) tell the
         # harness which ones to leave out of `/debug/config`, which lists only non-secret config keys.
@@ -660,10 +755,7 @@ class AgentService:
                     agent.state, agent.message = "failed", refusal
                 else:
                     agent.state, agent.message = "deploying", ""
-                values = {s.key: s.value for s in session.scalars(select(AgentSecret).where(AgentSecret.agent_id == agent_id))}
-                platform_key = session.get(PlatformSetting, PLATFORM_MODEL_KEY_SETTING)
-                if "MODEL_API_KEY" not in values and platform_key is not None and platform_key.value:
-                    values = {"MODEL_API_KEY": platform_key.value, **values}  # the platform default, set by an admin
+                values = self._secret_values_sync(session, agent_id)
                 return (AgentRecord.of(agent, project), revision, agent.generation, values, agent.workload_key, refusal,
                         self._service_quota_sync(session, project), applied_before)
 
@@ -674,14 +766,7 @@ class AgentService:
             if refusal:
                 self._unpublish(record)
                 return True
-            env, secret_env = self._revision_env(record, values, workload_key)
-            spec = RevisionSpec(
-                workload=record.workload, revision=revision, generation=generation, image=record.image,
-                env=env, secret_env=secret_env, resources=self._resources(record.config),
-                scaling=self._scaling(record.config),
-                timeout_seconds=int(record.config.get("timeout_seconds") or 300),
-                labels={"cai.dev/agent": record.name, "cai.dev/reason": reason[:60]},
-            )
+            spec = self.revision_spec(record, revision, generation, values, workload_key, reason)
             # A first route counts against the project's services quota: check and apply in one turn
             # per project, so two new agents cannot both take the last place.
             try:
@@ -704,6 +789,28 @@ class AgentService:
         if watch:
             self._spawn(agent_id, self._watch_latest(agent_id))
         return True
+
+    def revision_spec(self, record: AgentRecord, revision: str, generation: int, values: dict[str, str],
+                      workload_key: str | None, reason: str) -> RevisionSpec:
+        """What the runtime runs for one revision of the agent as it is recorded now."""
+        env, secret_env = self._revision_env(record, values, workload_key)
+        return RevisionSpec(
+            workload=record.workload, revision=revision, generation=generation, image=record.image,
+            env=env, secret_env=secret_env, resources=self._resources(record.config),
+            scaling=self._scaling(record.config),
+            timeout_seconds=int(record.config.get("timeout_seconds") or 300),
+            state_dirs=[str(d) for d in [self._session_dir(record)] if d is not None],
+            labels={"cai.dev/agent": record.name, "cai.dev/reason": reason[:60]},
+        )
+
+    @staticmethod
+    def _secret_values_sync(session: Session, agent_id: str) -> dict[str, str]:
+        """The agent's secret values, with the platform's default model key unless it has its own."""
+        values = {s.key: s.value for s in session.scalars(select(AgentSecret).where(AgentSecret.agent_id == agent_id))}
+        platform_key = session.get(PlatformSetting, PLATFORM_MODEL_KEY_SETTING)
+        if "MODEL_API_KEY" not in values and platform_key is not None and platform_key.value:
+            values = {"MODEL_API_KEY": platform_key.value, **values}  # the platform default, set by an admin
+        return values
 
     @staticmethod
     def _mark_revision_sync(session: Session, agent_id: str, revision: str, reason: str, message: str) -> None:
@@ -750,6 +857,15 @@ class AgentService:
         held = await self.db.run(lambda s: (lambda r: r is not None and bool(r.reason))(s.get(AgentRevision, (agent_id, revision))))
         if held:
             return  # refused or waiting for quota: nothing will report on it
+        lock = f"agent-watch:{agent_id}:{revision}"
+        if not await self.locks.try_acquire(lock):
+            return  # watched already, here or by another live replica
+        try:
+            await self._watch_revision(agent_id, revision)
+        finally:
+            await self.locks.release(lock)
+
+    async def _watch_revision(self, agent_id: str, revision: str) -> None:
         loop_deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS  # real time: instances start in it
         while True:
             current = await self._record_by_id(agent_id)
@@ -820,7 +936,7 @@ class AgentService:
             key = bearer(headers) or headers.get("x-api-key", "").strip()
             if not key:
                 return 401, "this agent's public address requires an API key: send Authorization: Bearer <key>", {"WWW-Authenticate": "Bearer"}
-            principal = await anyio.to_thread.run_sync(self.authenticate, key) if self.authenticate else None
+            principal = await self.authenticate(key) if self.authenticate else None
             if principal is None or not principal.authenticated:
                 return 401, "invalid or expired API key", {"WWW-Authenticate": "Bearer"}
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import anyio.to_thread
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -25,6 +26,14 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SLUG = "default"
 LOGIN_WINDOW_SECONDS = 15 * 60
+IP_ATTEMPTS = 10
+ACCOUNT_ATTEMPTS = 50
+
+
+def sign_in_throttles(clock: Clock | None = None) -> tuple[SlidingWindowThrottle, SlidingWindowThrottle]:
+    """The sign-in throttle of one process: 10 failed attempts per IP, 50 per account, per 15 minutes."""
+    return (SlidingWindowThrottle(IP_ATTEMPTS, LOGIN_WINDOW_SECONDS, clock),
+            SlidingWindowThrottle(ACCOUNT_ATTEMPTS, LOGIN_WINDOW_SECONDS, clock))
 
 
 def go_duration(seconds: float) -> str:
@@ -66,6 +75,7 @@ class AuthService:
         clock: Clock,
         session_key: bytes,
         automation_token: str | None = None,
+        throttles: tuple[Any, Any] | None = None,
     ):
         self.db = db
         self.access = access
@@ -73,24 +83,28 @@ class AuthService:
         self.clock = clock
         self.tokens = security.SessionTokens(session_key)
         self.automation_token = automation_token
-        self.ip_throttle = SlidingWindowThrottle(10, LOGIN_WINDOW_SECONDS, clock)
-        self.account_throttle = SlidingWindowThrottle(50, LOGIN_WINDOW_SECONDS, clock)
+        # (per IP, per account): this process's own, or shared by the cluster (`sign_in_throttles`).
+        pair: tuple[Any, Any] = throttles or sign_in_throttles(clock)
+        self.ip_throttle, self.account_throttle = pair
 
     # -- credentials ----------------------------------------------------------------------------
 
-    def authenticate(self, bearer: str | None, client_ip: str | None = None) -> Principal:
-        """Resolve a bearer credential. An invalid or expired credential is treated as none."""
+    async def authenticate(self, bearer: str | None, client_ip: str | None = None) -> Principal:
+        """Resolve a bearer credential. An invalid or expired credential is treated as none.
+
+        Called once per request and never cached: a revoked key or a deleted user is refused on the very
+        next request. The one database read runs off the event loop."""
         anonymous = Principal.anonymous(client_ip)
         if not bearer:
             return anonymous
         if self.automation_token and security.hmac.compare_digest(bearer, self.automation_token):
             return Principal.automation(client_ip)
         if bearer.startswith("cai_"):
-            return self.db.run_sync(lambda s: self._principal_for_key(s, bearer, client_ip)) or anonymous
+            return await self.db.run(lambda s: self._principal_for_key(s, bearer, client_ip)) or anonymous
         claims = self.tokens.verify(bearer, self.clock.time())
         if claims is None:
             return anonymous
-        user = self.db.run_sync(lambda s: s.get(User, claims["sub"]))
+        user = await self.db.run(lambda s: s.get(User, claims["sub"]))
         if user is None:
             return anonymous
         return Principal(
@@ -100,6 +114,8 @@ class AuthService:
             email=user.email,
             client_ip=client_ip,
             expires_at=int(claims["exp"]),
+            must_change_password=user.must_change_password,
+            role=user.role,
         )
 
     def _principal_for_key(self, session: Session, bearer: str, client_ip: str | None) -> Principal | None:
@@ -148,49 +164,52 @@ class AuthService:
             email=user.email,
             key_id=key.key_id,
             client_ip=client_ip,
+            must_change_password=user.must_change_password,
+            role=user.role,
         )
 
     # -- sign-in --------------------------------------------------------------------------------
 
-    def _throttle_keys(self, client_ip: str | None, email: str | None) -> list[tuple[SlidingWindowThrottle, str]]:
+    def _throttle_keys(self, client_ip: str | None, email: str | None) -> list[tuple[Any, str]]:
         keys = [(self.ip_throttle, f"ip:{client_ip or 'unknown'}")]
         if email:
             keys.append((self.account_throttle, f"account:{email}"))
         return keys
 
-    def throttle_sign_in(self, client_ip: str | None, email: str | None) -> None:
+    async def throttle_sign_in(self, client_ip: str | None, email: str | None) -> None:
         """Refuse a sign-in attempt (login, invitation accept) with 429 while its IP or account is over
         the limit of failed attempts."""
         for throttle, key in self._throttle_keys(client_ip, email):
-            wait = throttle.retry_after(key)
+            wait = await throttle.check(key)
             if wait is not None:
                 raise RateLimited(f"too many sign-in attempts; try again in {go_duration(wait)}", retry_after=wait)
 
-    def record_failed_sign_in(self, client_ip: str | None, email: str | None) -> None:
+    async def record_failed_sign_in(self, client_ip: str | None, email: str | None) -> None:
         """Count a failed attempt. Only failures count, so that people and scripts signing in correctly
         are never locked out while guessing is still capped at 10 per IP and 50 per account."""
         for throttle, key in self._throttle_keys(client_ip, email):
-            throttle.hit(key)
+            await throttle.record(key)
 
     async def login(self, email: Any, password: Any, client_ip: str | None) -> SignIn:
         if not isinstance(email, str) or not email.strip() or not isinstance(password, str) or not password:
             raise BadRequest("email and password are required")
         email = email.strip().lower()
-        self.throttle_sign_in(client_ip, email)
+        await self.throttle_sign_in(client_ip, email)
 
-        def check(session: Session) -> User | None:
+        def find(session: Session) -> User | None:
             if session.scalar(select(func.count()).select_from(User)) == 0:
                 raise Unavailable(
                     "user management is not initialized: no account exists yet "
                     "(set CAI_ADMIN_EMAIL and CAI_ADMIN_PASSWORD and restart)"
                 )
-            user = session.scalar(select(User).where(User.email == email))
-            stored = user.password_hash if user else security.DUMMY_PASSWORD_HASH
-            return user if security.verify_password(stored, password) and user else None
+            return session.scalar(select(User).where(User.email == email))
 
-        user = await self.db.run(check)
-        if user is None:
-            self.record_failed_sign_in(client_ip, email)
+        user = await self.db.run(find)
+        # argon2 takes tens of milliseconds: verified in a worker thread of its own, after the read's
+        # transaction has ended, so it holds neither the event loop nor a database connection.
+        stored = user.password_hash if user else security.DUMMY_PASSWORD_HASH
+        if not await anyio.to_thread.run_sync(security.verify_password, stored, password) or user is None:
+            await self.record_failed_sign_in(client_ip, email)
             raise Unauthenticated("invalid email or password")
         return self._sign_in(user)
 
@@ -203,6 +222,13 @@ class AuthService:
         if principal.kind is not PrincipalKind.USER:
             role = "admin" if principal.kind is PrincipalKind.AUTOMATION else "user"
             return {"email": principal.email or "", "role": role, "must_change_password": False, "expires_at": None}
+        if principal.role is not None:  # read from the account when the credential was resolved
+            return {
+                "email": principal.email or "",
+                "role": principal.role,
+                "must_change_password": principal.must_change_password,
+                "expires_at": principal.expires_at,
+            }
         user = await self.db.run(lambda s: s.get(User, principal.user_id))
         if user is None:
             raise Unauthenticated("invalid email or password")
@@ -239,6 +265,7 @@ class AuthService:
         """On a start with no accounts, create the platform admin, the default org and project."""
 
         def run(session: Session) -> None:
+            self.db.serialize_setup(session)  # replicas starting at once: one creates, the others find
             now = self.clock.now()
             org = session.scalar(select(Org).where(Org.slug == DEFAULT_SLUG))
             if org is None:
@@ -268,7 +295,8 @@ class AuthService:
             session.flush()
             session.add(OrgMember(org_id=org.id, user_id=user.id, role="admin", created_at=now))
             self.audit.record(session, None, None, "user.create", email, {"role": "admin", "bootstrap": True})
-            log.info("created the bootstrap platform admin %s", email)
+            # Said at start-up even when quiet (`caiplatform.startup`): the one account a newcomer signs in with.
+            logging.getLogger("caiplatform.startup").info("created the bootstrap platform admin %s", email)
 
         self.db.run_sync(run)
 

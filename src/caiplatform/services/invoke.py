@@ -16,6 +16,7 @@ The harness contract between the two sides:
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import Any, Protocol
 import anyio
 import httpx
 
-from caiplatform import validation
+from caiplatform import json_input, validation
 from caiplatform.errors import (
     BadGateway,
     BadRequest,
@@ -38,10 +39,11 @@ from caiplatform.errors import (
 )
 from caiplatform.ports.runtime import Endpoint, NoCapacity, WorkloadError, WorkloadRuntime
 from caiplatform.principal import Principal
+from caiplatform.redaction import one_line
 from caiplatform.services import invoke_ids
 from caiplatform.services.access import AUTH_REQUIRED
 from caiplatform.services.agent_directory import AgentDirectory, EmbedTarget, InvokeTarget
-from caiplatform.turns.browse import INTERNAL_HEADER, NOT_CONFIGURED
+from caiplatform.turns.browse import INTERNAL_HEADER, NOT_CONFIGURED, workload_internal_token
 
 MiB = 1024 * 1024
 AGENT_BODY_LIMIT = 1 * MiB  # invoke, stream, memorize (document 1, Limits)
@@ -64,6 +66,9 @@ EMBED_NO_ORIGIN = "an Origin header from an allowed origin is required to use th
 EMBED_NO_MEMORIZE = "memorize is not available on the embed route"
 EMBED_FIELDS = ("message", "session_id", "user_id")
 EMBED_CONFIG_FIELDS = ("title", "subtitle", "greeting", "accent_color", "launcher_text", "position")
+UPSTREAM_MAX_DEPTH = 128  # nesting of a harness's answer: a transcript holds callers' bodies of up to 64
+
+log = logging.getLogger(__name__)
 
 
 class AgentMemory(Protocol):
@@ -113,8 +118,8 @@ class TurnStream:
 
 def _upstream_message(content: bytes, status: int) -> str:
     try:
-        body = json.loads(content)
-    except (ValueError, UnicodeDecodeError):
+        body = json_input.decode(content, max_depth=UPSTREAM_MAX_DEPTH)
+    except json_input.JSONInputError:
         body = None
     if isinstance(body, dict) and isinstance(body.get("error"), str):
         return body["error"]
@@ -168,8 +173,10 @@ class InvokeService:
     def internal_token(self) -> str | None:
         return self.settings.internal_token or None
 
-    def _internal_headers(self) -> dict[str, str]:
-        return {INTERNAL_HEADER: self.internal_token} if self.internal_token else {}
+    def _internal_headers(self, target: InvokeTarget) -> dict[str, str]:
+        """The target agent's own internal credential (each agent holds only its own)."""
+        token = self.internal_token
+        return {INTERNAL_HEADER: workload_internal_token(token, target.workload.key)} if token else {}
 
     def _http(self, endpoint: Endpoint) -> tuple[httpx.AsyncClient, bool]:
         """A client for the endpoint and whether the caller must close it (in-process transports)."""
@@ -197,9 +204,13 @@ class InvokeService:
         except WorkloadError as exc:
             raise self._failed(target, exc.message) from None
 
-    @staticmethod
-    def _failed(target: InvokeTarget, detail: str) -> BadGateway:
-        return BadGateway(f"invoke agent {target.agent}: {detail}")
+    def _failed(self, target: InvokeTarget, detail: str) -> BadGateway:
+        """Document 1's 502: one line for the caller; tracebacks and paths only in the server's log (the
+        instance's own output is in the agent's logs already)."""
+        reason = one_line(detail) or "the agent failed without a message"  # the harness named a missing model
+        if reason != detail:
+            log.warning("invoke agent %s (project %s) failed: %s", target.agent, target.project_short, detail)
+        return BadGateway(f"invoke agent {target.agent}: {reason}")
 
     async def _exchange(self, target: InvokeTarget, method: str, path: str, *, deadline: float,
                         content: bytes | None = None, headers: dict[str, str] | None = None,
@@ -238,7 +249,7 @@ class InvokeService:
         message = _upstream_message(content, status)
         for cls in (BadRequest, Conflict, PayloadTooLarge):
             if status == cls.status:
-                raise cls(message)
+                raise cls(one_line(message))
         raise self._failed(target, message)
 
     # -- invoke ----------------------------------------------------------------------------------
@@ -299,12 +310,12 @@ class InvokeService:
         if not raw.strip():
             return {}
         try:
-            return json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
+            return json_input.decode(raw)
+        except json_input.JSONInputError as exc:
             raise BadRequest(f"invalid JSON body: {exc}") from None
 
     def _turn_headers(self, prepared: Prepared) -> dict[str, str]:
-        return {"Content-Type": prepared.content_type, **prepared.id_headers, **self._internal_headers()}
+        return {"Content-Type": prepared.content_type, **prepared.id_headers, **self._internal_headers(prepared.target)}
 
     async def invoke(self, principal: Principal, name: str, project: str | None, raw: bytes, *,
                      prepared: Prepared | None = None) -> Reply:
@@ -395,7 +406,7 @@ class InvokeService:
                         at_line_start = chunk.endswith(b"\n")
                         yield chunk
                 if problem is not None:
-                    line = json.dumps({"type": "error", "message": f"invoke agent {target.agent}: {problem}"})
+                    line = json.dumps({"type": "error", "message": self._failed(target, problem).message})
                     yield (b"" if at_line_start else b"\n") + line.encode() + b"\n"
                 elif prepared.memorize:
                     try:
@@ -427,15 +438,18 @@ class InvokeService:
             target = await directory.invoke_target(principal, name, project)
         deadline = time.monotonic() + self.timeout
         status, content, _ = await self._exchange(target, method, path, deadline=deadline, params=params,
-                                                  headers=self._internal_headers())
+                                                  headers=self._internal_headers(target))
         return status, content, target
 
     def _browse_result(self, target: InvokeTarget, status: int, content: bytes) -> Any:
         if status == 204:
             return None
         if status == 200:
-            return json.loads(content)
-        message = _upstream_message(content, status)
+            try:
+                return json_input.decode(content, max_depth=UPSTREAM_MAX_DEPTH)
+            except json_input.JSONInputError as exc:
+                raise BadGateway(f"agent {target.agent}: the answer is not JSON the platform accepts: {exc}") from None
+        message = one_line(_upstream_message(content, status))
         if status == 400:
             raise BadRequest(message)
         if status == 404:
@@ -500,7 +514,7 @@ class InvokeService:
         if not self.internal_token:
             raise Unavailable(NOT_CONFIGURED)
         status, content, _ = await self._exchange(target, "GET", f"/internal/sessions/{session_id}",
-                                                  deadline=deadline, headers=self._internal_headers())
+                                                  deadline=deadline, headers=self._internal_headers(target))
         await self._commit(target, self._browse_result(target, status, content))
 
     async def _commit(self, target: InvokeTarget, session: dict[str, Any]) -> None:

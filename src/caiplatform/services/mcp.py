@@ -1,8 +1,10 @@
 """Hosted MCP servers (document 2): tools from Python source, immutable versions, rollback and yank.
 
 Publishing or deleting a tool snapshots the whole current tool set into a new version and builds it in
-the background (`building` → `deploying` → `ready`, or `failed` with `message`). A version becomes
-current once it serves. Rollback re-points the server at a version's recorded image without a rebuild.
+the background (`building` → `deploying` → `ready`, or `failed` with `message`). The version becomes
+`current` at the publish itself ("`current` moves on publish or rollback"); the server view's `version`
+and `status` say what actually serves. Rollback re-points the server at a version's recorded image
+without a rebuild.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models import McpServer, McpTool, McpVersion, Project
 from caiplatform.errors import BadRequest, Conflict, NotFound, Unavailable
-from caiplatform.mcp.source import decorator_credential_keys
+from caiplatform.mcp.source import check_helper_import, decorator_credential_keys
 from caiplatform.pagination import Page, Pager
 from caiplatform.ports.mcp_host import (
     McpBuild,
@@ -39,6 +41,7 @@ from caiplatform.services.access import Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.purge import remove_each
 from caiplatform.validation import MCP_SERVER_NAME, MCP_TOOL_NAME
+from caiplatform.worklocks import LocalWorkLocks
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,7 @@ class _Resumable:
     token: str
     current: int | None  # the version to serve again (it has an image)
     image: McpImage | None
-    unfinished: int | None  # the newest version, when its build or rollout was under way
+    unfinished: int | None  # the current version, when its build or rollout was under way
     was_ready: bool  # otherwise the status (and a failure's message) stays as it was
 
 
@@ -166,6 +169,8 @@ class McpServerService:
         # label)`, one live key per label (`mcp:<server id>`), so a rollout replaces the previous key.
         self.workload_keys = workload_keys
         self._tasks: set[asyncio.Task[None]] = set()
+        # Replaced by the platform with locks in its database (several replicas).
+        self.locks: Any = LocalWorkLocks()
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -297,6 +302,9 @@ class McpServerService:
         if not isinstance(schema, dict):
             raise BadRequest("'schema' must be a JSON object")
         keys = parse_credential_keys(body)
+        problem = check_helper_import(tool, handler)
+        if problem:
+            raise BadRequest(problem)
 
         def publish(session: Session) -> tuple[str, int]:
             server = self._server(session, project.id, name)
@@ -368,14 +376,26 @@ class McpServerService:
             )
         )
         server.status, server.message = "building", ""
+        server.selected_version = latest + 1
         return build_id, latest + 1
 
     # -- builds ---------------------------------------------------------------------------------
 
     def _start_build(self, project: ProjectRef, name: str, version: int) -> None:
-        task = asyncio.get_running_loop().create_task(self._build(project, name, version))
+        task = asyncio.get_running_loop().create_task(self._build_once(project, name, version))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _build_once(self, project: ProjectRef, name: str, version: int) -> None:
+        """The build under its work lock: a replica resuming unfinished builds at its start leaves alone
+        the ones another live replica is running."""
+        lock = f"mcp-build:{project.id}:{name}:{version}"
+        if not await self.locks.try_acquire(lock):
+            return
+        try:
+            await self._build(project, name, version)
+        finally:
+            await self.locks.release(lock)
 
     async def aclose(self) -> None:
         """Cancel the builds under way (they resume at the next start) and let the host stop its servers."""
@@ -391,16 +411,14 @@ class McpServerService:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    def _still_newest(self, session: Session, project_id: str, name: str, version: int) -> McpServer | None:
+    def _still_current(self, session: Session, project_id: str, name: str, version: int) -> McpServer | None:
+        """The server while `version` is still its current one (a later publish or a rollback supersedes it)."""
         server = session.scalar(select(McpServer).where(McpServer.project_id == project_id, McpServer.name == name))
-        if server is None:
-            return None
-        newest = session.scalar(select(func.max(McpVersion.version)).where(McpVersion.server_id == server.id))
-        return server if newest == version else None
+        return server if server is not None and server.selected_version == version else None
 
     async def _build(self, project: ProjectRef, name: str, version: int) -> None:
         def snapshot(session: Session) -> tuple[McpBuild, str, str] | None:
-            server = self._still_newest(session, project.id, name, version)
+            server = self._still_current(session, project.id, name, version)
             if server is None:
                 return None
             record = self._version(session, server.id, version)
@@ -411,7 +429,7 @@ class McpServerService:
         try:
             found = await self.db.run(snapshot)
             if found is None:
-                return  # deleted, or superseded by a newer publish
+                return  # deleted, or superseded by a newer publish or a rollback
             build, expose, token = found
             try:
                 image = await self.host.build(build)
@@ -420,7 +438,7 @@ class McpServerService:
                 return
 
             def record_image(session: Session) -> bool:
-                server = self._still_newest(session, project.id, name, version)
+                server = self._still_current(session, project.id, name, version)
                 record = self._version(session, server.id, version) if server else None
                 if server is None or record is None:
                     return False
@@ -494,13 +512,12 @@ class McpServerService:
                 if project is None:
                     continue
                 current = self._version(session, server.id, server.current_version) if server.current_version else None
-                newest = session.scalar(select(func.max(McpVersion.version)).where(McpVersion.server_id == server.id))
                 out.append(
                     _Resumable(
                         ProjectRef.of(project), server.name, server.expose, server.token,
                         current.version if current and current.image_digest else None,
                         McpImage(current.image, current.image_digest) if current and current.image_digest else None,
-                        newest if server.status in ("building", "deploying") else None,
+                        server.selected_version if server.status in ("building", "deploying") else None,
                         server.status == "ready",
                     )
                 )
@@ -519,16 +536,16 @@ class McpServerService:
                         )
                 except Exception as exc:  # noqa: BLE001 - one server that cannot start does not stop the others
                     log.exception("mcp server %s/%s did not start again", item.project.slug, item.name)
-                    await self._fail(item.project, item.name, item.current, f"restart failed: {exc}", only_if_newest=False)
+                    await self._fail(item.project, item.name, item.current, f"restart failed: {exc}", only_if_current=False)
             if item.unfinished is not None:
                 self._start_build(item.project, item.name, item.unfinished)
 
         await asyncio.gather(*(serve_again(item) for item in await self.db.run(servers)))
 
-    async def _fail(self, project: ProjectRef, name: str, version: int, message: str, *, only_if_newest: bool = True) -> None:
+    async def _fail(self, project: ProjectRef, name: str, version: int, message: str, *, only_if_current: bool = True) -> None:
         def fail(session: Session) -> None:
-            if only_if_newest:
-                server = self._still_newest(session, project.id, name, version)
+            if only_if_current:
+                server = self._still_current(session, project.id, name, version)
             else:
                 server = session.scalar(select(McpServer).where(McpServer.project_id == project.id, McpServer.name == name))
             if server is not None:
@@ -546,7 +563,7 @@ class McpServerService:
             rows = session.scalars(
                 select(McpVersion).where(McpVersion.server_id == server.id).order_by(McpVersion.version.desc())
             )
-            return {"server": name, "versions": [_version_view(v, server.current_version) for v in rows]}
+            return {"server": name, "versions": [_version_view(v, server.selected_version) for v in rows]}
 
         return await self.db.run(run)
 
@@ -578,10 +595,12 @@ class McpServerService:
         except McpServeError as exc:
             raise Unavailable(f"rollback to version {version} did not start: {exc}") from None
 
-        def audit(session: Session) -> None:
+        def point_and_audit(session: Session) -> None:
+            server = self._server(session, project.id, name)
+            server.selected_version = version
             self.audit.record(session, project.id, principal, "mcpserver.version.rollback", name, {"version": version})
 
-        await self.db.run(audit)
+        await self.db.run(point_and_audit)
         return {
             "server": name,
             "version": version,
@@ -598,6 +617,8 @@ class McpServerService:
                 raise NotFound("no such version")
             if yanked and server.current_version == version:
                 raise Conflict(f"cannot yank version {version}: it is the running version (roll to another first)")
+            if yanked and server.selected_version == version:
+                raise Conflict(f"cannot yank version {version}: it is the current version (roll to another first)")
             record.yanked = yanked
             record.yanked_at = self.clock.now() if yanked else None
             action = "mcpserver.version.yank" if yanked else "mcpserver.version.unyank"

@@ -8,7 +8,6 @@ rotate. Reads return the credential secret's name only.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
@@ -16,6 +15,7 @@ from typing import Any
 
 import anyio
 
+from caiplatform import json_input
 from caiplatform.clock import Clock
 from caiplatform.db import Database
 from caiplatform.domain.memorystore import (
@@ -166,8 +166,8 @@ class MemoryStoreService:
             if len(raw) > MAX_CREATE_BODY_BYTES:
                 raise PayloadTooLarge(BODY_TOO_LARGE)
             try:
-                body = json.loads(raw) if raw.strip() else None
-            except (ValueError, UnicodeDecodeError) as exc:
+                body = json_input.decode(raw) if raw.strip() else None
+            except json_input.JSONInputError as exc:
                 raise BadRequest(f"invalid JSON body: {exc}") from None
         if not isinstance(body, Mapping):
             raise BadRequest("invalid JSON body: expected a JSON object")

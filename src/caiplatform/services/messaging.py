@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -18,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from caiplatform.clock import Clock, rfc3339
@@ -30,6 +32,7 @@ from caiplatform.pagination import Pager, page_body
 from caiplatform.ports.broker import (
     Broker,
     BrokerError,
+    BrokerUnavailable,
     ConsumerConfig,
     OutgoingMessage,
     PublishFailed,
@@ -92,8 +95,13 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _int_field(body: Mapping[str, Any], key: str, message: str) -> Any:
-    """An optional integer field: `_UNSET` when absent or null, else the int (or 400 with `message`)."""
+# Counts the broker and the database hold as 32-bit integers; larger values are refused, never stored.
+_INT_MAX = 2**31 - 1
+
+
+def _int_field(body: Mapping[str, Any], key: str, message: str, *, stored: str | None = None) -> Any:
+    """An optional integer field: `_UNSET` when absent or null, else the int (or 400 with `message`). A
+    value `stored` (named so in messages) above 2147483647 is 400 `<stored> must be at most 2147483647`."""
     value = body.get(key)
     if value is None:
         return _UNSET
@@ -101,7 +109,14 @@ def _int_field(body: Mapping[str, Any], key: str, message: str) -> Any:
         value = int(value)
     if not _is_int(value):
         raise BadRequest(message)
+    if stored is not None and value > _INT_MAX:
+        raise BadRequest(f"{stored} must be at most {_INT_MAX}")
     return value
+
+
+def _shown(value: Any) -> str:
+    """A refused value as the caller wrote it: a string as is, anything else as its JSON text."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _text_field(body: Mapping[str, Any], key: str) -> Any:
@@ -111,6 +126,13 @@ def _text_field(body: Mapping[str, Any], key: str) -> Any:
     if not isinstance(value, str):
         raise BadRequest(f"{key} must be a string")
     return value
+
+
+def broker_failure(what: str, exc: BrokerError) -> InternalError | Unavailable:
+    """A broker that does not answer is 503 (nothing was done; retry), any other failure 500."""
+    if isinstance(exc, BrokerUnavailable):
+        return Unavailable(f"{what} failed: the message broker is unavailable, try again shortly ({exc})")
+    return InternalError(f"{what} failed: {exc}")
 
 
 def push_url_problem(url: str, namespace: str) -> str | None:
@@ -266,6 +288,36 @@ class TopicService:
             raise NotFound(m.TOPIC_NOT_FOUND)
         return _topic_of(row, project)
 
+    async def _project_topic(self, principal: Principal, project_id: str, name: str) -> tuple[ProjectRef, Topic]:
+        """`_project` then `_topic` in one transaction: one trip to the database on the publish path."""
+        self.access.require_management(principal)
+
+        def read(session: Session) -> tuple[ProjectRef, MessagingTopic | None]:
+            grant = self.access.project_sync(session, principal, project_id, need=Role.MEMBER, bad_id=NotFound)
+            return grant.project, self._topic_row(session, grant.project.id, name)
+
+        project, row = await self.db.run(read)
+        if row is None:
+            raise NotFound(m.TOPIC_NOT_FOUND)
+        return project, _topic_of(row, project)
+
+    async def _project_subscription(self, principal: Principal, project_id: str, topic: str,
+                                    name: str) -> tuple[ProjectRef, Subscription]:
+        """`_project` then `_subscription` in one transaction: one trip to the database on pull and ack."""
+        self.access.require_management(principal)
+
+        def read(session: Session) -> tuple[ProjectRef, MessagingSubscription | None]:
+            grant = self.access.project_sync(session, principal, project_id, need=Role.MEMBER, bad_id=NotFound)
+            row = self._topic_row(session, grant.project.id, topic)
+            if row is None:
+                raise NotFound(m.TOPIC_NOT_FOUND)
+            return grant.project, self._sub_row(session, row, name)
+
+        project, row = await self.db.run(read)
+        if row is None:
+            raise NotFound(m.SUBSCRIPTION_NOT_FOUND)
+        return project, subscription_of(row, project.short)
+
     async def _subscription(self, project: ProjectRef, topic: str, name: str) -> Subscription:
         def read(session: Session) -> MessagingSubscription | None:
             row = self._topic_row(session, project.id, topic)
@@ -347,7 +399,9 @@ class TopicService:
             "backlog": (stats.pending + stats.ack_pending) if stats else 0,
             "unacknowledged": stats.ack_pending if stats else 0,
             "delivered": stats.delivered if stats else 0,
-            "consumers": (stats.waiting if stats else 0) + (1 if sub.deliver_mode == "push" else 0),
+            # Readers with a pull waiting at the broker; the push worker is one of them while it pulls, so
+            # a push subscription counts it once, pulling or between two pulls.
+            "consumers": max(stats.waiting if stats else 0, 1 if sub.deliver_mode == "push" else 0),
             "redeliver_rate": round(stats.redelivered / stats.delivered, 4) if stats and stats.delivered else 0.0,
         }
         return state
@@ -387,7 +441,7 @@ class TopicService:
         else:
             value = m.parse_bytes(raw_max)
             if value is None:
-                raise BadRequest(f'max_bytes "{raw_max}" is not a valid quantity')
+                raise BadRequest(f'max_bytes "{_shown(raw_max)}" is not a valid quantity')
             out["max_bytes"] = (raw_max.strip(), value)
         if "max_age" in body and body["max_age"] is not None or defaults:
             raw_age = body.get("max_age")
@@ -396,14 +450,14 @@ class TopicService:
             else:
                 seconds = m.parse_duration(raw_age) if isinstance(raw_age, str) else None
                 if seconds is None:
-                    raise BadRequest(f'max_age "{raw_age}" is not a valid duration')
+                    raise BadRequest(f'max_age "{_shown(raw_age)}" is not a valid duration')
                 out["max_age"] = seconds
         raw_discard = body.get("discard")
         if raw_discard is None or raw_discard == "":
             if defaults:
                 out["discard"] = "old"
         elif raw_discard not in ("old", "new"):
-            raise BadRequest(f'discard must be old or new (got "{raw_discard}")')
+            raise BadRequest(f'discard must be old or new (got "{_shown(raw_discard)}")')
         else:
             out["discard"] = raw_discard
         return out
@@ -456,7 +510,10 @@ class TopicService:
                               {"max_bytes": max_text, "discard": limits["discard"]})
             return row
 
-        row = await self.db.run(insert)
+        try:
+            row = await self.db.run(insert)
+        except IntegrityError:  # a concurrent create of the same name won the insert
+            raise Conflict(m.TOPIC_EXISTS) from None
         topic = _topic_of(row, project)
         created = topic.to_json(await self._topic_state(topic, 0))
         try:
@@ -626,8 +683,7 @@ class TopicService:
     ) -> tuple[int, dict[str, Any]]:
         """200 `{message_ids}` in request order; 207 `{message_ids, error, published, requested}` after a
         partial write; 409 when a `discard: new` topic is full before the first message."""
-        project = await self._project(principal, project_id)
-        topic = await self._topic(project, topic_name)
+        project, topic = await self._project_topic(principal, project_id, topic_name)
         messages = self.parse_messages(body)
         if topic.phase != m.PHASE_READY:
             raise Conflict(m.TOPIC_NOT_READY)
@@ -644,7 +700,7 @@ class TopicService:
             if not done:
                 if isinstance(failed.cause, StreamFull):
                     raise Conflict(m.TOPIC_FULL) from failed
-                raise InternalError(f"publish failed: {failed.cause}") from failed
+                raise broker_failure("publish", failed.cause) from failed
             error = m.TOPIC_FULL if isinstance(failed.cause, StreamFull) else f"publish failed: {failed.cause}"
             return 207, {
                 "message_ids": [m.message_id(seq) for seq in done],
@@ -653,7 +709,7 @@ class TopicService:
                 "requested": len(messages),
             }
         except BrokerError as exc:
-            raise InternalError(f"publish failed: {exc}") from exc
+            raise broker_failure("publish", exc) from exc
         counters.published += len(sequences)
         counters.published_bytes += sum(len(msg.data) for msg in messages)
         return 200, {"message_ids": [m.message_id(seq) for seq in sequences]}
@@ -674,12 +730,12 @@ class TopicService:
             raw_type = body.get("type")
             if raw_type not in (None, ""):
                 if raw_type not in m.SUBSCRIPTION_TYPES:
-                    raise BadRequest(f'{m.TYPE_RULE} (got "{raw_type}")')
+                    raise BadRequest(f'{m.TYPE_RULE} (got "{_shown(raw_type)}")')
                 sub.type = raw_type
             start = body.get("start_from")
             if start not in (None, ""):
                 if start not in ("all", "new"):
-                    raise BadRequest(f'start_from must be all or new (got "{start}")')
+                    raise BadRequest(f'start_from must be all or new (got "{_shown(start)}")')
                 sub.start_from = start
         else:
             for key, current in (("topic", sub.topic), ("type", sub.type), ("start_from", sub.start_from),
@@ -691,12 +747,13 @@ class TopicService:
             if not 1 <= deadline <= 600:
                 raise BadRequest(m.ACK_DEADLINE_RULE)
             sub.ack_deadline_seconds = deadline
-        max_deliver = _int_field(body, "max_deliver", m.MAX_DELIVER_RULE)
+        max_deliver = _int_field(body, "max_deliver", m.MAX_DELIVER_RULE, stored="max_deliver")
         if max_deliver is not _UNSET:
             if max_deliver < 0:
                 raise BadRequest(m.MAX_DELIVER_RULE)
             sub.max_deliver = max_deliver
-        pending = _int_field(body, "max_ack_pending", "max_ack_pending must be a positive integer")
+        pending = _int_field(body, "max_ack_pending", "max_ack_pending must be a positive integer",
+                             stored="max_ack_pending")
         if pending is not _UNSET:
             if pending < 0:
                 raise BadRequest("max_ack_pending must be a positive integer")
@@ -712,14 +769,17 @@ class TopicService:
                 if not isinstance(target, str):
                     raise BadRequest("dead_letter.topic must be a string")
                 if target == "":
+                    # `{topic: ''}` clears the whole block; an `after_attempts` sent beside it still applies.
                     sub.dead_letter_topic = ""
+                    sub.dead_letter_after_attempts = m.DEFAULT_AFTER_ATTEMPTS
                 else:
                     if target == sub.topic:
                         raise BadRequest(m.DEAD_LETTER_SAME_TOPIC)
                     if not await self._dead_letter_exists(project, target):
                         raise BadRequest(f'dead_letter.topic "{target}" does not exist in this project; create it first')
                     sub.dead_letter_topic = target
-            attempts = _int_field(dead, "after_attempts", "dead_letter.after_attempts must be at least 1")
+            attempts = _int_field(dead, "after_attempts", "dead_letter.after_attempts must be at least 1",
+                                  stored="dead_letter.after_attempts")
             if attempts is not _UNSET:
                 if attempts < 1:
                     raise BadRequest("dead_letter.after_attempts must be at least 1")
@@ -735,7 +795,7 @@ class TopicService:
         if mode in (None, ""):
             mode = "pull" if creating else sub.deliver_mode
         if mode not in ("pull", "push"):
-            raise BadRequest(f'deliver.mode must be "pull" or "push" (got "{mode}")')
+            raise BadRequest(f'deliver.mode must be "pull" or "push" (got "{_shown(mode)}")')
         if mode == "pull" and sub.type == "exclusive":
             raise BadRequest("an exclusive subscription cannot be read through the pull API (use push or a direct client)")
         push = deliver.get("push")
@@ -835,7 +895,10 @@ class TopicService:
                               {"type": sub.type, "mode": sub.deliver_mode})
             return row
 
-        row = await self.db.run(insert)
+        try:
+            row = await self.db.run(insert)
+        except IntegrityError:  # a concurrent create of the same name won the insert
+            raise Conflict(m.SUBSCRIPTION_EXISTS) from None
         try:
             await self.broker.create_consumer(consumer_config(sub))
         except BrokerError as exc:
@@ -911,8 +974,7 @@ class TopicService:
     async def pull(
         self, principal: Principal, project_id: str, topic: str, name: str, body: Mapping[str, Any]
     ) -> tuple[int, dict[str, Any]]:
-        project = await self._project(principal, project_id)
-        sub = await self._subscription(project, topic, name)
+        project, sub = await self._project_subscription(principal, project_id, topic, name)
         max_messages = _int_field(body, "max_messages", "max_messages must be an integer")
         if max_messages is _UNSET or max_messages == 0:
             max_messages = m.DEFAULT_PULL_MESSAGES
@@ -941,7 +1003,7 @@ class TopicService:
             batch = 1 if sub.ordered else max_messages
             deliveries = await self.broker.pull(sub.stream, sub.consumer, batch, timeout_ms / 1000)
         except BrokerError as exc:
-            raise InternalError(f"pull failed: {exc}") from exc
+            raise broker_failure("pull", exc) from exc
         self.record_delivered(project.id, topic, len(deliveries), sum(len(d.data) for d in deliveries))
         messages = []
         for delivery in deliveries:
@@ -970,8 +1032,7 @@ class TopicService:
     async def acknowledge(
         self, principal: Principal, project_id: str, topic: str, name: str, body: Mapping[str, Any]
     ) -> dict[str, Any]:
-        project = await self._project(principal, project_id)
-        sub = await self._subscription(project, topic, name)
+        _, sub = await self._project_subscription(principal, project_id, topic, name)
         ids = body.get("ack_ids")
         if ids is None or (isinstance(ids, list) and not ids):
             raise BadRequest(m.NO_ACK_IDS)
@@ -988,7 +1049,7 @@ class TopicService:
         try:
             acknowledged = await self.broker.ack(list(dict.fromkeys(tokens)))
         except BrokerError as exc:
-            raise InternalError(f"acknowledge failed: {exc}") from exc
+            raise broker_failure("acknowledge", exc) from exc
         return {"acknowledged": acknowledged}
 
     # ------------------------------------------------------------------------------------ project views

@@ -25,6 +25,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from caiplatform import json_input
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.domain import messaging as m
 from caiplatform.domain.messaging import Subscription, Topic
@@ -35,7 +36,8 @@ log = logging.getLogger(__name__)
 
 
 _HEADER_SAFE = "!#$&'*+-.^_`|~"
-_VALUE_SAFE = " !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~"
+# Printable ASCII but space, `"` and `%`: what the CloudEvents HTTP binding leaves unencoded in a header.
+_VALUE_SAFE = "!#$&'()*+,-./:;<=>?@[\\]^_`{|}~"
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,8 @@ def _payload(data: bytes) -> tuple[Any, str]:
         return data, "application/octet-stream"
     if text:
         try:
-            return json.loads(text), "application/json"
-        except ValueError:
+            return json_input.decode(text), "application/json"
+        except json_input.JSONInputError:
             pass
     return text, "text/plain; charset=utf-8"
 
@@ -108,7 +110,9 @@ def build_cloudevent(sub: Subscription, delivery: Delivery) -> tuple[dict[str, s
     event = CloudEvent(attributes, data)
     if sub.content_mode == "cloudevents-binary":
         headers, body = to_binary(event)
-        headers = {k.lower(): v for k, v in headers.items()}
+        # The CloudEvents HTTP binding percent-encodes header values beyond printable ASCII (a message
+        # key may be any text); a raw one cannot be sent at all.
+        headers = {k.lower(): quote(v, safe=_VALUE_SAFE) for k, v in headers.items()}
         headers["content-type"] = content_type
         for name, value in delivery.attributes.items():
             # HTTP header names are tokens and values one line: anything else is percent-encoded.
@@ -196,9 +200,17 @@ class PushWorker:
             sub, dead = self._subs.get(key, (sub, None))
             if sub.ordered:
                 for delivery in deliveries:
-                    await self.handle(sub, dead, delivery)
+                    await self._handle_logged(sub, dead, delivery)
             else:
-                await asyncio.gather(*(self.handle(sub, dead, d) for d in deliveries))
+                await asyncio.gather(*(self._handle_logged(sub, dead, d) for d in deliveries))
+
+    async def _handle_logged(self, sub: Subscription, dead: Topic | None, delivery: Delivery) -> None:
+        """`handle`, with a failure of its own (not the endpoint's) logged: the message is left to come
+        back after the ack deadline, and the loop goes on."""
+        try:
+            await self.handle(sub, dead, delivery)
+        except Exception:  # noqa: BLE001 - never end the subscription's delivery loop
+            log.exception("push: delivering %s of %s/%s failed", m.message_id(delivery.sequence), sub.topic, sub.name)
 
     # ------------------------------------------------------------------ one delivery
 
@@ -225,7 +237,7 @@ class PushWorker:
                         break
                 status = response.status_code
                 location = response.headers.get("location", "")
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.StreamError) as exc:
             return False, f"{type(exc).__name__}: {exc}"[:500]
         if 200 <= status < 300:
             return True, ""
@@ -241,6 +253,8 @@ class PushWorker:
             await broker.ack([delivery.token])
             self.topics.record_delivered(sub.project_id, sub.topic, 1, len(delivery.data))
             return "acked"
+        log.info("push: attempt %d of %s to %s/%s failed: %s", delivery.delivery_count,
+                 m.message_id(delivery.sequence), sub.topic, sub.name, reason)
         limit = sub.dead_letter_after_attempts
         if sub.max_deliver:
             limit = min(limit, sub.max_deliver)

@@ -69,7 +69,7 @@ class ProfileService:
         return body
 
     async def set_model_key(self, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
-        self.access.require_platform_admin(principal)
+        await self.access.require_platform_admin(principal)
         key = body.get("api_key")
         if not isinstance(key, str) or not key.strip():
             raise BadRequest("missing 'api_key': the platform-wide default model key")
@@ -89,7 +89,7 @@ class ProfileService:
         return await self._resync(key.strip(), body_out)
 
     async def delete_model_key(self, principal: Principal) -> dict[str, Any]:
-        self.access.require_platform_admin(principal)
+        await self.access.require_platform_admin(principal)
 
         def remove(session: Session) -> None:
             row = session.get(PlatformSetting, MODEL_KEY_SETTING)
@@ -102,7 +102,7 @@ class ProfileService:
 
     async def backfill_cache_acl(self, principal: Principal) -> dict[str, Any]:
         """Re-run the cache-access-user provisioning step for every project (operator repair)."""
-        self.access.require_platform_admin(principal)
+        await self.access.require_platform_admin(principal)
         projects = await self.db.run(lambda s: list(s.scalars(select(Project).order_by(Project.slug))))
         done, failed = [], {}
         for project in projects:

@@ -62,9 +62,9 @@ UsageFn = Callable[[str], Awaitable[dict[str, int]]]
 class SignInGuard(Protocol):
     """The sign-in throttle (`AuthService`): invitation accept is limited like login."""
 
-    def throttle_sign_in(self, client_ip: str | None, email: str | None) -> None: ...
+    async def throttle_sign_in(self, client_ip: str | None, email: str | None) -> None: ...
 
-    def record_failed_sign_in(self, client_ip: str | None, email: str | None) -> None: ...
+    async def record_failed_sign_in(self, client_ip: str | None, email: str | None) -> None: ...
 
 
 def parse_role(raw: Any, default: str | None = None) -> str:
@@ -714,12 +714,12 @@ class ProjectService:
 
     async def accept_invitation(self, body: dict[str, Any], client_ip: str | None = None) -> dict[str, Any]:
         if self.sign_in_guard is not None:
-            self.sign_in_guard.throttle_sign_in(client_ip, None)
+            await self.sign_in_guard.throttle_sign_in(client_ip, None)
         try:
             return await self._accept(body)
         except (NotFound, Gone):
             if self.sign_in_guard is not None:
-                self.sign_in_guard.record_failed_sign_in(client_ip, None)
+                await self.sign_in_guard.record_failed_sign_in(client_ip, None)
             raise
 
     async def _accept(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -775,8 +775,8 @@ class ProjectService:
             pct = int(used_value * 100 / hard_value) if hard_value > 0 else 0
             used_text = format_quantity(resource, used_value)
             hard_text = str(hard[resource])
-            label = QUOTA_LABELS.get(resource, resource)
-            display = f"{label}: {used_text} / {hard_text}" if hard_value > 0 else f"{label}: {used_text} (unlimited)"
+            # Document 2: `display` is the resource's label; the numbers stay in used, hard and used_pct.
+            display = QUOTA_LABELS.get(resource, resource)
             quotas.append(QuotaEntry(resource=resource, used=used_text, hard=hard_text, used_pct=pct, display=display).body())
         note = "live from enforcement; read-only" if self.usage else "usage is not reported by this platform's workload runtime, so used reads 0"
         return {"project": project.slug, "namespace": project.namespace, "quotas": quotas, "note": note}

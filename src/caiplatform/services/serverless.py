@@ -12,7 +12,6 @@ image is accepted and its revision reports `ImagePullBackOff` (see docs/decision
 from __future__ import annotations
 
 import builtins
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
@@ -23,6 +22,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from caiplatform import json_input
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models import Project
@@ -232,8 +232,8 @@ class ServerlessService:
                     continue
                 raise _RevisionProblem("CreateContainerConfigError", f"secret {name!r} not found in this project")
             try:
-                parsed = json.loads(value)
-            except ValueError:
+                parsed = json_input.decode(value)
+            except json_input.JSONInputError:
                 parsed = None
             if isinstance(parsed, dict) and all(isinstance(v, str) for v in parsed.values()):
                 out.update(parsed)
@@ -314,6 +314,12 @@ class ServerlessService:
                 rev.reason, rev.message = reason, message
 
         await self.db.run(run)
+
+    async def _named_workload_exists(self, project: ProjectRef, name: str) -> bool:
+        """An agent or function of the project holds `name`: in the cluster they are services of the same
+        namespace (a trigger targets any of them by name), and they share the public hostname."""
+        finder = getattr(self.triggers, "find_workload", None)
+        return finder is not None and await finder(project.id, name) is not None
 
     def _publish(self, project: ProjectRef, spec: ServiceSpec) -> None:
         host = self.hosts.host_for(spec.name, project.short)
@@ -477,6 +483,8 @@ class ServerlessService:
         project = await self.project(principal, project_id)
         name = body_object(body).get("name")
         spec = parse_create(body, revision_name(name, 1) if isinstance(name, str) else "")
+        if await self._named_workload_exists(project, spec.name):
+            raise Conflict(NAME_TAKEN)
         now = self.clock.now()
 
         def insert(session: Session) -> tuple[ServiceRow, ServerlessRevision]:

@@ -3,6 +3,9 @@
 - `schedule`: five-field cron in `time_zone` (croniter), fired by the platform's scheduler task. Each
   occurrence is claimed by inserting its run row (unique per trigger and occurrence), so several
   server replicas sharing one database fire it once. The payload is POSTed verbatim to `target.path`.
+  The claimer holds the run's work lock (`caiplatform.worklocks`) until the run is recorded finished;
+  a `running` run whose lock nobody holds was claimed by a replica that died, and the next scheduler
+  tick of any replica fires it again.
 - `pubsub`: the platform creates a push subscription on the topic whose URL is the trigger's
   `delivery_url`; the messaging area delivers each message there as a CloudEvent, and
   `ServerlessService.resolve_internal` (through `InternalTransport`) routes that private hostname to
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import json
 import logging
 import re
@@ -46,9 +50,11 @@ from caiplatform.errors import BadRequest, Conflict, NotFound
 from caiplatform.pagination import Pager, page_body
 from caiplatform.ports.runtime import WorkloadRef, WorkloadRuntime
 from caiplatform.principal import Principal
+from caiplatform.redaction import one_line
 from caiplatform.services.access import ProjectRef
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.purge import remove_each
+from caiplatform.worklocks import LocalWorkLocks
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +66,9 @@ TRIGGER_NAME_RULE = (
 SOURCE_TYPES = ("schedule", "pubsub", "objectstore")
 AGENT_PATHS = ("/invoke", "/invoke/stream")
 RUNS_SHOWN = 50
-# Occurrences missed while no scheduler ran (a restart) are not replayed beyond this many.
-MAX_CATCH_UP = 3
+# Occurrences missed while no scheduler ran (every replica down): only the newest fires, as a
+# Kubernetes CronJob starts only its most recent missed schedule.
+MAX_CATCH_UP = 1
 BUCKET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 OBJECT_EVENT_TYPE = "ai.platform.objectstore.object.v1.finalized"
 # Buckets are listed at most this often (the scheduler ticks every second).
@@ -158,6 +165,8 @@ class TriggerService:
         self._polled_at: float | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._scheduler: asyncio.Task[None] | None = None
+        # Replaced by the platform with locks shared through its database (several replicas).
+        self.locks: Any = LocalWorkLocks()
 
     # ------------------------------------------------------------------------------------ parsing
 
@@ -201,6 +210,8 @@ class TriggerService:
             parsed_source = {"type": "schedule", "schedule": _parse_schedule(source.get("schedule"))}
         else:
             parsed_source = {"type": "pubsub", "pubsub": _parse_pubsub(source.get("pubsub"))}
+        if kind == "agent" and kind_of_source == "schedule":
+            _require_invoke_body(parsed_source["schedule"]["payload"])
         return {"service": service, "path": path}, parsed_source
 
     # ------------------------------------------------------------------------------------ view
@@ -441,6 +452,8 @@ class TriggerService:
                 if await self._claim(row, occurrence):
                     claimed.append((row, rfc3339(occurrence)))
         fired = [self._fire_schedule(row, occ) for row, occ in claimed]
+        if self.locks.shared:
+            fired.extend(await self._take_over_orphans({row.id: row for row in rows}))
         monotonic = self.clock.monotonic()
         if force_poll or self._polled_at is None or monotonic - self._polled_at >= OBJECTSTORE_POLL_SECONDS:
             self._polled_at = monotonic
@@ -481,14 +494,16 @@ class TriggerService:
             pass  # the same attempt recorded twice
 
     async def _retry_pending(self) -> None:
-        """A pubsub trigger stays pending until its topic and subscription are ready: try again."""
+        """A pubsub trigger stays pending until its topic and subscription are ready: try again. A ready
+        one is checked too (setting up is idempotent): when its topic was deleted it goes back to pending,
+        saying why, and a topic made again gets its subscription again."""
         if self.pubsub is None:
             return
         from caiplatform.db.models import Project
 
         def pending(session: Session) -> builtins.list[tuple[ProjectRef, str]]:
             out = []
-            for row in session.scalars(select(TriggerRow).where(TriggerRow.state == "pending")):
+            for row in session.scalars(select(TriggerRow).where(TriggerRow.state.in_(("pending", "ready")))):
                 project = session.get(Project, row.project_id)
                 if row.source.get("type") == "pubsub" and project is not None:
                     out.append((ProjectRef.of(project), row.id))
@@ -537,9 +552,43 @@ class TriggerService:
         }
         await self._deliver(row, occurrence, body, headers)
 
+    async def _take_over_orphans(self, ready: Mapping[str, TriggerRow]) -> list[Awaitable[None]]:
+        """Fire again the runs a replica claimed and died before finishing: `running`, lock free."""
+        orphans = await self.db.run(lambda s: [(r.trigger_id, r.occurrence) for r in s.scalars(
+            select(RunRow).where(RunRow.status == "running", RunRow.trigger_id.in_(list(ready))))])
+        out: list[Awaitable[None]] = []
+        for trigger_id, occurrence in orphans:
+            lock = run_lock(trigger_id, occurrence)
+            if not await self.locks.try_acquire(lock):
+                continue  # its claimer is alive and still firing it
+            restart = functools.partial(_restart_run, trigger_id=trigger_id, occurrence=occurrence, now=self.clock.now())
+            if not await self.db.run(restart):
+                await self.locks.release(lock)
+                continue
+            row = ready[trigger_id]
+            log.warning("serverless: trigger %s occurrence %s was claimed by a replica that stopped; "
+                        "firing it here", row.name, occurrence)
+            if row.source.get("type") == "schedule":
+                out.append(self._fire_schedule(row, occurrence))
+            else:
+                out.append(self._refire_object(row, occurrence))
+        return out
+
+    async def _refire_object(self, row: TriggerRow, occurrence: str) -> None:
+        name, _, version = occurrence.rpartition("@")
+        mtime_ns, _, size = version.partition(":")
+        if not (name and mtime_ns.isdigit() and size.isdigit()):  # a name too long kept in full
+            await self._finish_run(row, occurrence, None, "the replica that claimed this object stopped")
+            return
+        await self._fire_object(row, occurrence, row.source["objectstore"]["bucket"], name, int(mtime_ns), int(size))
+
     async def _claim(self, row: TriggerRow, occurrence: datetime | str, *, move_schedule: bool = True) -> bool:
+        """Take the occurrence's work lock, then insert its run row (the unique row decides the race)."""
         now = self.clock.now()
         key = occurrence if isinstance(occurrence, str) else rfc3339(occurrence)
+        lock = run_lock(row.id, key)
+        if not await self.locks.try_acquire(lock):
+            return False
 
         def run(session: Session) -> None:
             session.add(RunRow(trigger_id=row.id, occurrence=key, status="running", error="", started_at=now))
@@ -551,7 +600,11 @@ class TriggerService:
         try:
             await self.db.run(run)
         except IntegrityError:
+            await self.locks.release(lock)
             return False
+        except BaseException:
+            await self.locks.release(lock)
+            raise
         return True
 
     async def _fire_schedule(self, row: TriggerRow, occurrence: str) -> None:
@@ -573,8 +626,14 @@ class TriggerService:
                     error = f"the target answered {status}: {response.text[:200]}"
             finally:
                 await endpoint.release()
-        except Exception as exc:  # noqa: BLE001 - recorded in the runs record
-            error = str(exc) or type(exc).__name__
+        except Exception as exc:  # noqa: BLE001 - recorded in the runs record, one line without server paths
+            log.warning("trigger %s: delivery failed: %s", row.name, exc)
+            error = one_line(str(exc)) or type(exc).__name__
+        await self._finish_run(row, occurrence, status, error)
+
+    async def _finish_run(self, row: TriggerRow, occurrence: str, status: int | None, error: str) -> None:
+        """Record the run's end, then let go of its work lock (in that order: a free lock on a `running`
+        run means its claimer is gone)."""
         finished = self.clock.now()
 
         def save(session: Session) -> None:
@@ -583,7 +642,10 @@ class TriggerService:
                 run.status = "failed" if error else "succeeded"
                 run.http_status, run.error, run.finished_at = status, error, finished
 
-        await self.db.run(save)
+        try:
+            await self.db.run(save)
+        finally:
+            await self.locks.release(run_lock(row.id, occurrence))
 
     async def _target_ref(self, row: TriggerRow) -> WorkloadRef:
         service = row.target["service"]
@@ -606,6 +668,20 @@ class TriggerService:
             if found is not None:
                 return found[0]
         raise LookupError(f"target {service!r} no longer exists in this project")
+
+
+def _restart_run(session: Session, trigger_id: str, occurrence: str, now: datetime) -> bool:
+    """Mark an orphaned run started again; False when it finished between the read and the lock."""
+    run = session.scalar(select(RunRow).where(RunRow.trigger_id == trigger_id, RunRow.occurrence == occurrence))
+    if run is None or run.status != "running":
+        return False
+    run.started_at = now
+    return True
+
+
+def run_lock(trigger_id: str, occurrence: str) -> str:
+    """The work lock of one firing."""
+    return f"trigger-run:{trigger_id}:{occurrence}"
 
 
 def _parse_schedule(raw: Any) -> dict[str, Any]:
@@ -631,7 +707,27 @@ def _parse_schedule(raw: Any) -> dict[str, Any]:
     elif not isinstance(payload, str):
         # The document's payload is a JSON string; an object is accepted and sent as its JSON text.
         payload = json.dumps(payload)
+    elif payload:
+        try:
+            json.loads(payload)
+        except ValueError as exc:
+            raise BadRequest(f"{PAYLOAD_RULE}: {exc}") from None
     return {"cron": " ".join(cron.split()), "time_zone": zone, "payload": payload}
+
+
+PAYLOAD_RULE = "source.schedule.payload must be a JSON document (it is sent verbatim as the request body)"
+AGENT_PAYLOAD_RULE = (
+    'source.schedule.payload for an agent is its invoke body: a JSON object with a non-empty "message" '
+    '(and "session_id" to continue one conversation), for example {"message": "hello"}'
+)
+
+
+def _require_invoke_body(payload: str) -> None:
+    """An agent answers only an invoke body; a firing without `message` would fail every time."""
+    body = json.loads(payload) if payload else None
+    message = body.get("message") if isinstance(body, dict) else None
+    if not isinstance(message, str) or not message.strip():
+        raise BadRequest(AGENT_PAYLOAD_RULE)
 
 
 def _parse_objectstore(raw: Any) -> dict[str, Any]:
@@ -735,11 +831,16 @@ class InternalTransport(httpx.AsyncBaseTransport):
             finally:
                 await endpoint.release()
         except Exception as exc:
-            await self._record(ref, request.headers, None, str(exc) or type(exc).__name__)
+            await self._record(ref, request.headers, None, one_line(str(exc)) or type(exc).__name__)
             raise
         error = "" if 200 <= response.status_code < 300 else f"the target answered {response.status_code}"
         await self._record(ref, request.headers, response.status_code, error)
-        return httpx.Response(response.status_code, headers=response.headers.raw, content=content)
+        # A stream, not `content=`: the caller may read the answer as a stream (push delivery does), and
+        # a response built from content counts as already streamed. The content is decoded already.
+        headers = [(k, v) for k, v in response.headers.raw
+                   if k.lower() not in (b"content-encoding", b"content-length", b"transfer-encoding")]
+        headers.append((b"content-length", str(len(content)).encode()))
+        return httpx.Response(response.status_code, headers=headers, stream=httpx.ByteStream(content))
 
     async def _record(self, ref: WorkloadRef, headers: httpx.Headers, status: int | None, error: str) -> None:
         if self._on_delivery is None:

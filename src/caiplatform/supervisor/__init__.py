@@ -20,6 +20,7 @@ from caiplatform.supervisor.process import (
     ProcessStartError,
     ProcessSupervisor,
     free_port,
+    loopback_address_for,
     port_is_free,
     tcp_ready,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "ProcessSupervisor",
     "find_binary",
     "free_port",
+    "loopback_address_for",
     "port_is_free",
     "start_nats",
     "start_openbao",

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -23,7 +25,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from caiplatform.sandbox import Confinement, Launch, Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +57,9 @@ class ProcessSpec:
     stop_timeout: float = 10.0  # grace between SIGTERM and SIGKILL
     # False: the child sees only `env` (workloads must not inherit the platform's secrets).
     inherit_env: bool = True
+    # Deployed code runs confined (`caiplatform.sandbox`): what it may see, write and use.
+    sandbox: Sandbox | None = None
+    confinement: Confinement | None = None
 
 
 class ManagedProcess:
@@ -71,10 +79,18 @@ class ManagedProcess:
         self._stopping = False
         self._watcher: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
+        self._launch: Launch | None = None
+        self.oom_killed = False  # the last run was stopped by the kernel for exceeding its memory limit
 
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.returncode is None
+
+    @property
+    def out_of_memory(self) -> bool:
+        """The last run was killed for exceeding its sandbox's memory limit."""
+        launch = self._launch
+        return self.oom_killed or (launch is not None and launch.oom_killed())
 
     @property
     def ports(self) -> list[int]:
@@ -119,6 +135,32 @@ def port_is_free(port: int, host: str = LOOPBACK) -> bool:
         except OSError:
             return False
     return True
+
+
+def loopback_address_for(port: int, avoid: Iterable[str] = (), attempts: int = 64) -> str | None:
+    """An address of 127.0.0.0/8 where a server can listen on `port` now, or None when the system cannot
+    bind another loopback address (only 127.0.0.1 is configured, as on macOS without aliases).
+
+    On Linux the whole 127.0.0.0/8 range is local, so each server can have its own address and keep a
+    well-known port. Never 127.0.x.y: 127.0.0.1 is the machine's own engines (a Redis on 6379), 127.0.1.1
+    the Debian host name, 127.0.0.53 the resolver. Random, then probed, so platforms that run side by
+    side on one machine almost never pick the same address and never take one that is in use."""
+    taken = set(avoid)
+    for _ in range(attempts):
+        host = f"127.{random.randint(1, 254)}.{random.randint(0, 255)}.{random.randint(1, 254)}"
+        if host in taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    return None
+                taken.add(host)
+                continue
+        return host
+    return None
 
 
 async def tcp_ready(port: int, host: str = LOOPBACK, timeout: float = 1.0) -> bool:
@@ -235,14 +277,14 @@ class ProcessSupervisor:
         safe = "".join(c if (c.isalnum() or c in "-_.") else "_" for c in name)
         return self.state_dir / f"{safe}.json"
 
-    def _write_record(self, mp: ManagedProcess, exe: str) -> None:
+    def _write_record(self, mp: ManagedProcess, exe: str, argv: list[str] | None = None) -> None:
         assert mp.pid is not None
         record = {
             "name": mp.name,
             "pid": mp.pid,
             "pgid": mp.pid,
             "start_time": _start_time(mp.pid),
-            "argv": list(mp.spec.argv),
+            "argv": list(argv or mp.spec.argv),
             "exe": exe,
             "ports": list(mp.spec.ports),
             "log_path": str(mp.log_path),
@@ -391,13 +433,24 @@ class ProcessSupervisor:
             raise ProcessStartError(f"{spec.name}: {exe} is not an executable file")
         mp.log_path.parent.mkdir(parents=True, exist_ok=True)
         mp._ready.clear()
+        argv, pass_fds = [exe, *spec.argv[1:]], tuple[int, ...]()
+        if spec.sandbox is not None:
+            from caiplatform.sandbox import Confinement, SandboxUnavailable
+
+            try:
+                launch = await asyncio.to_thread(
+                    spec.sandbox.wrap, argv, spec.confinement or Confinement(label=spec.name), cwd=spec.cwd or Path("/"))
+            except SandboxUnavailable as exc:
+                raise ProcessStartError(f"{spec.name} could not start: {exc}") from None
+            mp._launch, argv, pass_fds = launch, launch.argv, launch.pass_fds
+        mp.oom_killed = False
         with open(mp.log_path, "ab") as logfile:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             logfile.write(f"=== {stamp} supervisor starting {spec.name}: {' '.join(spec.argv)}\n".encode())
             logfile.flush()
             proc = await asyncio.create_subprocess_exec(
-                exe,
-                *spec.argv[1:],
+                *argv,
+                pass_fds=pass_fds,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=logfile,
                 stderr=asyncio.subprocess.STDOUT,
@@ -411,7 +464,10 @@ class ProcessSupervisor:
         mp.started_at = time.time()
         mp._started_mono = time.monotonic()
         mp.state = "starting"
-        self._write_record(mp, os.path.realpath(exe))
+        if mp._launch is not None and mp._launch.program:  # the pid runs the sandbox, which runs the program
+            self._write_record(mp, mp._launch.program[0], mp._launch.program)
+        else:
+            self._write_record(mp, os.path.realpath(exe))
 
     async def _default_health(self, spec: ProcessSpec) -> bool:
         for port in spec.ports:
@@ -472,6 +528,7 @@ class ProcessSupervisor:
                 return
             # The leader died on its own: kill what it left in its group (e.g. a shell's children).
             _signal_group(proc.pid, signal.SIGKILL)
+            await self._release_launch(mp)
             ran = time.monotonic() - mp._started_mono
             log.warning("process %s (pid %s) exited with code %s after %.1f s", mp.name, mp.pid, rc, ran)
             if not mp.spec.restart:
@@ -507,6 +564,7 @@ class ProcessSupervisor:
             # Already reaped (its group was cleaned up when it died); its pid may since have been
             # reused, so the group is not signalled again.
             mp.returncode = proc.returncode
+            await self._release_launch(mp)
             return
         _signal_group(proc.pid, signal.SIGTERM)
         try:
@@ -518,6 +576,15 @@ class ProcessSupervisor:
         if proc.returncode is None:
             await proc.wait()
         mp.returncode = proc.returncode
+        await self._release_launch(mp)
+
+    @staticmethod
+    async def _release_launch(mp: ManagedProcess) -> None:
+        """A sandboxed run ended: note an out-of-memory kill, kill what it left, remove its cgroup."""
+        launch, mp._launch = mp._launch, None
+        if launch is not None:
+            mp.oom_killed = launch.oom_killed()
+            await asyncio.to_thread(launch.close)
 
     async def stop(self, name: str) -> None:
         """SIGTERM the process group, SIGKILL after the grace period, remove the record."""

@@ -1,7 +1,7 @@
 """The harness's internal read surface over a session store: users, sessions, transcripts, delete.
 
 What the control plane's users and sessions browser proxies to. Callers must present the platform's
-internal secret in `X-CAI-Internal` (`check_internal`): 503 when the harness has none configured, 401
+internal secret for this workload in `X-CAI-Internal` (`check_internal`; `workload_internal_token`): 503 when the harness has none configured, 401
 when it is missing or wrong. Paging follows the platform rules (page_size 1 to 200, default 50; signed
 page tokens bound to the list).
 """
@@ -19,6 +19,12 @@ INTERNAL_HEADER = "X-CAI-Internal"
 NOT_CONFIGURED = "session browsing is not configured: the internal token (CAI_INTERNAL_TOKEN) is not set"
 BAD_INTERNAL = f"this route needs the platform's internal credential in {INTERNAL_HEADER}"
 USER_ID_REQUIRED = "the user_id query parameter is required"
+
+
+def workload_internal_token(platform_token: str, workload_key: str) -> str:
+    """The internal credential of one workload, derived from the platform's: an agent that reads its own
+    (it is in its environment) cannot call another agent's internal surface with it."""
+    return hmac.new(platform_token.encode(), f"internal/{workload_key}".encode(), "sha256").hexdigest()
 
 
 def check_internal(presented: str | None, configured: str | None) -> None:

@@ -17,10 +17,14 @@ from caiplatform.domain.messaging import (
     BARE_TOPIC_POST,
     OTHER_BODY_LIMIT,
     PUBLISH_BODY_LIMIT,
+    SUBSCRIPTION_VERBS,
+    TOPIC_VERBS,
+    unknown_verb,
 )
 from caiplatform.errors import MethodNotAllowed, NotFound
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform.validation import resource_segment
 from caiplatform_server.app_deps import platform_of, principal_of
 from caiplatform_server.http import json_body
 
@@ -36,6 +40,14 @@ SUBSCRIPTION = SUBSCRIPTIONS + "/{subscription}"
 def _page_args(request: Request) -> dict[str, Any]:
     query = request.query_params
     return {"page_size": query.get("page_size", query.get("limit")), "page_token": query.get("page_token")}
+
+
+def _topic_name(segment: str) -> str:
+    return resource_segment(segment, TOPIC_VERBS, unknown_verb)
+
+
+def _subscription_name(segment: str) -> str:
+    return resource_segment(segment, SUBSCRIPTION_VERBS, unknown_verb)
 
 
 def _split_verb(segment: str) -> tuple[str, str | None]:
@@ -59,20 +71,21 @@ async def create_topic(project_id: str, request: Request, principal: Principal =
 @router.get(TOPIC, summary="Read a topic")
 async def get_topic(project_id: str, topic: str, principal: Principal = Depends(principal_of),
                     platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.topics.get_topic(principal, project_id, topic)
+    return await platform.topics.get_topic(principal, project_id, _topic_name(topic))
 
 
 @router.patch(TOPIC, summary="Edit a topic (admin)")
 async def update_topic(project_id: str, topic: str, request: Request, principal: Principal = Depends(principal_of),
                        platform: Platform = Depends(platform_of)) -> dict[str, Any]:
     body = await json_body(request, OTHER_BODY_LIMIT)
-    return await platform.topics.update_topic(principal, project_id, topic, body)
+    return await platform.topics.update_topic(principal, project_id, _topic_name(topic), body)
 
 
 @router.delete(TOPIC, status_code=202, summary="Delete a topic and every subscription (admin)")
 async def delete_topic(project_id: str, topic: str, principal: Principal = Depends(principal_of),
                        platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return JSONResponse(await platform.topics.delete_topic(principal, project_id, topic), status_code=202)
+    result = await platform.topics.delete_topic(principal, project_id, _topic_name(topic))
+    return JSONResponse(result, status_code=202)
 
 
 @router.post(TOPIC, summary="Topic methods: :publish")
@@ -82,7 +95,7 @@ async def topic_method(project_id: str, topic: str, request: Request, principal:
     if verb is None:
         raise MethodNotAllowed(BARE_TOPIC_POST)
     if verb != "publish":
-        raise NotFound(f"unknown method :{verb}")
+        raise NotFound(unknown_verb(verb))
     body = await json_body(request, PUBLISH_BODY_LIMIT)
     status, result = await platform.topics.publish(principal, project_id, name, body)
     return JSONResponse(result, status_code=status)
@@ -108,7 +121,7 @@ async def create_subscription(project_id: str, topic: str, request: Request,
 async def get_subscription(project_id: str, topic: str, subscription: str,
                            principal: Principal = Depends(principal_of),
                            platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.topics.get_subscription(principal, project_id, topic, subscription)
+    return await platform.topics.get_subscription(principal, project_id, topic, _subscription_name(subscription))
 
 
 @router.patch(SUBSCRIPTION, summary="Edit a subscription (admin)")
@@ -116,14 +129,15 @@ async def update_subscription(project_id: str, topic: str, subscription: str, re
                               principal: Principal = Depends(principal_of),
                               platform: Platform = Depends(platform_of)) -> dict[str, Any]:
     body = await json_body(request, OTHER_BODY_LIMIT)
-    return await platform.topics.update_subscription(principal, project_id, topic, subscription, body)
+    return await platform.topics.update_subscription(principal, project_id, topic, _subscription_name(subscription),
+                                                     body)
 
 
 @router.delete(SUBSCRIPTION, status_code=202, summary="Delete a subscription (admin)")
 async def delete_subscription(project_id: str, topic: str, subscription: str,
                               principal: Principal = Depends(principal_of),
                               platform: Platform = Depends(platform_of)) -> JSONResponse:
-    result = await platform.topics.delete_subscription(principal, project_id, topic, subscription)
+    result = await platform.topics.delete_subscription(principal, project_id, topic, _subscription_name(subscription))
     return JSONResponse(result, status_code=202)
 
 
@@ -141,7 +155,7 @@ async def subscription_method(project_id: str, topic: str, subscription: str, re
     if verb in ("acknowledge", "ack"):
         body = await json_body(request, OTHER_BODY_LIMIT)
         return JSONResponse(await platform.topics.acknowledge(principal, project_id, topic, name, body))
-    raise NotFound(f"unknown method :{verb}")
+    raise NotFound(unknown_verb(verb))
 
 
 @router.get(PROJECT + "/pubsub/quota", summary="The project's storage budget")

@@ -11,10 +11,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from caiplatform.domain.serverless import MAX_BODY_BYTES
+from caiplatform.domain.serverless import MAX_BODY_BYTES, SERVICE_VERBS, unknown_verb
 from caiplatform.errors import MethodNotAllowed
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform.validation import resource_segment
 from caiplatform_server.app_deps import platform_of, principal_of
 from caiplatform_server.http import json_body
 
@@ -29,6 +30,10 @@ TRIGGER = TRIGGERS + "/{name}"
 def _page_args(request: Request) -> dict[str, Any]:
     query = request.query_params
     return {"page_size": query.get("page_size", query.get("limit")), "page_token": query.get("page_token")}
+
+
+def _service_name(segment: str) -> str:
+    return resource_segment(segment, SERVICE_VERBS, unknown_verb)
 
 
 # ---------------------------------------------------------------------------------------- services
@@ -51,7 +56,7 @@ async def create_service(project_id: str, request: Request, principal: Principal
 @router.get(SERVICE, summary="Read a service")
 async def get_service(project_id: str, name: str, principal: Principal = Depends(principal_of),
                       platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.serverless.get(principal, project_id, name)
+    return await platform.serverless.get(principal, project_id, _service_name(name))
 
 
 @router.patch(SERVICE, summary="Sparse update; a change to the template makes a new revision")
@@ -59,13 +64,13 @@ async def patch_service(project_id: str, name: str, request: Request, principal:
                         platform: Platform = Depends(platform_of)) -> dict[str, Any]:
     platform.serverless.require_caller(principal)
     body = await json_body(request, MAX_BODY_BYTES, optional=True)
-    return await platform.serverless.patch(principal, project_id, name, body)
+    return await platform.serverless.patch(principal, project_id, _service_name(name), body)
 
 
 @router.delete(SERVICE, status_code=204, summary="Delete a service (project admin)")
 async def delete_service(project_id: str, name: str, principal: Principal = Depends(principal_of),
                          platform: Platform = Depends(platform_of)) -> Response:
-    await platform.serverless.delete(principal, project_id, name)
+    await platform.serverless.delete(principal, project_id, _service_name(name))
     return Response(status_code=204)
 
 
@@ -148,19 +153,22 @@ async def delete_trigger(project_id: str, name: str, principal: Principal = Depe
 # ---------------------------------------------------------------------------------------- health
 
 
+NOT_CONFIGURED = "not configured"
+
+
 async def health(platform: Platform) -> tuple[int, dict[str, Any]]:
-    """Always 200; `status` says whether every dependency answers."""
+    """Always 200; `status` says whether every dependency answers.
+
+    Without a cluster the `kubernetes` and `crd` slots say `not configured` (with the local runtime's
+    name in `kubernetes_detail` and `runtime`): what is true, never a bare `ok` for something unused."""
     ok, detail = platform.database_health()
     body: dict[str, Any] = {
         "status": "ok",
         "service": "serverless",
         "database": "ok" if ok else "unreachable",
         "sessions": "ok" if platform.session_key else "unavailable",
-        # On one machine the workload runtime is the local process runtime; it answers in the
-        # `kubernetes` slot that the document reserves for the cluster, and the platform's own
-        # resource registry (the serverless tables) in the `crd` slot.
-        "kubernetes": "ok",
-        "crd": "ok",
+        "kubernetes": NOT_CONFIGURED,
+        "crd": NOT_CONFIGURED,
     }
     if detail:
         body["database_detail"] = detail
@@ -173,6 +181,13 @@ async def health(platform: Platform) -> tuple[int, dict[str, Any]]:
         body["kubernetes_detail"] = f"the workload runtime is not available: {exc}"
     else:
         body["runtime"] = runtime_name
+        if runtime_name == "kubernetes":
+            body["kubernetes"] = body["crd"] = "ok"  # the runtime adapter answered for its cluster
+        else:
+            body["kubernetes_detail"] = f"no cluster is configured; services run on the {runtime_name} runtime"
+            body["crd_detail"] = "no cluster is configured; service records live in the platform database"
+        if runtime_name == "local":  # processes run deployed code: say how they are confined
+            body["sandbox"] = platform.sandbox_status()
     if ok:
         try:
             await platform.db.run(lambda s: s.execute(_crd_probe()))
@@ -182,7 +197,8 @@ async def health(platform: Platform) -> tuple[int, dict[str, Any]]:
     else:
         body["crd"] = "missing"
         body["crd_detail"] = "the database is unreachable"
-    if any(body[k] != "ok" for k in ("database", "sessions", "kubernetes", "crd")):
+    healthy = ("ok", NOT_CONFIGURED)
+    if any(body[k] not in healthy for k in ("database", "sessions", "kubernetes", "crd")):
         body["status"] = "degraded"
     return 200, body
 

@@ -40,8 +40,9 @@ from caiplatform.adapters.memory.builder import HARNESS_MODULE, copy_tree
 from caiplatform.build.digest import digest_of_reference
 from caiplatform.build.languages import build_function, function_env
 from caiplatform.build.prepare import check_request
-from caiplatform.build.steps import run_step
+from caiplatform.build.steps import StepJail, run_step
 from caiplatform.ports.builder import Builder, BuildLog, BuildRequest, Image
+from caiplatform.sandbox import Sandbox, shared_sandbox
 
 READY_MARKER = ".cai-ready"
 
@@ -54,8 +55,9 @@ def platform_paths() -> list[str]:
     return [root, *[p for p in sites if p != root]]
 
 
-def requirements_key(source_dir: Path) -> tuple[str, str]:
-    """(hash, normalised requirements text) of the tree's requirements.txt ('' when there is none)."""
+def requirements_key(source_dir: Path, project: str = "") -> tuple[str, str]:
+    """(hash, normalised requirements text) of the tree's requirements.txt ('' when there is none).
+    `project`: environments are shared within a project only (an install step runs the user's code)."""
     path = Path(source_dir) / "requirements.txt"
     lines: list[str] = []
     if path.is_file() and not path.is_symlink():
@@ -65,7 +67,7 @@ def requirements_key(source_dir: Path) -> tuple[str, str]:
                 lines.append(line)
     text = "\n".join(lines)
     h = hashlib.sha256()
-    for part in (sys.executable, sys.version, caiplatform.__version__, *platform_paths(), text):
+    for part in (sys.executable, sys.version, caiplatform.__version__, *platform_paths(), project, text):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:32], text
 
@@ -73,8 +75,10 @@ def requirements_key(source_dir: Path) -> tuple[str, str]:
 class LocalBuilder(Builder):
     name = "local"
 
-    def __init__(self, data_dir: str | Path, *, registry_host: str = "registry.local", python: str | None = None):
+    def __init__(self, data_dir: str | Path, *, registry_host: str = "registry.local", python: str | None = None,
+                 sandbox: Sandbox | None = None):
         self.registry_host = registry_host
+        self.sandbox = sandbox or shared_sandbox()
         self.root = Path(data_dir) / "images"
         self.envs = self.root / "envs"
         self.pip_cache = self.root / "pip-cache"
@@ -98,17 +102,20 @@ class LocalBuilder(Builder):
                 self._add_reference(hexdigest, reference)
                 return replace(self._image(existing, reference), reused=True)
             started = time.monotonic()
-            env_key, requirements = await anyio.to_thread.run_sync(requirements_key, source)
-            env_dir = await self._environment(env_key, requirements, source, emit)
+            project = request.project_short if self.sandbox.enabled else ""
+            env_key, requirements = await anyio.to_thread.run_sync(requirements_key, source, project)
+            env_dir = await self._environment(env_key, requirements, source, emit, project)
             emit(f"copying the source into image {digest}")
             location = self.root / hexdigest
             staging = self.root / f"{hexdigest}.partial"
             await anyio.to_thread.run_sync(self._stage_source, source, staging)
             try:
-                await build_function(framework, staging / "src", staging / "bin", emit, cache_dir=self.root / "go-cache")
+                await build_function(framework, staging / "src", staging / "bin", emit,
+                                     cache_dir=self._cache("go-cache", project), jail=StepJail(self.sandbox))
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
+            await anyio.to_thread.run_sync(self.sandbox.share, staging)  # the workload reads it in its sandbox
             await anyio.to_thread.run_sync(self._finish_image, staging, location, {
                 "digest": digest,
                 "framework": framework,
@@ -134,7 +141,11 @@ class LocalBuilder(Builder):
         shutil.rmtree(location, ignore_errors=True)
         os.replace(staging, location)
 
-    async def _environment(self, key: str, requirements: str, source: Path, emit: BuildLog) -> Path:
+    def _cache(self, name: str, project: str) -> Path:
+        """A package manager's cache, one per project in the sandbox (a build could poison it)."""
+        return self.root / name / project if project else self.root / name
+
+    async def _environment(self, key: str, requirements: str, source: Path, emit: BuildLog, project: str) -> Path:
         """The environment for these requirements, created and installed once."""
         env_dir = self.envs / key
         async with self._lock(f"env:{key}"):
@@ -151,18 +162,23 @@ class LocalBuilder(Builder):
             (purelib / "00-caiplatform.pth").write_text("\n".join(lines) + "\n")
             if requirements:
                 emit("installing requirements.txt")
+                # The step reads the source as the sandbox's unprivileged uid (a temporary directory is 0700).
+                await anyio.to_thread.run_sync(self.sandbox.share, source)
                 await self._run(
                     [
                         str(staging / "bin" / "python"), "-m", "pip", "install",
                         "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
-                        "--cache-dir", str(self.pip_cache),
+                        "--cache-dir", str(self._cache("pip-cache", project)),
                         "-r", "requirements.txt",
                     ],
                     "installing requirements.txt",
                     emit,
                     cwd=source,  # relative paths in requirements.txt are relative to the source
+                    jail=StepJail(self.sandbox, read_only=(source,),
+                                  writable=(staging, self._cache("pip-cache", project))),
                 )
             (staging / READY_MARKER).write_text(requirements)
+            await anyio.to_thread.run_sync(self.sandbox.share, staging)
             shutil.rmtree(env_dir, ignore_errors=True)
             os.replace(staging, env_dir)
             # A venv's scripts name their interpreter by absolute path: re-point them after the move.
@@ -196,8 +212,9 @@ class LocalBuilder(Builder):
         await anyio.to_thread.run_sync(fix)
 
     @staticmethod
-    async def _run(argv: list[str], what: str, emit: BuildLog, cwd: Path | None = None) -> str:
-        return await run_step(argv, what, emit, cwd=cwd, env={**os.environ, "PIP_NO_INPUT": "1", "PYTHONNOUSERSITE": "1"})
+    async def _run(argv: list[str], what: str, emit: BuildLog, cwd: Path | None = None, jail: StepJail | None = None) -> str:
+        return await run_step(argv, what, emit, cwd=cwd, env={**os.environ, "PIP_NO_INPUT": "1", "PYTHONNOUSERSITE": "1"},
+                              jail=jail)
 
     # -- records ------------------------------------------------------------------------------------
 

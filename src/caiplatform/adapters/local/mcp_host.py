@@ -7,7 +7,8 @@ its directory is reused and never rewritten.
 
 Serving starts `python -m caiplatform.mcp.server` on a free loopback port under the platform's
 `ProcessSupervisor` with only the deployment's variables (`inherit_env=False`: the platform's own
-secrets never reach tool code). The previous process of that server is stopped only once the new one
+secrets never reach tool code), inside the platform's sandbox (`caiplatform.sandbox`), which shows it its
+tool tree and nothing else of the data directory; the build's load check runs there too. The previous process of that server is stopped only once the new one
 answers `/healthz`, so a failed rollout leaves the old version serving. `expose: apps` servers are also
 registered under `<name>-<project-short>.<apps_domain>` with the platform's host router.
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 import httpx
 
 import caiplatform
-from caiplatform.mcp.source import check_tool_source, image_digest, write_source_tree
+from caiplatform.mcp.source import HELPER_HINT, check_tool_source, image_digest, write_source_tree
 from caiplatform.ports.mcp_host import (
     McpBuild,
     McpBuildError,
@@ -37,6 +38,14 @@ from caiplatform.ports.mcp_host import (
     McpServeError,
 )
 from caiplatform.routing import HostRouter, Upstream
+from caiplatform.sandbox import (
+    Confinement,
+    Sandbox,
+    SandboxUnavailable,
+    sandbox_env,
+    shared_sandbox,
+    workload_limits,
+)
 from caiplatform.supervisor import ProcessSpec, ProcessStartError, ProcessSupervisor, free_port
 
 IMAGES_DIR = "mcp-images"
@@ -69,8 +78,10 @@ class LocalMcpHost(McpHost):
         hosts: HostRouter | None = None,
         python: str = sys.executable,
         startup_timeout: float = 60.0,
+        sandbox: Sandbox | None = None,
     ):
         self.images_dir = Path(data_dir) / IMAGES_DIR
+        self.sandbox = sandbox or shared_sandbox()
         # A factory is resolved on first use, so a platform starts its supervisor only when a server runs.
         self._supervisor = supervisor
         self.registry_host = registry_host
@@ -95,6 +106,8 @@ class LocalMcpHost(McpHost):
 
     def _base_env(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in PASSTHROUGH_ENV if name in os.environ}
+        if self.sandbox.enabled:
+            env = sandbox_env(env)
         env.update(
             {
                 "PATH": os.defpath,
@@ -120,6 +133,7 @@ class LocalMcpHost(McpHost):
             staging = self.images_dir / f".build-{secrets.token_hex(6)}"
             try:
                 write_source_tree(staging, build.tools)
+                self.sandbox.share(staging)  # the tool process reads it in its sandbox
                 await self._check_loads(staging)
                 os.replace(staging, target)  # atomic: a directory under its digest is always complete
             finally:
@@ -128,20 +142,35 @@ class LocalMcpHost(McpHost):
             self.builds += 1
         return image
 
+    def _confinement(self, tree: Path, label: str) -> Confinement:
+        return Confinement(read_only=(tree,), limits=workload_limits({}), label=label)
+
     async def _check_loads(self, tree: Path) -> None:
-        proc = await asyncio.create_subprocess_exec(
-            self.python, "-m", "caiplatform.mcp.server", "--source", str(tree), "--check",
-            cwd=str(tree), env=self._base_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )
+        argv = [self.python, "-m", "caiplatform.mcp.server", "--source", str(tree), "--check"]
         try:
-            _, stderr = await asyncio.wait_for(proc.communicate(), BUILD_CHECK_TIMEOUT_SECONDS)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise McpBuildError(f"loading the tools took longer than {BUILD_CHECK_TIMEOUT_SECONDS:g} s") from None
+            await asyncio.to_thread(self.sandbox.check)
+            launch = await asyncio.to_thread(self.sandbox.wrap, argv, self._confinement(tree, "mcp-build"), cwd=tree)
+        except SandboxUnavailable as exc:
+            raise McpBuildError(f"the tools were not loaded: {exc}") from None
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *launch.argv, pass_fds=launch.pass_fds,
+                cwd=str(tree), env=self._base_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )
+            try:
+                _, stderr = await asyncio.wait_for(proc.communicate(), BUILD_CHECK_TIMEOUT_SECONDS)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+                raise McpBuildError(f"loading the tools took longer than {BUILD_CHECK_TIMEOUT_SECONDS:g} s") from None
+        finally:
+            await asyncio.to_thread(launch.close)
         if proc.returncode != 0:
             lines = stderr.decode("utf-8", "replace").strip().splitlines()
-            raise McpBuildError("the tools do not load: " + (lines[-1] if lines else f"exit code {proc.returncode}"))
+            reason = lines[-1] if lines else f"exit code {proc.returncode}"
+            if reason.startswith("ModuleNotFoundError"):
+                reason += f" ({HELPER_HINT})"
+            raise McpBuildError("the tools do not load: " + reason)
 
     # -- serving --------------------------------------------------------------------------------
 
@@ -171,6 +200,8 @@ class LocalMcpHost(McpHost):
                 health=lambda: self._healthy(port),
                 startup_timeout=self.startup_timeout,
                 inherit_env=False,
+                sandbox=self.sandbox,
+                confinement=self._confinement(tree, name),
                 # One log per server across its versions (process names change with every rollout).
                 log_path=self.supervisor.logs_dir / f"mcp-{deployment.project_short}-{deployment.server}.log",
             )
@@ -202,7 +233,9 @@ class LocalMcpHost(McpHost):
     @staticmethod
     async def _healthy(port: int) -> bool:
         try:
-            async with httpx.AsyncClient(timeout=2.0) as client:
+            # Plain HTTP on loopback: no TLS context to build (loading the CA bundle took ~80 ms of the
+            # event loop per probe, every 100 ms while an instance starts).
+            async with httpx.AsyncClient(timeout=2.0, verify=False, trust_env=False) as client:
                 return (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
         except httpx.HTTPError:
             return False

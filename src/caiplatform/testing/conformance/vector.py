@@ -301,7 +301,6 @@ async def test_malformed_filters_are_rejected(engine: VectorEngine) -> None:
         await engine.drop_collection(name)
 
 
-@notimpl(["qdrant"], reason="Qdrant's local mode accepts a non-UUID string in has_id (a server refuses it)")
 async def test_has_id_must_be_point_ids(engine: VectorEngine) -> None:
     name = await _with_filter_points(engine)
     try:

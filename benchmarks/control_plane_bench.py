@@ -1,0 +1,66 @@
+"""Control-plane reads: what does `caiplatform serve` cost per request over a bare Starlette route?
+
+Starts `caiplatform serve` on the embedded defaults (a fresh data dir), a bare Starlette JSON route on
+the same uvicorn settings, and the floor of this stack (a FastAPI route whose dependency makes one
+worker-thread round trip, as the platform's credential read does), signs in, deploys one Python function, then alternates rounds of
+`GET /v1/auth/me` (session token) and `GET /v1/agents/{name}` against the bare route, each over 8
+keep-alive connections, and prints requests per second with the ratio platform / bare.
+
+    python benchmarks/control_plane_bench.py [--seconds 3] [--rounds 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+from pathlib import Path
+
+from benchsupport import FLOOR_APP, QUICK, Row, bare_app, interleaved, median, report, requests_per_second
+from served import served
+
+CONNECTIONS = 8
+TARGET = 0.5
+
+
+async def main(seconds: float, rounds: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="cai-cp-bench-") as tmp:
+        work = Path(tmp)
+        bare, bare_port = bare_app(work)
+        floor, floor_port = bare_app(work, FLOOR_APP, "floor_app")
+        try:
+            with served(work / "data") as server:
+                auth = server.auth
+                server.deploy("bench", framework="function")
+                assert server.http.get("/v1/agents/bench").status_code == 200
+
+                def rate(port: int, path: str, headers: dict[str, str]):
+                    return lambda: requests_per_second(port, path, headers, connections=CONNECTIONS, seconds=seconds)
+
+                await rate(server.port, "/v1/auth/me", auth)()  # warm both
+                await rate(bare_port, "/v1/auth/me", {})()
+                got = await interleaved(rounds, me=rate(server.port, "/v1/auth/me", auth),
+                                        agent=rate(server.port, "/v1/agents/bench", auth),
+                                        bare=rate(bare_port, "/v1/auth/me", {}),
+                                        floor=rate(floor_port, "/v1/auth/me", {}))
+        finally:
+            bare.stop()
+            floor.stop()
+    bare_rate = median(got["bare"])
+    print(f"control plane: {rounds} interleaved rounds of {seconds:.0f} s, {CONNECTIONS} keep-alive connections")
+    rows = []
+    for key, label in (("me", "GET /v1/auth/me, session token"), ("agent", "GET /v1/agents/{name}")):
+        ratio = median(got[key]) / bare_rate
+        rows.append(Row(label, f"{median(got[key]):.0f} req/s", f"bare Starlette route {bare_rate:.0f} req/s",
+                        f"{ratio:.2f}", f"≥ {TARGET}", ratio >= TARGET,
+                        note=f"floor: a FastAPI route with one worker-thread hop, {median(got['floor']):.0f} req/s, "
+                             f"ratio {median(got['floor']) / bare_rate:.2f}"))
+    report(*rows)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=1.0 if QUICK else 3.0)
+    parser.add_argument("--rounds", type=int, default=3 if QUICK else 5)
+    args = parser.parse_args()
+    asyncio.run(main(args.seconds, args.rounds))

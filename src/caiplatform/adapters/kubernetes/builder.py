@@ -1,0 +1,215 @@
+"""Builds on a cluster: a Kubernetes Job running an in-cluster image builder (kaniko) per build.
+
+The checked source (the same entry-file checks and content hash as every builder, `build.prepare`) is
+packed with a generated Containerfile into `<hash>.tar.gz` on a volume the control plane shares with the
+build Jobs (a ReadWriteMany PersistentVolumeClaim, `CAI_BUILD_CONTEXT_CLAIM`, mounted in the control
+plane at `CAI_BUILD_CONTEXT_DIR`), so no ConfigMap size limit applies. The Job, in the platform's build
+namespace, runs kaniko on that tarball and pushes `{registry_host}/cai-<short>-<workload>:<hash>`;
+kaniko writes the pushed image's digest to the termination log, which the builder reads from the pod.
+The Job is the build's record: a successful one is labelled with its image digest, so `resolve` finds
+it and an identical source for the same workload reuses it. A failed build's message is the tail of the
+builder's log, cut as the spec says (`BuildError`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from caiplatform.adapters.kubernetes.client import MERGE_PATCH, PART_LABEL, ClusterSettings, KubeClient, owned
+from caiplatform.build.prepare import check_request
+from caiplatform.ports.builder import Builder, BuildError, BuildLog, BuildRequest, Image
+
+SOURCE_LABEL = "caiplatform.dev/source-digest"
+IMAGE_LABEL = "caiplatform.dev/image-digest"
+REPOSITORY_ANNOTATION = "caiplatform.dev/repository"
+FRAMEWORK_ANNOTATION = "caiplatform.dev/framework"
+RUNTIME_ANNOTATION = "caiplatform.dev/runtime"
+CODE_DIR = "/app/code"
+HARNESS_COMMAND = ["python", "-m", "caiplatform.harness"]
+LOG_TAIL_LINES = 200
+
+
+def containerfile(harness_image: str, framework: str, runtime: str | None) -> str:
+    env = f"CAI_FRAMEWORK={framework} CAI_CODE_DIR={CODE_DIR}" + (f" CAI_RUNTIME={runtime}" if runtime else "")
+    return "\n".join([
+        f"FROM {harness_image}",
+        f"COPY --chown=1000:1000 code/ {CODE_DIR}/",
+        f"RUN if [ -f {CODE_DIR}/requirements.txt ]; then pip install --no-cache-dir -r {CODE_DIR}/requirements.txt; fi",
+        f"ENV {env}",
+        "USER 1000",
+        "",
+    ])
+
+
+def pack_context(source: Path, dockerfile: str) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        data = dockerfile.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+        archive.add(str(source), arcname="code", filter=lambda entry: None if entry.issym() or entry.islnk() else entry)
+    return buffer.getvalue()
+
+
+def image_env(framework: str, runtime: str | None) -> dict[str, str]:
+    return {"CAI_FRAMEWORK": framework, "CAI_CODE_DIR": CODE_DIR, **({"CAI_RUNTIME": runtime} if runtime else {})}
+
+
+class KanikoJobBuilder(Builder):
+    name = "kubernetes"
+
+    def __init__(self, kube: KubeClient | None = None, *, settings: ClusterSettings | None = None,
+                 registry_host: str = "registry.local", context_dir: str | Path | None = None,
+                 context_claim: str = "caiplatform-build-context", poll_seconds: float = 1.0,
+                 timeout_seconds: float = 1800.0, **_: object):
+        self.kube = kube or KubeClient(settings)
+        self.registry_host = registry_host
+        self.context_dir = Path(context_dir or "/var/lib/caiplatform/build-context")
+        self.context_claim = context_claim
+        self.poll_seconds = poll_seconds
+        self.timeout_seconds = timeout_seconds
+
+    @property
+    def namespace(self) -> str:
+        return self.kube.settings.build_namespace
+
+    def _image(self, job: dict[str, Any], reused: bool) -> Image:
+        meta = job["metadata"]
+        annotations = meta.get("annotations") or {}
+        digest = "sha256:" + annotations[IMAGE_LABEL].removeprefix("sha256:")
+        framework, runtime = annotations[FRAMEWORK_ANNOTATION], annotations.get(RUNTIME_ANNOTATION) or None
+        return Image(reference=f"{annotations[REPOSITORY_ANNOTATION]}@{digest}", digest=digest, framework=framework,
+                     runtime=runtime, command=list(HARNESS_COMMAND), env=image_env(framework, runtime),
+                     location=f"{self.namespace}/{meta['name']}", reused=reused)
+
+    def _job(self, name: str, repository: str, source_hex: str, framework: str, runtime: str | None) -> dict[str, Any]:
+        labels = owned({PART_LABEL: "build", SOURCE_LABEL: source_hex[:62]})
+        kaniko = {
+            "name": "build", "image": self.kube.settings.builder_image,
+            "args": [f"--context=tar:///workspace/{source_hex}.tar.gz", f"--destination={repository}:{source_hex[:64]}",
+                     "--digest-file=/dev/termination-log", "--reproducible", "--single-snapshot"],
+            "volumeMounts": [{"name": "context", "mountPath": "/workspace", "readOnly": True}],
+            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        }
+        return {"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": name, "namespace": self.namespace, "labels": labels,
+                             "annotations": {REPOSITORY_ANNOTATION: repository, FRAMEWORK_ANNOTATION: framework,
+                                             RUNTIME_ANNOTATION: runtime or ""}},
+                "spec": {"backoffLimit": 0, "activeDeadlineSeconds": int(self.timeout_seconds),
+                         "template": {"metadata": {"labels": labels}, "spec": {
+                             "restartPolicy": "Never", "automountServiceAccountToken": False, "containers": [kaniko],
+                             "volumes": [{"name": "context", "persistentVolumeClaim": {
+                                 "claimName": self.context_claim, "readOnly": True}}]}}}}
+
+    async def build(self, request: BuildRequest, log: BuildLog | None = None) -> Image:
+        checked = await check_request(request, self.registry_host)
+        source_hex = checked.digest.removeprefix("sha256:")
+        repository = checked.reference.rpartition("@")[0]
+        name = "build-" + hashlib.sha256(f"{repository}\0{source_hex}".encode()).hexdigest()[:40]
+        existing = await self.kube.get(self.kube.batch.read_namespaced_job, name, self.namespace)
+        if existing is not None and IMAGE_LABEL in (existing["metadata"].get("annotations") or {}):
+            return self._image(existing, reused=True)
+        if existing is not None:  # a failed or interrupted build of this source: build it again
+            await self.kube.delete(self.kube.batch.delete_namespaced_job, name, self.namespace)
+            await self._gone(name)
+        dockerfile = containerfile(self.kube.settings.harness_image, checked.framework, request.runtime)
+        context = await anyio.to_thread.run_sync(pack_context, checked.source, dockerfile)
+        await anyio.to_thread.run_sync(self._write_context, source_hex, context)
+        await self.kube.call(self.kube.batch.create_namespaced_job, self.namespace,
+                             self._job(name, repository, source_hex, checked.framework, request.runtime))
+        job = await self._finished(name)
+        lines = await self._log(name)
+        for line in lines:
+            if log:
+                log(line)
+        if not any(c.get("type") == "Complete" and c.get("status") == "True" for c in self._conditions(job)):
+            failure = next((c.get("message", "") for c in self._conditions(job) if c.get("type") == "Failed"), "")
+            raise BuildError("\n".join(lines[-LOG_TAIL_LINES:]) or failure or "the image build failed")
+        digest = await self._digest(name)
+        if not digest:
+            raise BuildError("the image builder finished without reporting the pushed image's digest")
+        await self.kube.call(self.kube.batch.patch_namespaced_job, name, self.namespace,
+                             {"metadata": {"labels": {IMAGE_LABEL: digest.removeprefix("sha256:")[:62]},
+                                           "annotations": {IMAGE_LABEL: digest}}}, _content_type=MERGE_PATCH)
+        return self._image(await self.kube.call(self.kube.batch.read_namespaced_job, name, self.namespace), reused=False)
+
+    def _write_context(self, source_hex: str, context: bytes) -> None:
+        self.context_dir.mkdir(parents=True, exist_ok=True)
+        target = self.context_dir / f"{source_hex}.tar.gz"
+        partial = target.with_name(target.name + ".part")
+        partial.write_bytes(context)
+        partial.replace(target)  # a Job never sees half a context
+
+    @staticmethod
+    def _conditions(job: dict[str, Any]) -> list[dict[str, Any]]:
+        return list((job.get("status") or {}).get("conditions") or [])
+
+    async def _finished(self, name: str) -> dict[str, Any]:
+        deadline = time.monotonic() + self.timeout_seconds + 60
+        while True:
+            job = await self.kube.call(self.kube.batch.read_namespaced_job, name, self.namespace)
+            if any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in self._conditions(job)):
+                return dict(job)
+            if time.monotonic() > deadline:
+                raise BuildError(f"the image build did not finish within {self.timeout_seconds:g} s")
+            await asyncio.sleep(self.poll_seconds)
+
+    async def _gone(self, name: str) -> None:
+        while await self.kube.get(self.kube.batch.read_namespaced_job, name, self.namespace) is not None:
+            await asyncio.sleep(self.poll_seconds)
+
+    async def _pod(self, name: str) -> dict[str, Any] | None:
+        pods = await self.kube.items(self.kube.core.list_namespaced_pod, self.namespace, labels={"job-name": name})
+        return pods[-1] if pods else None
+
+    async def _log(self, name: str) -> list[str]:
+        pod = await self._pod(name)
+        if pod is None:
+            return []
+        text = await self.kube.call(self.kube.core.read_namespaced_pod_log, pod["metadata"]["name"], self.namespace,
+                                    container="build", tail_lines=LOG_TAIL_LINES)
+        return str(text or "").splitlines()
+
+    async def _digest(self, name: str) -> str:
+        pod = await self._pod(name)
+        for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+            message = ((status.get("state") or {}).get("terminated") or {}).get("message", "").strip()
+            if message.startswith("sha256:"):
+                return str(message)
+        return ""
+
+    async def _jobs_of(self, reference: str) -> list[dict[str, Any]]:
+        repository, _, digest = reference.partition("@")
+        if not digest.startswith("sha256:"):
+            return []
+        jobs = await self.kube.items(self.kube.batch.list_namespaced_job, self.namespace,
+                                     labels={PART_LABEL: "build", IMAGE_LABEL: digest.removeprefix("sha256:")[:62]})
+        return [j for j in jobs if (j["metadata"].get("annotations") or {}).get(REPOSITORY_ANNOTATION) == repository
+                and j["metadata"]["annotations"].get(IMAGE_LABEL) == digest]
+
+    async def resolve(self, reference: str) -> Image | None:
+        jobs = await self._jobs_of(reference)
+        return self._image(jobs[0], reused=True) if jobs else None
+
+    async def remove(self, reference: str) -> None:
+        """Forget the build (its Job and context); the registry keeps the pushed image until its own
+        garbage collection."""
+        for job in await self._jobs_of(reference):
+            await self.kube.delete(self.kube.batch.delete_namespaced_job, job["metadata"]["name"], self.namespace)
+            await self._gone(job["metadata"]["name"])
+            source_hex = (job["metadata"].get("labels") or {}).get(SOURCE_LABEL, "")
+            for tarball in self.context_dir.glob(f"{source_hex}*.tar.gz") if source_hex else []:
+                tarball.unlink(missing_ok=True)
+
+    async def close(self) -> None:
+        await self.kube.close()

@@ -1,0 +1,97 @@
+"""JSON from outside the server, decoded within limits: every request body, form field and stored value
+that a caller chose goes through `decode` before any code walks it.
+
+The standard library's decoder recurses once per nesting level, so a small body of a few thousand
+brackets raises `RecursionError` (a 500) in the parser, or later in whatever walks or re-encodes the
+value. `decode` measures the nesting first, without recursing, and refuses the literals `NaN`,
+`Infinity` and numbers that only parse to an infinite float, which no encoder of ours may write back
+(Starlette's `JSONResponse` encodes with `allow_nan=False`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+MAX_DEPTH = 64  # nested arrays and objects in one value (docs/decisions.md, Conventions)
+MAX_INTEGER_DIGITS = 1000
+
+# A string literal, escapes included; an unterminated one runs to the end (the parser reports it), so
+# every match attempt succeeds and the scan stays linear.
+_STRING = re.compile(rb'"(?:[^"\\]|\\[\s\S]?)*(?:"|\Z)')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_TO_PARENS = bytes.maketrans(b"[]{}", b"()()")
+_RUNS = re.compile(rb"\(+|\)+")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_OPEN = ord("(")
+# Passes before counting runs: after p passes at most one run in p characters is left.
+_PASSES = 16
+
+
+class JSONInputError(ValueError):
+    """The text is not JSON the platform accepts; `str()` is the reason, for `invalid JSON body: ...`."""
+
+
+def nesting_depth_exceeds(raw: bytes, limit: int = MAX_DEPTH) -> bool:
+    """Whether some value in `raw` nests deeper than `limit` (brackets in strings ignored), without
+    recursing. Each pass of `replace` removes the innermost pairs (one level, in C); the running depth of
+    what is left, plus the levels removed, is the depth of the value."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    shape = _STRING.sub(b"", raw).translate(_TO_PARENS, _NOT_BRACKETS)
+    removed = 0
+    for _ in range(min(limit, _PASSES)):
+        shorter = shape.replace(b"()", b"")
+        if len(shorter) == len(shape):
+            break
+        shape, removed = shorter, removed + 1
+    depth = removed
+    for run in _RUNS.finditer(shape):
+        depth += (run.end() - run.start()) * (1 if shape[run.start()] == _OPEN else -1)
+        if depth > limit:
+            return True
+        if depth < removed:  # a closing bracket too many: the parser stops there
+            return False
+    return False
+
+
+def _reject_constant(name: str) -> Any:
+    raise JSONInputError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise JSONInputError(f"number {text[:40]} is out of range")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > MAX_INTEGER_DIGITS:
+        raise JSONInputError(f"integer of {len(text)} digits is too large (limit {MAX_INTEGER_DIGITS})")
+    return int(text)
+
+
+def decode(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
+    """The value of `raw`, or `JSONInputError` (a `ValueError`) saying why it is refused."""
+    try:
+        data = raw.encode("utf-8") if isinstance(raw, str) else raw
+    except UnicodeEncodeError:
+        raise JSONInputError("the text holds an unpaired UTF-16 surrogate") from None
+    if nesting_depth_exceeds(data, max_depth):
+        raise JSONInputError(f"nesting is deeper than {max_depth} levels")
+    try:
+        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int)
+    except JSONInputError:
+        raise
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise JSONInputError(str(exc)) from None
+    except RecursionError:  # only when the caller's own stack is already deep; never a 500
+        raise JSONInputError(f"nesting is deeper than {max_depth} levels") from None
+    if _SURROGATE_ESCAPE.search(data):  # `\ud800` decodes to a string no UTF-8 encoder (database, log) takes
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise JSONInputError("a string holds an unpaired UTF-16 surrogate escape") from None
+    return value

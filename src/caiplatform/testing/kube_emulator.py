@@ -1,0 +1,148 @@
+"""`kmock`'s Kubernetes API emulator, made to answer as the adapters expect an API server to.
+
+`kmock.KubernetesEmulator` stores objects and serves the API's verbs over HTTP on a loopback port; the
+official client talks to it as to an API server. It is not an API server, and these are the differences
+the tests work around here (so the adapters stay written for a real cluster):
+
+- kmock cannot route the cluster-scoped `/api/v1/namespaces[/<name>]` (it reads the segment after
+  `namespaces` as a namespace): `_parse_path` routes those paths to the `namespaces` resource.
+- kmock ignores `labelSelector`: `FilteringEmulator` filters list answers by equality selectors.
+- kmock deletes nothing when a namespace goes: `FilteringEmulator` removes the namespace's objects, as the
+  namespace controller would.
+- kmock answers POST with 200 (not 201) and keeps no `resourceVersion`, `uid` or `creationTimestamp`:
+  the adapters never rely on a create's answer nor on optimistic concurrency, and `creationTimestamp` is
+  set by the controller double on what the controllers create (revisions, pods).
+- kmock serves the `log` subresource as the pod itself: `FilteringEmulator` answers it from `pod_logs`
+  (with `timestamps` and `tailLines`; `follow` ends with what is there).
+- kmock merges every PATCH as JSON merge patch (lists replaced, `null` removes), whatever its content
+  type; the adapters only send merge patches, so this matches a real server for them.
+- kmock keeps a Secret's `stringData` as sent: `FilteringEmulator` folds it into base64 `data`, as the API
+  server does (so reads see only `data`).
+- kmock validates nothing: `caiplatform.testing.kube_schemas` checks every object against the schemas.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+import kmock
+from kmock._internal import parsing
+
+RESOURCES = (
+    "v1/namespaces", "v1/pods", "v1/services", "v1/secrets", "v1/resourcequotas", "v1/limitranges",
+    "v1/persistentvolumeclaims", "v1/configmaps", "apps/v1/deployments", "apps/v1/statefulsets", "batch/v1/jobs",
+    "networking.k8s.io/v1/networkpolicies", "serving.knative.dev/v1/services", "serving.knative.dev/v1/revisions",
+)
+_original_parse_path = parsing.parse_path
+
+
+def _parse_path(path: str) -> parsing.ParsedPath:
+    parts = path.strip("/").split("?")[0].split("/")
+    if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
+        return parsing.ParsedPath("", "v1", "namespaces", None, parts[3] if len(parts) == 4 else None, None)
+    return _original_parse_path(path)
+
+
+parsing.parse_path = _parse_path  # kmock's parser of request paths, read at every request
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _matches(labels: dict[str, str], selector: str) -> bool:
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        key, sep, value = term.partition("=")
+        if sep:
+            if labels.get(key) != value.lstrip("="):
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+@attrs.define(kw_only=True)
+class FilteringEmulator(kmock.KubernetesEmulator):
+    #: (namespace, pod) -> lines, each `<RFC 3339 time> <text>` as the kubelet keeps them
+    pod_logs: dict[tuple[str, str], str] = attrs.field(factory=dict)
+
+    async def _serve_list(self, request):  # type: ignore[no-untyped-def]
+        body = await super()._serve_list(request)
+        selector = (request.params or {}).get("labelSelector", "")
+        body["items"] = [o for o in body["items"] if _matches((o.get("metadata") or {}).get("labels") or {}, selector)]
+        return body
+
+    async def _serve_fetch(self, request):  # type: ignore[no-untyped-def]
+        if request.subresource == "log":
+            await super()._serve_fetch(request)  # 404 for a pod that is not there
+            params = request.params or {}
+            lines = self.pod_logs.get((request.namespace, request.name), "").splitlines()
+            if params.get("timestamps") != "true":
+                lines = [line.partition(" ")[2] for line in lines]
+            if params.get("tailLines"):
+                lines = lines[-int(params["tailLines"]):] if int(params["tailLines"]) else []
+            return "".join(line + "\n" for line in lines).encode()
+        return await super()._serve_fetch(request)
+
+    async def _handle(self, request):  # type: ignore[no-untyped-def]
+        response = await super()._handle(request)
+        resource = request.resource
+        if resource is not None and resource.plural == "secrets" and response.status < 300:
+            for _, _, obj in live(self, "secrets"):
+                if obj.raw.get("stringData"):
+                    folded = {k: base64.b64encode(v.encode()).decode() for k, v in obj.raw["stringData"].items()}
+                    obj.patch({"stringData": None, "data": folded})
+        if (request.action == kmock.action.DELETE and resource is not None and resource.plural == "namespaces"
+                and request.name and response.status < 300):
+            for (_, namespace, _), obj in snapshot(self):
+                if namespace == request.name and not obj.deleted:
+                    obj.delete()
+        return response
+
+
+def snapshot(emulator: kmock.KubernetesEmulator) -> list[tuple[Any, Any]]:
+    """The stored objects now. The emulator's loop may add one while a test's thread reads: read again."""
+    while True:
+        try:
+            return list(emulator.objects.items())
+        except RuntimeError:  # "dictionary changed size during iteration"
+            continue
+
+
+def live(emulator: kmock.KubernetesEmulator, plural: str, group: str = "") -> list[tuple[str | None, str, Any]]:
+    return [(ns, name, obj) for (res, ns, name), obj in snapshot(emulator)
+            if res.plural == plural and res.group == group and not obj.deleted]
+
+
+@dataclass
+class ApiCall:
+    verb: str
+    group: str
+    resource: str  # plural, with `/subresource` when there is one
+    namespace: str | None
+
+
+def recorded_calls(emulator: kmock.KubernetesEmulator) -> list[ApiCall]:
+    """Every API call the emulator served, as RBAC names them (verb, API group, resource)."""
+    calls = []
+    for request in list(emulator):
+        resource = request.resource
+        if resource is None or resource.plural is None:
+            continue  # discovery (/api, /apis, /version) needs no rule
+        method = str(request.method.value if hasattr(request.method, "value") else request.method).upper()
+        params = request.params or {}
+        if method == "GET":
+            verb = "watch" if params.get("watch") == "true" else "get" if request.name else "list"
+        else:
+            verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method) or (
+                "delete" if request.name else "deletecollection")
+        plural = resource.plural + (f"/{request.subresource}" if request.subresource else "")
+        calls.append(ApiCall(verb, resource.group or "", plural, request.namespace))
+    return calls
