@@ -13,9 +13,9 @@ ROOT = Path(__file__).parent
 
 
 def start_engines(session: nox.Session) -> None:
-    """Start the machine's PostgreSQL, Redis and NATS when they are not answering, and install the
-    toolchains of functions in other languages and the Chromium of the widget tests when they are
-    missing (idempotent)."""
+    """Start the machine's PostgreSQL, Redis and NATS when it has them and they are not answering (else
+    the test session starts portable ones from pip packages), and install the toolchains of functions in
+    other languages and the Chromium of the widget tests when they are missing (idempotent)."""
     for engine in ("postgres", "redis", "nats"):
         script = ROOT / "backends" / engine / "start.sh"
         if script.exists():
@@ -28,6 +28,22 @@ def tests(session: nox.Session) -> None:
     session.install("-e", ".[all,agents,dev]")
     start_engines(session)
     session.run("python", "-m", "pytest", *session.posargs, env={"PYTHONUNBUFFERED": "1", **dict(os.environ)})
+
+
+@nox.session
+def unit(session: nox.Session) -> None:
+    """The one-minute loop: every test that needs no engine, no child process and no network, on two
+    workers; a `unit` test that starts a process or opens a socket fails (see docs/testing.md)."""
+    session.install("-e", ".[all,agents,dev]")
+    session.run("python", "-m", "pytest", "-m", "unit", "--forbid-processes", "-n", "2", "-q", *session.posargs)
+
+
+@nox.session
+def portable_engines(session: nox.Session) -> None:
+    """The `engine` tests against engines started from pip packages only (no machine server, no root):
+    what `nox -s tests` does on a machine without PostgreSQL, Redis or NATS."""
+    session.install("-e", ".[all,agents,dev]")
+    session.run("python", "-m", "pytest", "-m", "engine", *session.posargs, env={"CAI_TEST_ENGINES": "portable"})
 
 
 @nox.session

@@ -2,37 +2,134 @@
 
 from __future__ import annotations
 
+import inspect
+import socket
+import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from caiplatform.testing import engines
+from caiplatform.testing import engines, selection
 
 
-def _require(engine: str, url: str, port: int) -> str:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--forbid-processes",
+        action="store_true",
+        help="fail a test marked `unit` that starts a child process (nox -s unit sets it)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its kind and deselect those that need what this machine lacks (see
+    caiplatform.testing.selection and docs/testing.md)."""
+    kept: list[pytest.Item] = []
+    lacking: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = dict(callspec.params) if callspec is not None else {}
+        marks = [mark.name for mark in item.iter_markers()]
+        function = getattr(item, "function", None)
+        modules = (getattr(item, "module", None), inspect.getmodule(function) if function else None)
+        kind = selection.kind_of(getattr(item, "fixturenames", ()), params, modules, marks)
+        if kind not in marks:
+            item.add_marker(kind)
+        needs_marks = list(item.iter_markers("needs"))
+        explicit = [arg for mark in needs_marks for arg in mark.args] if needs_marks else None
+        missing = selection.missing_needs(selection.needs_of(params, function, explicit))
+        for need in missing:
+            lacking.setdefault(need, []).append(item)
+        if not missing:
+            kept.append(item)
+    if lacking:
+        kept_ids = {id(item) for item in kept}
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept_ids])
+        items[:] = kept
+    config.stash[_LACKING] = {what: len(group) for what, group in lacking.items()}
+
+
+_LACKING = pytest.StashKey[dict[str, int]]()
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    for what, count in config.stash.get(_LACKING, {}).items():
+        terminalreporter.write_line(
+            f"DESELECTED {count} tests that need {what}, missing here (to run them: {selection.HOW_TO_GET[what]})"
+        )
+
+
+@pytest.fixture(autouse=True)
+def _unit_stays_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under --forbid-processes a `unit` test that starts a child process or reaches beyond loopback
+    fails, naming the fix (the classification at collection is then wrong for it). In-process servers
+    on loopback (the in-memory memory store's RESP server) are part of unit tests."""
+    if not request.config.getoption("--forbid-processes") or request.node.get_closest_marker("unit") is None:
+        return
+
+    def refused(what: object) -> AssertionError:
+        return AssertionError(
+            f"a test classified `unit` {what}; mark it @pytest.mark.process (or engine) or request a "
+            "fixture that classifies it: see docs/testing.md"
+        )
+
+    def no_child(self, args, *rest, **kwargs):
+        raise refused(f"started a child process {args!r}")
+
+    def loopback_only(real):
+        def guarded(self, address, *args, **kwargs):
+            if self.family in (socket.AF_INET, socket.AF_INET6) and not _loopback(address):
+                raise refused(f"reached for the network ({address!r})")
+            return real(self, address, *args, **kwargs)
+
+        return guarded
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", no_child)
+    for name in ("connect", "connect_ex"):
+        monkeypatch.setattr(socket.socket, name, loopback_only(getattr(socket.socket, name)))
+
+
+def _loopback(address: object) -> bool:
+    host = address[0] if isinstance(address, tuple) else address
+    return isinstance(host, str) and (host.startswith("127.") or host in ("::1", "localhost"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cheap_password_hashing() -> Iterator[None]:
+    """argon2id at its minimal cost for every test in this process: the same algorithm, encoding and
+    checks (a wrong password still fails), without ~0.3 s of CPU per hash and per sign-in. Servers that
+    tests start as processes keep the production cost."""
+    from argon2 import PasswordHasher
+
+    from caiplatform import security
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(security, "_hasher", PasswordHasher(time_cost=1, memory_cost=64, parallelism=1))
+        patch.setattr(security, "DUMMY_PASSWORD_HASH", security.hash_password("not-a-password-of-anyone"))
+        yield
+
+
+def _engine(engine: str) -> str:
     try:
-        engines.require_tcp(engine, url, port)
+        return engines.engine_url(engine)
     except engines.EngineUnavailable as exc:
         pytest.fail(str(exc), pytrace=False)
-    return url
 
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for this test session."""
-    _require("postgres", engines.POSTGRES_URL, 5432)
-    with engines.fresh_postgres_database() as url:
+    """A fresh PostgreSQL database for this test session (the machine's server or a portable one)."""
+    with engines.fresh_postgres_database(_engine("postgres")) as url:
         yield url
 
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:
-    return _require("redis", engines.REDIS_URL, 6379)
+    return _engine("redis")
 
 
 @pytest.fixture(scope="session")
 def nats_url() -> str:
-    return _require("nats", engines.NATS_URL, 4222)
+    return _engine("nats")
 
 
 @pytest.fixture(scope="session")

@@ -6,11 +6,13 @@ import pytest
 
 from caiplatform.db import Database
 from caiplatform.testing import engines
+from caiplatform.testing.conformance.memorystore import apply_notimpl
 from caiplatform.testing.conformance.persistence import *  # noqa: F403 - the shared suite
 
 
 @pytest.fixture(params=["sqlite-memory", "sqlite-file", "postgres"])
 def database_factory(request, tmp_path):
+    apply_notimpl(request, request.param)
     opened: list[Database] = []
     if request.param == "sqlite-memory":
         shared = Database.in_memory()
@@ -18,8 +20,6 @@ def database_factory(request, tmp_path):
         def factory() -> Database:
             return shared
 
-        if "restart" in request.node.name:
-            pytest.xfail("an in-memory database does not outlive its process by design")  # notimpl
     elif request.param == "sqlite-file":
         path = tmp_path / "platform.db"
 

@@ -79,5 +79,11 @@ async def test_no_accounts_means_user_management_not_initialized(settings, clock
 
 
 async def test_automation_token_is_a_principal(client, settings):
-    response = await client.get("/v1/auth/me", headers={"Authorization": f"Bearer {settings.automation_token}"})
+    automation = {"Authorization": f"Bearer {settings.automation_token}"}
+    response = await client.get("/v1/auth/me", headers=automation)
     assert response.status_code == 200
+    assert response.json() == {"email": "", "role": "admin", "must_change_password": False, "expires_at": None}
+    assert (await client.get("/v1/users", headers=automation)).status_code == 200  # a platform-admin route
+    near_miss = {"Authorization": f"Bearer {settings.automation_token}x"}
+    assert (await client.get("/v1/auth/me", headers=near_miss)).status_code == 401
+    assert (await client.get("/v1/users", headers=near_miss)).status_code == 401

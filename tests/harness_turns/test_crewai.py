@@ -3,8 +3,9 @@ builder installs it into the image's own environment (pip may move pydantic and 
 the platform's), and the real harness process (`python -m caiplatform.harness`) serves the crew against the
 scripted model.
 
-The environment is built once and kept under the user's cache dir (see `crewai_image`): the first run
-installs crewai (about 25 s with a warm network), later runs reuse it and take seconds.
+The environment is built once and kept in the checkout's git-ignored `.caiplatform/test-cache/` (or
+`CAI_TEST_CACHE_DIR`), never under the user's home (see `crewai_image`): the first run installs crewai
+(about 25 s with a warm network), later runs reuse it and take seconds; deleting the checkout deletes it.
 """
 
 from __future__ import annotations
@@ -57,14 +58,14 @@ CREW = {
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "caiplatform-tests" / "crewai"
+    base = os.environ.get("CAI_TEST_CACHE_DIR") or str(Path(__file__).resolve().parents[2] / ".caiplatform" / "test-cache")
+    return Path(base) / "crewai"
 
 
 @pytest.fixture(scope="session")
 def crewai_image(tmp_path_factory) -> Image:
-    """The crew built by the local builder. Its data dir (environments and pip's cache) stays under the
-    user's cache dir: environments are keyed by the requirements, the interpreter and the platform's
+    """The crew built by the local builder. Its data dir (environments and pip's cache) stays in the
+    project's test cache: environments are keyed by the requirements, the interpreter and the platform's
     paths, so a later run reuses the installed one. A file lock keeps two concurrent runs from building
     the same environment at once."""
     root = cache_root()

@@ -17,7 +17,7 @@ from caiplatform.testing.turn_checks import (
 )
 from caiplatform.turns import Conversation, TurnError, load_runner
 
-pytest.importorskip("langgraph", reason="pip install 'caiplatform[agents]'")
+pytestmark = pytest.mark.needs("agents")  # deselected with one summary line without the extra
 
 GRAPH = LANGGRAPH_WEATHER
 

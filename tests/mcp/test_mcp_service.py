@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from caiplatform.errors import PlatformError
+
 ADD = '''
 from caiplatform.mcp import tool
 
@@ -102,10 +104,13 @@ async def test_publish_builds_a_version_and_serves(client, admin_headers, base, 
 async def test_full_replace_clears_omitted_fields(client, admin_headers, base, platform):
     await client.post(base, headers=admin_headers, json={"name": "s"})
     await client.put(f"{base}/s/tools/greet", headers=admin_headers, json={"handler": GREET, "description": "d", "credentialKeys": ["GREETING"]})
+    await ready(platform)
+    (first,) = (await client.get(f"{base}/s/tools", headers=admin_headers)).json()["tools"]
+    assert first["description"] == "d" and first["credential_keys"] == first["credentialKeys"] == ["GREETING"]
     await client.put(f"{base}/s/tools/greet", headers=admin_headers, json={"handler": GREET})
     await ready(platform)
     (tool,) = (await client.get(f"{base}/s/tools", headers=admin_headers)).json()["tools"]
-    assert tool["description"] == "" and tool["credential_keys"] == []
+    assert tool["description"] == "" and tool["credential_keys"] == tool["credentialKeys"] == []
 
 
 async def test_tool_errors(client, admin_headers, base, platform):
@@ -321,8 +326,19 @@ async def test_the_served_workload_key_reads_project_secrets_only(client, admin_
     key = {"Authorization": f"Bearer {served.secret_env['CAI_PROJECT_KEY']}"}
     assert (await client.get(base, headers=key)).status_code == 403  # a workload key manages nothing
     await client.post(f"/v1/projects/{project_id}/secrets", headers=admin_headers, json={"name": "k", "value": "v"})
+    other = (await client.post("/v1/projects", headers=admin_headers, json={"slug": "other", "name": "Other"})).json()
+    other_id = other["project"]["id"]
+    await client.post(f"/v1/projects/{other_id}/secrets", headers=admin_headers, json={"name": "k", "value": "theirs"})
+
     minted = await client.post(f"/v1/projects/{project_id}/secrets:issue-token", headers=key, json={})
     assert minted.status_code == 200, minted.text
+    token, path = minted.json()["token"], minted.json()["read"]["path"]
+    backend = platform.secrets.backend
+    assert (await backend.read_with_token(token, path + "k")).value == "v"
+    with pytest.raises(PlatformError):  # the token is scoped to its own project's secrets
+        await backend.read_with_token(token, backend.path_prefix(other_id) + "k")
+    refused = await client.post(f"/v1/projects/{other_id}/secrets:issue-token", headers=key, json={})
+    assert refused.status_code == 404 and "token" not in refused.json(), refused.text  # no grant there: 404
 
 
 async def test_version_verbs_are_audited(client, admin_headers, base, platform, project_id):

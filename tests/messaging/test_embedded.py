@@ -3,8 +3,8 @@ published messages survive a restart of the platform (and so of `caiplatform ser
 
 from __future__ import annotations
 
-import asyncio
 import base64
+import contextlib
 
 import nats
 import pytest
@@ -15,6 +15,7 @@ from sqlalchemy import update
 from caiplatform.db.models import MessagingTopic
 from caiplatform.platform import Platform
 from caiplatform.testing.http import asgi_client
+from caiplatform.testing.polling import eventually
 
 
 async def test_published_messages_survive_a_restart(tmp_path, settings, api_for):
@@ -63,11 +64,15 @@ async def _credential_is_scoped(platform, client, api) -> None:
     assert cred["topic_prefix"] == f"cai.{api.short}." and cred["token"] and cred["note"]
     assert cred["service_url"].startswith("nats://")
     url = cred["service_url"].replace("nats://", f"nats://{cred['token']}@")
-    await asyncio.sleep(0.3)  # the server applies the re-grant of the new topic asynchronously
     nc = await nats.connect(url, inbox_prefix=f"_INBOX_{api.short}", connect_timeout=3, max_reconnect_attempts=0)
     try:
         js = nc.jetstream(timeout=2)
-        ack = await js.publish(f"{cred['topic_prefix']}durable", b"direct")
+
+        async def publish():  # the server applies the re-grant of the new topic asynchronously
+            with contextlib.suppress(NatsError, JetStreamError, TimeoutError):
+                return await js.publish(f"{cred['topic_prefix']}durable", b"direct")
+
+        ack = await eventually(publish, "the direct credential to be granted the new topic", timeout=15)
         assert ack.stream == f"cai-{api.short}-durable"
         info = await js.stream_info(f"cai-{api.short}-durable")
         assert info.config.name == f"cai-{api.short}-durable"
@@ -77,9 +82,13 @@ async def _credential_is_scoped(platform, client, api) -> None:
         for msg in fetched:
             await msg.ack()
         await nc.flush()
-        await asyncio.sleep(0.2)
-        state = await platform.topics.broker.consumer_stats(f"cai-{api.short}-durable", "direct")
-        assert state.ack_pending == 0 and state.delivered == 3
+
+        async def acknowledged():
+            state = await platform.topics.broker.consumer_stats(f"cai-{api.short}-durable", "direct")
+            return state if state.ack_pending == 0 else None
+
+        state = await eventually(acknowledged, "the direct acknowledgements to reach the server")
+        assert state.delivered == 3
         with pytest.raises((NatsError, JetStreamError, TimeoutError)):
             await js.stream_info("cai-otherproject-durable")
         nc2_errors = []
@@ -92,10 +101,12 @@ async def _credential_is_scoped(platform, client, api) -> None:
         await foreign.publish("cai.otherproject.durable", b"nope")
         await foreign.subscribe("_INBOX.>")
         await foreign.flush()
-        await asyncio.sleep(0.3)
-        violations = " ".join(str(e).lower() for e in nc2_errors)
-        assert 'publish to "cai.otherproject.durable"' in violations, nc2_errors
-        assert 'subscription to "_inbox.>"' in violations, nc2_errors
+
+        def both_refused() -> bool:
+            violations = " ".join(str(e).lower() for e in nc2_errors)
+            return 'publish to "cai.otherproject.durable"' in violations and 'subscription to "_inbox.>"' in violations
+
+        await eventually(both_refused, f"both permission violations (got {nc2_errors})")
         await foreign.close()
     finally:
         await nc.flush()

@@ -10,6 +10,7 @@ import pytest
 
 from caiplatform.platform import Platform
 from caiplatform.testing.http import asgi_client
+from caiplatform.testing.polling import eventually
 
 
 @pytest.fixture
@@ -39,16 +40,21 @@ async def test_flow_on_jetstream(js_api):
     messages = r.json()["messages"]
     assert [m["id"] for m in messages] == ids and messages[0]["attributes"] == {"k": "v"} and messages[0]["key"] == "a"
     # unacknowledged past the deadline: redelivered with the attempt counted
-    await asyncio.sleep(1.3)
-    r = await c.post(api.sub("t", "s") + ":pull", headers=api.member, json={"max_messages": 5, "timeout_ms": 1000})
-    again = r.json()["messages"]
+    async def redelivered():
+        r = await c.post(api.sub("t", "s") + ":pull", headers=api.member, json={"max_messages": 5, "timeout_ms": 200})
+        return r.json()["messages"]
+
+    again = await eventually(redelivered, "the redelivery after the 1 s ack deadline")
     assert [m["delivery_attempt"] for m in again] == [2, 2]
     # the first delivery's ack id is stale but still names this subscription; acknowledge the fresh ones
     r = await c.post(api.sub("t", "s") + ":ack", headers=api.member, json={"ack_ids": [m["ack_id"] for m in again]})
     assert r.json() == {"acknowledged": 2}
-    await asyncio.sleep(0.1)
-    sub = (await c.get(api.sub("t", "s"), headers=api.member)).json()
-    assert sub["state"]["backlog"] == 0 and sub["state"]["unacknowledged"] == 0
+
+    async def drained():
+        state = (await c.get(api.sub("t", "s"), headers=api.member)).json()["state"]
+        return state["backlog"] == 0 and state["unacknowledged"] == 0
+
+    await eventually(drained, "the acknowledged messages to leave the subscription")
     r = await c.post(api.sub("t", "s") + ":ack", headers=api.member, json={"ack_ids": [base64.urlsafe_b64encode(b"$JS.ACK.x.y.1.1.1.1.1").decode()]})
     assert r.status_code == 400
     blob = {"text": "x" * 1500}

@@ -1,7 +1,8 @@
 """Push delivery against a real local HTTP receiver, reached through the platform's push resolver.
 
 The in-memory broker reads the platform's manual clock, so the backoff schedule (1 s, 2 s, ...) is
-checked by moving the clock, not by sleeping.
+checked by moving the clock, not by sleeping; "nothing more was delivered" is checked once the broker has
+been asked again after the clock moved and had nothing due (`BrokerWatch`), not after a fixed sleep.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from starlette.routing import Route
 
 from caiplatform.domain.messaging import backoff_delay
 from caiplatform.supervisor.process import free_port
+from caiplatform.testing.polling import eventually
 
 
 class Receiver:
@@ -56,6 +58,47 @@ class Receiver:
             await asyncio.sleep(0.02)
 
 
+class BrokerWatch:
+    """Records what the push worker did with the in-memory broker: settlements (ack, nak, term) and
+    each look at a consumer (how many messages were due)."""
+
+    def __init__(self, broker, monkeypatch) -> None:
+        self.settled = {"ack": 0, "nak": 0, "term": 0}
+        self.looks: list[int] = []  # how many messages each look at a consumer took
+        take = broker._take
+
+        def counted_take(stream, consumer, limit):
+            taken = take(stream, consumer, limit)
+            self.looks.append(len(taken))
+            return taken
+
+        monkeypatch.setattr(broker, "_take", counted_take)
+        for verb in self.settled:
+            monkeypatch.setattr(broker, verb, self._counting(verb, getattr(broker, verb)))
+
+    def _counting(self, verb, real):
+        async def settle(*args, **kwargs):
+            result = await real(*args, **kwargs)
+            self.settled[verb] += 1
+            return result
+
+        return settle
+
+    async def until(self, verb: str, count: int) -> None:
+        await eventually(lambda: self.settled[verb] >= count, f"{count} {verb}(s)")
+
+    async def nothing_due(self) -> None:
+        """Waits for the next look at the broker and fails unless it found nothing to deliver."""
+        seen = len(self.looks)
+        await eventually(lambda: len(self.looks) > seen, "the push worker to look at the broker again")
+        assert self.looks[seen] == 0, "the broker had a message due"
+
+
+@pytest.fixture
+def watch(platform, monkeypatch) -> BrokerWatch:
+    return BrokerWatch(platform.topics.broker, monkeypatch)
+
+
 @pytest.fixture
 async def receiver(platform, api):
     rec = Receiver()
@@ -85,7 +128,7 @@ async def _publish(api, *messages) -> list[str]:
     return r.json()["message_ids"]
 
 
-async def test_structured_mode(api, receiver):
+async def test_structured_mode(api, receiver, watch):
     await _setup(api, "cloudevents-structured")
     ids = await _publish(api, {"text": '{"order": 7}', "attributes": {"color": "blue"}, "key": "k"})
     await receiver.wait_for(1)
@@ -96,7 +139,7 @@ async def test_structured_mode(api, receiver):
     assert event["subscription"] == "push" and event["deliveryattempt"] == "1"
     assert event.data == {"order": 7}
     assert json.loads(body)["attributes"] == {"color": "blue"}
-    await asyncio.sleep(0.1)
+    await watch.until("ack", 1)
     sub = (await api.client.get(api.sub("events", "push"), headers=api.member)).json()
     assert sub["state"]["unacknowledged"] == 0 and sub["state"]["backlog"] == 0
 
@@ -117,7 +160,7 @@ async def test_binary_mode(api, receiver):
     assert event["id"] == ids[0] and event.data == raw
 
 
-async def test_backoff_then_dead_letter(api, receiver, clock):
+async def test_backoff_then_dead_letter(api, receiver, clock, watch):
     c = api.client
     assert (await c.post(api.topics, headers=api.admin, json={"name": "parked"})).status_code == 201
     assert (await c.post(api.subs("parked"), headers=api.admin, json={"name": "inspect"})).status_code == 201
@@ -126,14 +169,16 @@ async def test_backoff_then_dead_letter(api, receiver, clock):
     ids = await _publish(api, {"text": "doomed", "attributes": {"a": "1"}})
     await receiver.wait_for(1)
     assert [backoff_delay(n) for n in (1, 2, 3, 6, 7, 10)] == [1, 2, 4, 32, 60, 60]
+    await watch.until("nak", 1)
     clock.advance(0.9)
-    await asyncio.sleep(0.3)
+    await watch.nothing_due()
     assert len(receiver.requests) == 1, "retried before the 1 s backoff"
     clock.advance(0.2)
     await receiver.wait_for(2)
     assert receiver.requests[1][0]["ce-deliveryattempt"] == "2"
+    await watch.until("nak", 2)
     clock.advance(1.5)
-    await asyncio.sleep(0.3)
+    await watch.nothing_due()
     assert len(receiver.requests) == 2, "retried before the 2 s backoff"
     clock.advance(0.6)
     await receiver.wait_for(3)
@@ -148,36 +193,39 @@ async def test_backoff_then_dead_letter(api, receiver, clock):
     assert base64.b64decode(parked[0]["data"]) == b"doomed" and attributes["a"] == "1"
     assert attributes["cai-dead-letter-attempts"] == "3" and attributes["cai-dead-letter-subscription"] == "push"
     assert attributes["cai-dead-letter-message-id"] == ids[0] and "500" in attributes["cai-dead-letter-reason"]
+    await watch.until("term", 1)
     clock.advance(120)
-    await asyncio.sleep(0.3)
+    await watch.nothing_due()
     assert len(receiver.requests) == 3, "a parked message is not delivered again"
 
 
-async def test_redirect_is_not_followed_and_drop_without_dead_letter(api, receiver, clock):
+async def test_redirect_is_not_followed_and_drop_without_dead_letter(api, receiver, clock, watch):
     await _setup(api, "cloudevents-structured", dead_letter={"after_attempts": 2})
     receiver.status = 302
     receiver.location = f"{receiver.base_url}/elsewhere"
     await _publish(api, {"text": "x"})
     await receiver.wait_for(1)
+    await watch.until("nak", 1)  # the backoff runs from the nak: moving the clock before it would not count
     clock.advance(1.1)
     await receiver.wait_for(2)
+    await watch.until("term", 1)
     clock.advance(120)
-    await asyncio.sleep(0.3)
+    await watch.nothing_due()
     assert len(receiver.requests) == 2 and receiver.redirect_hits == 0
     sub = (await api.client.get(api.sub("events", "push"), headers=api.member)).json()
     assert sub["state"]["backlog"] == 0  # dropped
 
 
-async def test_large_response_still_acknowledges(api, receiver):
+async def test_large_response_still_acknowledges(api, receiver, watch):
     await _setup(api, "cloudevents-structured")
     await _publish(api, {"text": "a"}, {"text": "b"})
     await receiver.wait_for(2)
-    await asyncio.sleep(0.2)
+    await watch.until("ack", 2)
     usage = (await api.client.get(f"/v1/projects/{api.pid}/pubsub/usage", headers=api.member)).json()
     assert usage["topics"][0]["delivered"] == 2
 
 
-async def test_two_workers_share_without_duplicates(platform, api, receiver):
+async def test_two_workers_share_without_duplicates(platform, api, receiver, watch):
     from caiplatform.services.messaging_push import PushWorker
 
     second = PushWorker(platform.topics, platform.push_targets, platform.clock, refresh_interval=None)
@@ -186,7 +234,8 @@ async def test_two_workers_share_without_duplicates(platform, api, receiver):
         await _setup(api, "cloudevents-binary")
         ids = await _publish(api, *[{"text": str(i)} for i in range(30)])
         await receiver.wait_for(30)
-        await asyncio.sleep(0.3)
+        await watch.until("ack", 30)
+        await watch.nothing_due()
         delivered = [headers["ce-id"] for headers, _ in receiver.requests]
         assert sorted(delivered) == sorted(ids) and len(delivered) == 30
     finally:

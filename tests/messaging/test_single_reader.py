@@ -15,6 +15,7 @@ from caiplatform.services.messaging_push import PushWorker
 from caiplatform.supervisor.engines import start_nats
 from caiplatform.supervisor.process import ProcessSupervisor
 from caiplatform.testing.http import asgi_client
+from caiplatform.testing.polling import eventually
 
 from .test_push import Receiver
 
@@ -68,9 +69,14 @@ async def _failover(platform, client, api) -> None:
             assert r.status_code == 200, r.text
             return r.json()["message_ids"]
 
+        async def all_acknowledged() -> bool:
+            state = (await client.get(api.sub("orders", "fo"), headers=api.member)).json()["state"]
+            return state["unacknowledged"] == 0 and state["backlog"] == 0
+
         ids = await publish(*[str(i) for i in range(8)])
         await receiver.wait_for(8, timeout=10)
-        await asyncio.sleep(0.3)  # the last acknowledgement goes out (a replica killed mid-ack redelivers)
+        # the last acknowledgement goes out (a replica stopped mid-ack would have it redelivered)
+        await eventually(all_acknowledged, "the first 8 acknowledgements", timeout=10)
         key = (f"cai-{api.short}-orders", "fo")
         pinned = [b for b in (platform.topics.broker, replica_broker) if key in b._pins]
         assert len(pinned) == 1, "exactly one replica holds the pin"
@@ -79,7 +85,7 @@ async def _failover(platform, client, api) -> None:
         await stopped.close()
         ids += await publish(*[str(i) for i in range(8, 12)])
         await receiver.wait_for(12, timeout=15)
-        await asyncio.sleep(0.3)
+        await eventually(all_acknowledged, "all 12 acknowledgements", timeout=10)
         assert [headers["ce-id"] for headers, _ in receiver.requests] == ids, "total order, each once"
     finally:
         await second.close()

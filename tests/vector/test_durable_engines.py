@@ -114,6 +114,7 @@ async def test_the_former_embedded_engines_data_is_imported_once(tmp_path):
         await again.close()
 
 
+@pytest.mark.process  # the engine copies a shard with `cp --sparse` to build its index aside
 async def test_hnsw_is_built_in_the_background_and_keeps_the_writes_made_meanwhile(tmp_path):
     """A build (forced here at 1 KB of unindexed vectors) runs on a copy in a child process; writes and
     deletes made during it are on the live shard and replayed on the copy; the index survives a reopen."""

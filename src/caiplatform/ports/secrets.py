@@ -12,6 +12,7 @@ holds and why an operation could not happen, with the errors below. Values are n
 from __future__ import annotations
 
 import abc
+import builtins
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -182,7 +183,7 @@ class SecretBackend(abc.ABC):
         """Destroy every version and the metadata of `name`; False when it did not exist."""
 
     @abc.abstractmethod
-    async def destroy_versions(self, project_id: str, name: str, versions: list[int]) -> None:
+    async def destroy_versions(self, project_id: str, name: str, versions: builtins.list[int]) -> None:
         """Permanently destroy the given versions (they stay listed, marked destroyed)."""
 
     @abc.abstractmethod
@@ -231,7 +232,7 @@ class UnconfiguredSecretBackend(SecretBackend):
     async def destroy(self, project_id: str, name: str) -> bool:
         raise StoreUnconfigured()
 
-    async def destroy_versions(self, project_id: str, name: str, versions: list[int]) -> None:
+    async def destroy_versions(self, project_id: str, name: str, versions: builtins.list[int]) -> None:
         raise StoreUnconfigured()
 
     async def mint_read_token(self, project_id: str, name: str | None, ttl_seconds: int) -> ReadToken:

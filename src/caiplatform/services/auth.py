@@ -279,7 +279,7 @@ class AuthService:
                         settings={PLATFORM_CLOUD_KEY: default_cloud_mapping()},
                     )
                 )
-            if not admin_email or session.scalar(select(func.count()).select_from(User)) > 0:
+            if not admin_email or (session.scalar(select(func.count()).select_from(User)) or 0) > 0:
                 return
             email = validation.email(admin_email)
             validation.password(admin_password)

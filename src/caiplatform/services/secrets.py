@@ -10,6 +10,7 @@ route: the project-wide `secrets:issue-token` of its own project.
 
 from __future__ import annotations
 
+import builtins
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -200,7 +201,7 @@ class SecretStore:
         note += "; the value is never returned by reads (a project admin can reveal it)"
         return Created(201 if created else 200, {"name": name, "version": version, "created": created, "note": note})
 
-    def _used_by_sync(self, session: Session, project_id: str, name: str) -> list[dict[str, Any]]:
+    def _used_by_sync(self, session: Session, project_id: str, name: str) -> builtins.list[dict[str, Any]]:
         rows = session.scalars(
             select(SecretBinding)
             .where(SecretBinding.project_id == project_id, SecretBinding.secret_name == name)
@@ -222,7 +223,7 @@ class SecretStore:
         return out
 
     @staticmethod
-    def _versions(meta: SecretMetadata) -> list[dict[str, Any]]:
+    def _versions(meta: SecretMetadata) -> builtins.list[dict[str, Any]]:
         return [
             {"version": v.version, "created_at": _iso(v.created_at), "destroyed": v.destroyed} for v in meta.versions
         ]
@@ -374,7 +375,7 @@ class SecretStore:
         pid = await self._grant(principal, project_id, Role.MEMBER)
         request = self.pager.request(f"secret-maps:{pid}", page_size, page_token)
 
-        def fetch(session: Session) -> list[dict[str, Any]]:
+        def fetch(session: Session) -> builtins.list[dict[str, Any]]:
             rows = session.scalars(
                 select(SecretBinding)
                 .where(SecretBinding.project_id == pid)
@@ -387,7 +388,7 @@ class SecretStore:
         page = self.pager.page_from_probe(await self.db.run(fetch), request)
         return page_body("bindings", page)
 
-    def _agent_bindings_sync(self, session: Session, agent: AgentRef) -> list[SecretBinding]:
+    def _agent_bindings_sync(self, session: Session, agent: AgentRef) -> builtins.list[SecretBinding]:
         return list(
             session.scalars(
                 select(SecretBinding).where(SecretBinding.agent_id == agent.id).order_by(SecretBinding.env_name)
@@ -558,11 +559,11 @@ class SecretStore:
         }
 
     async def _read_bound(
-        self, principal: Principal | None, pid: str, agent: AgentRef, rows: list[SecretBinding]
-    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+        self, principal: Principal | None, pid: str, agent: AgentRef, rows: builtins.list[SecretBinding]
+    ) -> tuple[dict[str, str], builtins.list[dict[str, Any]]]:
         """Read every bound value (each read audited); 424 with the per-binding list if any read fails."""
         values: dict[str, str] = {}
-        results: list[dict[str, Any]] = []
+        results: builtins.list[dict[str, Any]] = []
         failed = 0
         for row in rows:
             item: dict[str, Any] = {"env_name": row.env_name, "secret_name": row.secret_name, "version": row.version}

@@ -11,6 +11,7 @@ image is accepted and its revision reports `ImagePullBackOff` (see docs/decision
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
@@ -559,7 +560,7 @@ class ServerlessService:
         project = await self.project(principal, project_id)
         request = self.pager.request(f"services:{project.id}", page_size, page_token)
 
-        def run(session: Session) -> list[tuple[ServiceRow, list[ServerlessRevision]]]:
+        def run(session: Session) -> builtins.list[tuple[ServiceRow, builtins.list[ServerlessRevision]]]:
             rows = list(session.scalars(select(ServiceRow).where(ServiceRow.project_id == project.id)
                                         .order_by(ServiceRow.name).offset(request.offset).limit(request.size + 1)))
             return [(r, self._revisions_sync(session, r.id)) for r in rows]
@@ -715,7 +716,7 @@ class ServerlessService:
         subscriptions and the project's buckets) and its services (instances, revisions, hostnames).
         Returns how many services and triggers were removed; a second call finds nothing."""
 
-        def run(session: Session) -> tuple[ProjectRef, list[ServiceRow]] | None:
+        def run(session: Session) -> tuple[ProjectRef, builtins.list[ServiceRow]] | None:
             project = session.get(Project, project_id)
             if project is None:
                 return None
@@ -741,7 +742,7 @@ class ServerlessService:
         stream = self.runtime.logs(self.ref(project, name), tail=lines_wanted, follow=follow)
         return _log_text(name, stream)
 
-    def spec_document(self, project: ProjectRef, row: ServiceRow, rows: list[ServerlessRevision],
+    def spec_document(self, project: ProjectRef, row: ServiceRow, rows: builtins.list[ServerlessRevision],
                       status: WorkloadStatus | None) -> dict[str, Any]:
         """A Knative-Service-shaped document of the accepted spec (secrets by reference only)."""
         spec = ServiceSpec.model_validate(row.spec)
@@ -849,7 +850,7 @@ class ServerlessService:
         """After a restart: hand the runtime back every accepted service it does not know, and
         re-register published hosts."""
 
-        def run(session: Session) -> list[tuple[ProjectRef, ServiceRow, list[ServerlessRevision]]]:
+        def run(session: Session) -> builtins.list[tuple[ProjectRef, ServiceRow, builtins.list[ServerlessRevision]]]:
             out = []
             for row in session.scalars(select(ServiceRow)):
                 project = session.get(Project, row.project_id)

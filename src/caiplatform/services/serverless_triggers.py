@@ -21,6 +21,7 @@ agents area provides.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import functools
 import json
 import logging
@@ -295,7 +296,7 @@ class TriggerService:
         """The trigger with its runs record (newest first)."""
         project = await self._project(principal, project_id)
 
-        def run(session: Session) -> tuple[TriggerRow, list[RunRow]]:
+        def run(session: Session) -> tuple[TriggerRow, builtins.list[RunRow]]:
             row = self._row_sync(session, project.id, name)
             return row, self._runs_sync(session, row.id)
 
@@ -443,7 +444,7 @@ class TriggerService:
         now = self.clock.now()
         rows = await self.db.run(lambda s: list(s.scalars(
             select(TriggerRow).where(TriggerRow.state == "ready"))))
-        claimed: list[tuple[TriggerRow, str]] = []
+        claimed: builtins.list[tuple[TriggerRow, str]] = []
         for row in rows:
             if row.source.get("type") != "schedule":
                 continue
@@ -500,7 +501,7 @@ class TriggerService:
             return
         from caiplatform.db.models import Project
 
-        def pending(session: Session) -> list[tuple[ProjectRef, str]]:
+        def pending(session: Session) -> builtins.list[tuple[ProjectRef, str]]:
             out = []
             for row in session.scalars(select(TriggerRow).where(TriggerRow.state.in_(("pending", "ready")))):
                 project = session.get(Project, row.project_id)
@@ -514,7 +515,7 @@ class TriggerService:
     def bucket_dir(self, project_short: str, bucket: str) -> Path | None:
         return self.buckets_root / project_short / bucket if self.buckets_root is not None else None
 
-    async def _poll_bucket(self, row: TriggerRow) -> list[Awaitable[None]]:
+    async def _poll_bucket(self, row: TriggerRow) -> builtins.list[Awaitable[None]]:
         """Claims for the bucket's objects modified since the trigger became ready (new or changed)."""
         from caiplatform.db.models import Project
 
@@ -531,7 +532,7 @@ class TriggerService:
             return []
         fired_before = set(await self.db.run(lambda s: s.scalars(select(RunRow.occurrence).where(
             RunRow.trigger_id == row.id, RunRow.occurrence.in_(list(candidates)))).all()))
-        out: list[Awaitable[None]] = []
+        out: builtins.list[Awaitable[None]] = []
         for occurrence, (name, mtime_ns, size) in candidates.items():
             if occurrence in fired_before:
                 continue

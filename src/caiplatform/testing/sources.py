@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import tarfile
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 LANGGRAPH = {
@@ -46,7 +50,7 @@ BY_FRAMEWORK = {
 }
 
 
-def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
+def write_tree(root: Path, files: Mapping[str, str | bytes]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for rel, content in files.items():
         path = root / rel
@@ -65,4 +69,25 @@ def directory_tarball(root: Path) -> bytes:
         for path in sorted(root.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
                 archive.add(path, arcname=str(path.relative_to(root)))
+    return buffer.getvalue()
+
+
+def pure_python_wheel(name: str, module_source: str, version: str = "1.0") -> bytes:
+    """The bytes of a minimal pure-Python wheel holding one module `name`, so that a build installs a
+    requirement from a file of the source tree (`--no-index`) instead of a package index."""
+    dist_info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}.py": module_source.encode(),
+        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: caiplatform-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+        for path, data in files.items()
+    ]
+    files[f"{dist_info}/RECORD"] = ("\n".join([*record, f"{dist_info}/RECORD,,"]) + "\n").encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        for path, data in files.items():
+            wheel.writestr(path, data)
     return buffer.getvalue()

@@ -56,7 +56,7 @@ def create_app(env: Mapping[str, str], *, as_process: bool = False) -> Any:
                     return
         path = scope["path"]
         query = {k: v[0] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
-        status, body = 200, {}
+        status, body = 200, dict[str, Any]()
         if path == "/healthz":
             status, body = (503, {"status": "unhealthy"}) if env.get("TINY_UNHEALTHY") else (200, {"status": "ok"})
         elif path == "/whoami":

@@ -21,7 +21,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from caiplatform.clock import Clock
 from caiplatform.ports.sessions import new_event
@@ -194,7 +194,7 @@ class TurnContext:
 class TurnRunner:
     """Base of every framework runner. Subclasses implement `_turn`."""
 
-    framework: str = ""
+    framework: ClassVar[str] = ""
     # True when the framework writes the transcript itself (ADK's session service); the conversation
     # layer then does not append the turn's events.
     persists_transcript: bool = False

@@ -7,6 +7,7 @@ For tests it can pretend to be sealed, unreachable or unconfigured (`set_health`
 
 from __future__ import annotations
 
+import builtins
 import secrets
 import threading
 import weakref
@@ -155,7 +156,7 @@ class InMemorySecretBackend(SecretBackend):
         with self._lock:
             return self._data.get(project_id, {}).pop(name, None) is not None
 
-    async def destroy_versions(self, project_id: str, name: str, versions: list[int]) -> None:
+    async def destroy_versions(self, project_id: str, name: str, versions: builtins.list[int]) -> None:
         self._check()
         with self._lock:
             secret = self._data.get(project_id, {}).get(name)

@@ -14,6 +14,7 @@ hvac is blocking; every call runs in a worker thread (`anyio.to_thread`).
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -214,7 +215,7 @@ class OpenBaoSecretBackend(SecretBackend):
         return self._to_metadata(name, raw)
 
     async def list(self, project_id: str) -> list[SecretMetadata]:
-        def op(client: hvac.Client) -> list[SecretMetadata]:
+        def op(client: hvac.Client) -> builtins.list[SecretMetadata]:
             try:
                 resp = client.secrets.kv.v2.list_secrets(f"{self.prefix}/{project_id}", mount_point=self.mount)
             except hvac.exceptions.InvalidPath:
@@ -265,7 +266,7 @@ class OpenBaoSecretBackend(SecretBackend):
 
         return await self._call(op)
 
-    async def destroy_versions(self, project_id: str, name: str, versions: list[int]) -> None:
+    async def destroy_versions(self, project_id: str, name: str, versions: builtins.list[int]) -> None:
         path = self._kv_path(project_id, name)
 
         def op(client: hvac.Client) -> None:

@@ -9,7 +9,7 @@ connection = context.config.attributes.get("connection")
 if connection is None:  # `alembic` CLI use: take the URL from the config
     from sqlalchemy import create_engine
 
-    engine = create_engine(context.config.get_main_option("sqlalchemy.url"))
+    engine = create_engine(context.config.get_main_option("sqlalchemy.url") or "")
     connection = engine.connect()
 
 context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)

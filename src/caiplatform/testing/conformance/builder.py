@@ -15,6 +15,7 @@ import re
 import secrets
 import subprocess
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ def request_for(source: Path, framework: str = "langgraph", workload: str | None
 RUN_NONCE = {"nonce.txt": secrets.token_hex(8)}
 
 
-def tree(tmp_path: Path, files: dict[str, str] | None = None, name: str | None = None) -> Path:
+def tree(tmp_path: Path, files: Mapping[str, str | bytes] | None = None, name: str | None = None) -> Path:
     return sources.write_tree(tmp_path / (name or f"src-{secrets.token_hex(3)}"), {**(files or sources.LANGGRAPH), **RUN_NONCE})
 
 
@@ -178,6 +179,7 @@ async def test_function_without_handle_fails(builder: Builder, tmp_path: Path):
         builder, request_for(tree(tmp_path, {"index.js": "function handle() {}\n"}), "function-nodejs"), "export")
 
 
+@pytest.mark.needs()  # empties PATH itself: runs whether or not the toolchains are installed
 async def test_missing_toolchain_fails(builder: Builder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     empty = tmp_path / "empty-bin"
     empty.mkdir()
@@ -336,10 +338,15 @@ def _image_python_imports(image: Image, module: str) -> bool:
 @notimpl(["kubernetes"], reason="the language step and pip run inside the kaniko build Job, which the API emulator does not run")
 @notimpl(["memory"], reason="the in-memory builder runs everything on the platform's own Python and installs nothing")
 async def test_requirements_are_installed_into_the_image(builder: Builder, tmp_path: Path):
-    # tabulate: a small pure-Python wheel that the platform itself does not depend on.
-    source = tree(tmp_path, {**sources.FUNCTION, "requirements.txt": "tabulate\n"})
+    # A wheel of the source tree, installed without any index: tests use no network.
+    wheel = "wheels/cai_tiny_dependency-1.0-py3-none-any.whl"
+    source = tree(tmp_path, {
+        **sources.FUNCTION,
+        wheel: sources.pure_python_wheel("cai_tiny_dependency", "ANSWER = 42\n"),
+        "requirements.txt": f"--no-index\n./{wheel}\n",
+    })
     image = await builder.build(request_for(source, "function"))
-    assert _image_python_imports(image, "tabulate")
+    assert _image_python_imports(image, "cai_tiny_dependency")
     assert _image_python_imports(image, "caiplatform.harness") or _image_python_imports(image, "caiplatform")
 
 

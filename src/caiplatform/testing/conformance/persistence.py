@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from caiplatform.db import Database
@@ -20,10 +20,33 @@ def _org(slug: str) -> Org:
     return Org(slug=slug, name=slug.title(), created_at=datetime.now(UTC))
 
 
+def _head_revisions() -> set[str]:
+    from importlib.resources import files
+
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(files("caiplatform.db") / "migrations"))
+    return set(ScriptDirectory.from_config(config).get_heads())
+
+
+def _applied_revisions(db: Database) -> set[str]:
+    return set(db.run_sync(lambda s: s.scalars(text("SELECT version_num FROM alembic_version")).all()))
+
+
 def test_migrate_is_idempotent(database_factory):
+    """Migrating a migrated database again changes neither its schema, its revision nor its rows."""
     db: Database = database_factory()
+    db.run_sync(lambda s: s.add(_org("before-remigrate")))
+    tables = set(inspect(db.engine).get_table_names())
+    assert _applied_revisions(db) == _head_revisions()
     db.migrate()
     db.migrate()
+    assert set(inspect(db.engine).get_table_names()) == tables
+    assert _applied_revisions(db) == _head_revisions()
+    rows = db.run_sync(lambda s: s.scalars(select(Org.slug).where(Org.slug == "before-remigrate")).all())
+    assert rows == ["before-remigrate"]
 
 
 def test_a_failed_transaction_changes_nothing(database_factory):
@@ -100,6 +123,7 @@ def test_json_columns_round_trip(database_factory):
     assert project.settings == {"q": {"pods": 50}}
 
 
+@pytest.mark.notimpl(["sqlite-memory"], reason="an in-memory database does not outlive its process by design")
 def test_committed_state_survives_a_restart(database_factory):
     db: Database = database_factory()
     db.run_sync(lambda s: s.add(_org("survivor")))

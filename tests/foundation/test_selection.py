@@ -1,0 +1,54 @@
+"""The collection-time rules that give each test its kind and name what it needs (docs/testing.md)."""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+from caiplatform.testing import selection
+
+PLAIN = types.ModuleType("plain")
+
+
+def test_engine_fixtures_and_engine_parameters_make_an_engine_test():
+    assert selection.kind_of(["platform", "postgres_url"], {}, [PLAIN], []) == "engine"
+    assert selection.kind_of(["backend_name"], {"backend_name": "openbao"}, [PLAIN], []) == "engine"
+    assert selection.kind_of(["backend_name"], {"backend_name": "memory"}, [PLAIN], []) == "unit"
+
+
+def test_process_fixtures_parameters_and_module_words_make_a_process_test():
+    assert selection.kind_of(["harness_client"], {}, [PLAIN], []) == "process"
+    assert selection.kind_of(["backend"], {"backend": "local"}, [PLAIN], []) == "process"
+    assert selection.kind_of([], {}, [PLAIN], []) == "unit"
+    supervised = importlib.import_module("caiplatform.supervisor.engines")  # its source starts processes
+    assert selection.kind_of([], {}, [PLAIN, supervised], []) == "process"
+
+
+def test_an_explicit_kind_marker_wins():
+    assert selection.kind_of(["postgres_url"], {}, [PLAIN], ["unit"]) == "unit"
+    assert selection.kind_of([], {}, [PLAIN], ["parametrize", "e2e"]) == "e2e"
+
+
+def _deploys_a_go_function():
+    return "function-go"
+
+
+def _deploys_langgraph():
+    return {"framework": "langgraph"}
+
+
+def test_needs_come_from_parameters_the_body_or_an_explicit_marker():
+    assert selection.needs_of({"framework": "function-ruby"}, None, None) == {"ruby"}
+    assert selection.needs_of({}, _deploys_a_go_function, None) == {"go"}
+    assert selection.needs_of({}, _deploys_langgraph, None) == {"agents"}
+    assert selection.needs_of({"framework": "function-ruby"}, _deploys_a_go_function, []) == set()
+    assert selection.needs_of({}, None, ["node"]) == {"node"}
+
+
+def test_a_missing_toolchain_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    selection.available.cache_clear()
+    try:
+        assert selection.missing_needs({"go", "ruby"}) == ["go", "ruby"]
+    finally:
+        selection.available.cache_clear()
