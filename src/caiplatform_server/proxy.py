@@ -35,8 +35,8 @@ async def proxy(router: HostRouter, client: httpx.AsyncClient, scope: Scope, rec
         return
     guard = router.guard_for(host)
     if guard is not None:  # the published address's auth mode and rate budget
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        refusal = await guard(scope["method"], scope["path"], headers)
+        guard_headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        refusal = await guard(scope["method"], scope["path"], guard_headers)
         if refusal is not None:
             status, message, extra = refusal
             await _json(send, status, json.dumps({"error": message, "request_id": request_id}).encode(), request_id, extra)

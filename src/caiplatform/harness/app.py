@@ -209,14 +209,15 @@ def create_harness_app(env: Mapping[str, str]) -> ASGIApp:
         fields = body if isinstance(body, dict) else {}
         session_id = request.headers.get(SESSION_HEADER) if trusted else None
         user_id = request.headers.get(USER_HEADER) if trusted else None
+        raw_message = fields.get("message")
         if harness.is_function:
             session_id = session_id or (fields.get("session_id") if isinstance(fields.get("session_id"), str) else None)
             user_id = user_id or (fields.get("user_id") if isinstance(fields.get("user_id"), str) else None)
-            message = fields.get("message") if isinstance(fields.get("message"), str) else ""
+            message = raw_message if isinstance(raw_message, str) else ""
         else:
-            message = fields.get("message")
-            if not isinstance(message, str) or not message.strip():
+            if not isinstance(raw_message, str) or not raw_message.strip():
                 raise BadRequest(MESSAGE_REQUIRED)
+            message = raw_message
             session_id = session_id or fields.get("session_id")
             user_id = user_id or fields.get("user_id")
         ids = invoke_ids.resolve(session_id, user_id, authenticated=trusted)

@@ -160,6 +160,7 @@ class AccountService:
             else:
                 validation.password(password)
             raw_org = body.get("org_id")
+            org_id: str | None  # None only when the default org is missing: the user gets no org
             if raw_org not in (None, ""):
                 org_id = org_uuid(raw_org, BODY_ORG_ID_MESSAGE)
                 if session.get(Org, org_id) is None:

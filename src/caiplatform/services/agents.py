@@ -9,6 +9,7 @@ lives in the database (`db/models/agents.py`); the running side lives in the wor
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import math
@@ -34,7 +35,7 @@ from caiplatform.domain import agent_source
 from caiplatform.domain import agents as rules
 from caiplatform.domain.spec_document import REDACTED, sanitize_spec
 from caiplatform.errors import BadRequest, Conflict, Forbidden, NotFound, PlatformError
-from caiplatform.pagination import Pager, page_body
+from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.agent_secrets import AgentRef, AgentSecrets
 from caiplatform.ports.builder import Builder, BuildError, BuildRequest, Image, truncate_build_message
 from caiplatform.ports.runtime import (
@@ -399,9 +400,26 @@ class AgentService:
             agent = session.get(Agent, agent_id)
             if agent is None:
                 return None
-            return AgentRecord.of(agent, session.get(Project, agent.project_id))
+            project = session.get(Project, agent.project_id)
+            if project is None:
+                return None
+            return AgentRecord.of(agent, project)
 
         return await self.db.run(run)
+
+    @staticmethod
+    def _project_sync(session: Session, project_id: str) -> Project:
+        project = session.get(Project, project_id)
+        if project is None:
+            raise NotFound("not found")
+        return project
+
+    @staticmethod
+    def _agent_sync(session: Session, record: AgentRecord) -> Agent:
+        agent = session.get(Agent, record.id)
+        if agent is None:
+            raise NotFound(unknown_agent(record.name))
+        return agent
 
     def _deploy_project_sync(self, session: Session, principal: Principal, name: str, project: str | None) -> ProjectGrant:
         grants = self._projects_sync(session, principal, project)
@@ -531,7 +549,7 @@ class AgentService:
 
         def quota(session: Session) -> tuple[str, int, bool]:
             grant = self._deploy_project_sync(session, principal, name, project)
-            proj = session.get(Project, grant.project.id)
+            proj = self._project_sync(session, grant.project.id)
             agent_id = session.scalar(select(Agent.id).where(Agent.project_id == proj.id, Agent.name == name))
             routed = agent_id is not None and session.scalar(
                 select(AgentRevision.name).where(AgentRevision.agent_id == agent_id, AgentRevision.reason == "").limit(1)
@@ -546,9 +564,9 @@ class AgentService:
             except ServiceQuotaExceeded as exc:
                 raise Conflict(quota_message(exc.used, exc.hard)) from None
 
-        def claim(session: Session) -> tuple[str, bool]:
+        def claim(session: Session) -> tuple[str, dict[str, Any]]:
             grant = self._deploy_project_sync(session, principal, name, project)
-            proj = session.get(Project, grant.project.id)
+            proj = self._project_sync(session, grant.project.id)
             if grant.resource_role is None:
                 raise Forbidden("this action requires a resource role on the project")
             self._cloud_credential_check(proj)
@@ -744,7 +762,7 @@ class AgentService:
                 agent = session.get(Agent, agent_id)
                 if agent is None or not agent.image:
                     return None
-                project = session.get(Project, agent.project_id)
+                project = self._project_sync(session, agent.project_id)
                 agent.generation += 1
                 revision = f"{agent.name}-{agent.generation:05d}"
                 _, refusal = rules.exposure(agent.env or {})
@@ -1031,8 +1049,8 @@ class AgentService:
         records = await self.db.run(run)
         request = self.pager.request(f"agents:{project or '*'}:{principal.rate_key}", page_size, page_token)
         page = self.pager.page(records, request)
-        page.items = [await self.view(r) for r in page.items]
-        return page_body("agents", page)
+        views = [await self.view(r) for r in page.items]
+        return page_body("agents", Page(views, page.next_page_token, page.extra))
 
     async def get(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
         return await self.view(await self._locate(principal, name, project))
@@ -1094,17 +1112,17 @@ class AgentService:
 
     # == hooks for the identity area ================================================================
 
-    async def project_agent_names(self, project_id: str) -> list[str]:
+    async def project_agent_names(self, project_id: str) -> builtins.list[str]:
         """Names of a project's agents (a project delete refuses while any exist)."""
         return await self.db.run(lambda s: list(s.scalars(select(Agent.name).where(Agent.project_id == project_id).order_by(Agent.name))))
 
-    async def user_agents(self, user_id: str) -> list[tuple[str, str]]:
+    async def user_agents(self, user_id: str) -> builtins.list[tuple[str, str]]:
         """`(project_id, name)` of the agents a user deployed."""
         return await self.db.run(lambda s: [
             (a.project_id, a.name) for a in s.scalars(select(Agent).where(Agent.owner_ref == f"user:{user_id}"))
         ])
 
-    async def unowned_agents(self) -> list[dict[str, Any]]:
+    async def unowned_agents(self) -> builtins.list[dict[str, Any]]:
         """Agents with no recorded owner, as agent views (`GET /v1/users`)."""
         records = await self.db.run(lambda s: [
             AgentRecord.of(a, p) for a, p in s.execute(
@@ -1114,7 +1132,7 @@ class AgentService:
         ])
         return [await self.view(r) for r in records]
 
-    async def model_key_changed(self, key: str | None) -> list[str]:
+    async def model_key_changed(self, key: str | None) -> builtins.list[str]:
         """The platform model key changed: roll every deployed agent that has no MODEL_API_KEY of its own.
         Returns the namespaces where a roll failed."""
         ids = await self.db.run(lambda s: [
@@ -1134,7 +1152,7 @@ class AgentService:
     # == env and secrets =============================================================================
 
     @staticmethod
-    def _set_remove(body: Any) -> tuple[dict[str, Any], list[Any]]:
+    def _set_remove(body: Any) -> tuple[dict[str, Any], builtins.list[Any]]:
         if not isinstance(body, dict):
             raise BadRequest(NOTHING_TO_DO)
         set_ = body.get("set")
@@ -1170,7 +1188,7 @@ class AgentService:
         values = {k: self._value(k, v, "env") for k, v in set_.items()}
 
         def run(session: Session) -> dict[str, str]:
-            agent = session.get(Agent, record.id)
+            agent = self._agent_sync(session, record)
             env = dict(agent.env or {})
             for key in remove:
                 env.pop(key, None)
@@ -1252,7 +1270,7 @@ class AgentService:
         merged = rules.merge_config(record.config, body)
 
         def run(session: Session) -> None:
-            agent = session.get(Agent, record.id)
+            agent = self._agent_sync(session, record)
             agent.config, agent.updated_at = merged, self.clock.now()
             self.audit.record(session, record.project.id, principal, "agent.config", record.name, {"config": merged})
 
@@ -1473,7 +1491,7 @@ class AgentService:
         now = self.clock.now()
 
         def run(session: Session) -> dict[str, Any]:
-            agent = session.get(Agent, record.id)
+            agent = self._agent_sync(session, record)
             if not merged.get("embed_key"):
                 merged["embed_key"] = _embed_key()
             merged["updated_at"] = rfc3339(now)
@@ -1489,7 +1507,7 @@ class AgentService:
         record = await self._locate(principal, name, project)
 
         def run(session: Session) -> None:
-            agent = session.get(Agent, record.id)
+            agent = self._agent_sync(session, record)
             agent.embed, agent.embed_key = None, None
             self.audit.record(session, record.project.id, principal, "agent.embed.delete", record.name)
 
@@ -1501,7 +1519,7 @@ class AgentService:
         now = self.clock.now()
 
         def run(session: Session) -> dict[str, Any]:
-            agent = session.get(Agent, record.id)
+            agent = self._agent_sync(session, record)
             embed = {**rules.embed_defaults(), **(agent.embed or {})}
             embed["embed_key"], embed["updated_at"] = _embed_key(), rfc3339(now)
             agent.embed, agent.embed_key = embed, embed["embed_key"]
@@ -1565,7 +1583,10 @@ class AgentService:
             if agent is None or not (agent.embed or {}).get("enabled"):
                 return None
             config = self._embed_view(agent.embed)
-            return EmbedTarget(self._target(agent, session.get(Project, agent.project_id)), config,
+            project = session.get(Project, agent.project_id)
+            if project is None:
+                return None
+            return EmbedTarget(self._target(agent, project), config,
                                list(config.get("allowed_origins") or []))
 
         return await self.db.run(run)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -263,8 +263,9 @@ class InvokeService:
             raise PayloadTooLarge(f"request body too large (limit {FUNCTION_BODY_LIMIT} bytes)")
         body = self._decode(raw)
         fields = body if isinstance(body, dict) else {}
-        message = fields.get("message")
-        has_message = isinstance(message, str) and bool(message.strip())
+        raw_message = fields.get("message")
+        message = raw_message if isinstance(raw_message, str) else ""
+        has_message = bool(message.strip())
         if not has_message and target is None:
             # Functions take any event; for everything else (and for a name that resolves to nothing,
             # since validation comes before lookup) rule 1 holds.
@@ -376,7 +377,7 @@ class InvokeService:
 
         upstream = response
 
-        async def lines() -> AsyncIterator[bytes]:
+        async def lines() -> AsyncGenerator[bytes, None]:
             size = 0
             at_line_start = True
             chunks = upstream.aiter_raw().__aiter__()

@@ -355,7 +355,7 @@ class McpServerService:
         }
 
     def _new_version(self, session: Session, server: McpServer) -> tuple[str, int]:
-        tools = [
+        tools: list[dict[str, Any]] = [
             {
                 "name": t.name,
                 "description": t.description,

@@ -113,20 +113,20 @@ class StoreSessionService(BaseSessionService):  # type: ignore[misc,valid-type]
         if not user_id:
             offset = 0
             while True:
-                page = await self.store.list_users(self.agent, offset=offset, limit=200)
-                users += [u.user_id for u in page.items]
+                user_page = await self.store.list_users(self.agent, offset=offset, limit=200)
+                users += [u.user_id for u in user_page.items]
                 offset += 200
-                if not page.more:
+                if not user_page.more:
                     break
         sessions = []
         for uid in users:
             offset = 0
             while True:
-                page = await self.store.list_sessions(self.agent, uid, offset=offset, limit=200)
+                session_page = await self.store.list_sessions(self.agent, uid, offset=offset, limit=200)
                 sessions += [Session(id=s.session_id, app_name=app_name, user_id=uid, state={}, events=[],
-                                     last_update_time=s.last_update.timestamp()) for s in page.items]
+                                     last_update_time=s.last_update.timestamp()) for s in session_page.items]
                 offset += 200
-                if not page.more:
+                if not session_page.more:
                     break
         sessions.sort(key=lambda s: s.last_update_time)
         return ListSessionsResponse(sessions=sessions)

@@ -449,7 +449,8 @@ class JetStreamBroker(Broker):
         nc = await self._client()
         for token in tokens:
             await nc.publish(token, b"+ACK")
-        await nc.flush(timeout=self._connect_timeout)
+        # nats-py annotates `timeout: int` but passes it to asyncio.wait_for, which takes a float.
+        await nc.flush(timeout=self._connect_timeout)  # type: ignore[arg-type]
         return len(tokens)
 
     async def nak(self, token: str, delay: float = 0.0) -> None:

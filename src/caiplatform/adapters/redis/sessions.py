@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from redis import asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from caiplatform.clock import Clock
-from caiplatform.errors import Conflict
+from caiplatform.errors import Conflict, NotFound
 from caiplatform.ports.sessions import (
     Listing,
     Session,
@@ -101,10 +101,12 @@ def _dt(raw: Any) -> datetime:
 class RedisSessionStore(SessionStore):
     def __init__(self, url: str | None = None, *, client: aioredis.Redis | None = None, prefix: str = "cai:sessions",
                  clock: Clock | None = None):
-        if client is None and url is None:
-            raise ValueError("give a Redis url or client")
-        self.client = client or aioredis.from_url(url, decode_responses=True)
         self._owns_client = client is None
+        if client is None:
+            if url is None:
+                raise ValueError("give a Redis url or client")
+            client = aioredis.from_url(url, decode_responses=True)
+        self.client = client
         self.prefix = prefix
         self.clock = clock or Clock()
         self._append_script = self.client.register_script(_APPEND)
@@ -136,7 +138,7 @@ class RedisSessionStore(SessionStore):
 
     async def create(self, agent: str, user_id: str, session_id: str, *, state: dict[str, Any] | None = None) -> Session:
         await self._write(agent, user_id, session_id, [], state, True)
-        return await self.get(agent, session_id)
+        return await self._written(agent, session_id)
 
     async def get(self, agent: str, session_id: str) -> Session | None:
         b = self._base(agent)
@@ -155,13 +157,21 @@ class RedisSessionStore(SessionStore):
     async def append(self, agent: str, user_id: str, session_id: str, events: Sequence[dict[str, Any]], *,
                      state: dict[str, Any] | None = None) -> Session:
         await self._write(agent, user_id, session_id, list(events), state, False)
-        return await self.get(agent, session_id)
+        return await self._written(agent, session_id)
+
+    async def _written(self, agent: str, session_id: str) -> Session:
+        """The session just written; `NotFound` when a delete removed it in between."""
+        session = await self.get(agent, session_id)
+        if session is None:
+            raise NotFound(f"session {session_id} not found")
+        return session
 
     async def list_users(self, agent: str, *, offset: int = 0, limit: int = 50) -> Listing[UserSummary]:
         check_limit(limit)
         check_offset(offset)
         b = self._base(agent)
-        rows = await self.client.zrange(f"{b}u", offset, offset + limit, withscores=True)
+        # The client decodes responses (decode_responses=True), which the stubs cannot see: members are str.
+        rows = cast(list[tuple[str, float]], await self.client.zrange(f"{b}u", offset, offset + limit, withscores=True))
         page = rows[:limit]
         if not page:
             return Listing([], False)
@@ -180,7 +190,7 @@ class RedisSessionStore(SessionStore):
         check_limit(limit)
         check_offset(offset)
         b = self._base(agent)
-        ids = await self.client.zrange(f"{b}us:{user_id}", offset, offset + limit)
+        ids = cast(list[str], await self.client.zrange(f"{b}us:{user_id}", offset, offset + limit))  # decoded: str
         page = ids[:limit]
         if not page:
             return Listing([], False)
