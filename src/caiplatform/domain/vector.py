@@ -10,10 +10,10 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -380,7 +380,8 @@ def parse_upsert(body: Mapping[str, Any], index_name: str, dimensions: int, max_
             payload = {}
         if not isinstance(payload, Mapping):
             raise BadRequest(f"point {i}: payload must be a JSON object")
-        parsed.append(Point(point_id, vector, dict(payload)))
+        # the engines take any array of floats (np.asarray or iteration); the port says Sequence
+        parsed.append(Point(point_id, cast(Sequence[float], vector), dict(payload)))
     return parsed
 
 

@@ -33,7 +33,7 @@ class FilterError(ValueError):
 _SEGMENT = re.compile(r"^([^\[\]]+)((?:\[\d*\])*)$")
 
 
-def parse_path(key: str) -> list[str | int | None]:
+def parse_path(key: Any) -> list[str | int | None]:
     """`a.b[].c[2]` into `["a", "b", None, "c", 2]` (None is the `[]` wildcard)."""
     if not isinstance(key, str) or not key:
         raise FilterError("key must be a non-empty string")

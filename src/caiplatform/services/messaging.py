@@ -15,7 +15,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
 from sqlalchemy import func, select
@@ -28,7 +28,7 @@ from caiplatform.db.models import MessagingSubscription, MessagingTopic, Project
 from caiplatform.domain import messaging as m
 from caiplatform.domain.messaging import Subscription, Topic, TopicCounters
 from caiplatform.errors import BadRequest, Conflict, InternalError, NotFound, Unavailable
-from caiplatform.pagination import Pager, page_body
+from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.broker import (
     Broker,
     BrokerError,
@@ -91,8 +91,18 @@ def _decode_base64(text: str) -> bytes | None:
         return None
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _checked_name(kind: str, value: Any) -> str:
+    """A valid topic or subscription name, or BadRequest with the message `m.name_error` gives."""
+    problem = m.name_error(kind, value)
+    if problem:
+        raise BadRequest(problem)
+    if not isinstance(value, str):  # name_error refuses every non-string; this narrows the type
+        raise BadRequest(f"{kind} name must be a string")
+    return value
 
 
 # Counts the broker and the database hold as 32-bit integers; larger values are refused, never stored.
@@ -476,16 +486,12 @@ class TopicService:
         )
         page = self.pager.page(rows, request)
         items = [await self._topic_json(_topic_of(row, project)) for row in page.items]
-        page.items = items
-        return page_body("topics", page, omit_empty_token=True)
+        return page_body("topics", Page(items, page.next_page_token, page.extra), omit_empty_token=True)
 
     async def create_topic(self, principal: Principal, project_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """201: the topic, `Pending` until the broker has its stream (which `create` waits for)."""
         project = await self._project(principal, project_id, admin=True)
-        name = body.get("name")
-        problem = m.name_error("topic", name)
-        if problem:
-            raise BadRequest(problem)
+        name = _checked_name("topic", body.get("name"))
         limits = self._parse_limits(body, defaults=True)
         max_text, max_value = limits["max_bytes"]
         now = self.clock.now()
@@ -844,22 +850,18 @@ class TopicService:
             )
 
         page = self.pager.page(await self.db.run(read), request)
-        items = []
+        items: list[dict[str, Any]] = []
         for row in page.items:
             sub = subscription_of(row, project.short)
             items.append(sub.to_json(await self._sub_state(sub)))
-        page.items = items
-        return page_body("subscriptions", page, omit_empty_token=True)
+        return page_body("subscriptions", Page(items, page.next_page_token, page.extra), omit_empty_token=True)
 
     async def create_subscription(
         self, principal: Principal, project_id: str, topic_name: str, body: Mapping[str, Any]
     ) -> dict[str, Any]:
         project = await self._project(principal, project_id, admin=True)
         topic = await self._topic(project, topic_name)
-        name = body.get("name")
-        problem = m.name_error("subscription", name)
-        if problem:
-            raise BadRequest(problem)
+        name = _checked_name("subscription", body.get("name"))
         if body.get("topic") not in (None, "", topic_name):
             raise BadRequest("topic in the body must match the topic in the path")
         sub = Subscription(project.id, project.short, topic_name, name, created_at=self.clock.now())
@@ -1156,9 +1158,16 @@ class TopicService:
             ids = [row.id] + [sub.id for sub in subs]
 
             def mark(session: Session, ids: list[str] = ids) -> None:
-                for model in (MessagingTopic, MessagingSubscription):
-                    for stored in session.scalars(select(model).where(model.id.in_(ids), model.phase != m.PHASE_READY)):
-                        stored.phase = m.PHASE_READY
+                for stored_topic in session.scalars(
+                    select(MessagingTopic).where(MessagingTopic.id.in_(ids), MessagingTopic.phase != m.PHASE_READY)
+                ):
+                    stored_topic.phase = m.PHASE_READY
+                for stored_sub in session.scalars(
+                    select(MessagingSubscription).where(
+                        MessagingSubscription.id.in_(ids), MessagingSubscription.phase != m.PHASE_READY
+                    )
+                ):
+                    stored_sub.phase = m.PHASE_READY
 
             await self.db.run(mark)
 

@@ -20,7 +20,7 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -87,12 +87,16 @@ def _payload(data: bytes) -> tuple[Any, str]:
 
 def build_cloudevent(sub: Subscription, delivery: Delivery) -> tuple[dict[str, str], bytes]:
     """Headers and body of one push request in the subscription's content mode."""
-    try:  # cloudevents 2.x keeps the 1.x API under `cloudevents.v1`
+    if TYPE_CHECKING:  # type-checked against the 2.x paths; 1.x has the same API under the old ones
         from cloudevents.v1.conversion import to_binary, to_structured
         from cloudevents.v1.http import CloudEvent
-    except ImportError:  # cloudevents 1.x; imported here so the platform starts without it
-        from cloudevents.conversion import to_binary, to_structured
-        from cloudevents.http import CloudEvent
+    else:
+        try:  # cloudevents 2.x keeps the 1.x API under `cloudevents.v1`
+            from cloudevents.v1.conversion import to_binary, to_structured
+            from cloudevents.v1.http import CloudEvent
+        except ImportError:  # cloudevents 1.x; imported here so the platform starts without it
+            from cloudevents.conversion import to_binary, to_structured
+            from cloudevents.http import CloudEvent
 
     data, content_type = _payload(delivery.data)
     attributes = {

@@ -8,6 +8,7 @@ which a platform admin only gets through a break-glass grant.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import secrets as token_source
 from collections.abc import Awaitable, Callable
@@ -193,6 +194,8 @@ class ProjectService:
                 if home is None:
                     raise Forbidden("you have no home organization; pass org_id to choose one you administer")
                 org = session.get(Org, home)
+                if org is None:
+                    raise Forbidden("you have no home organization; pass org_id to choose one you administer")
             if not authority.may_create_project_in(org.id):
                 raise Forbidden("creating a project requires the org admin role")
             if slug == DEFAULT_SLUG:
@@ -386,7 +389,7 @@ class ProjectService:
             )
         return ProjectMemberView(role=row.role, created_at=rfc3339(row.created_at), **who, **glass).body()
 
-    def _members_sync(self, session: Session, project: Project) -> list[dict[str, Any]]:
+    def _members_sync(self, session: Session, project: Project) -> builtins.list[dict[str, Any]]:
         rows = session.execute(
             select(ProjectMember, User, ServiceAccount)
             .outerjoin(User, User.id == ProjectMember.user_id)
@@ -456,7 +459,7 @@ class ProjectService:
             "note": f"{user.email} now holds the {role} role on {project.slug}",
         }
 
-    def _user_rows(self, session: Session, project: Project, user_id: str) -> list[ProjectMember]:
+    def _user_rows(self, session: Session, project: Project, user_id: str) -> builtins.list[ProjectMember]:
         rows = list(
             session.scalars(select(ProjectMember).where(ProjectMember.project_id == project.id, ProjectMember.user_id == user_id))
         ) if validation.is_uuid(user_id) else []
@@ -571,12 +574,13 @@ class ProjectService:
                 raise Forbidden("you already hold a grant on this project; break-glass is for projects you are not a member of")
             project = self._project(session, grant)
             user = session.get(User, principal.user_id)
+            expires_at = now + timedelta(minutes=int(minutes))
             row = ProjectMember(
                 project_id=project.id,
                 user_id=principal.user_id,
                 role=role,
                 break_glass=True,
-                expires_at=now + timedelta(minutes=int(minutes)),
+                expires_at=expires_at,
                 reason=reason.strip(),
                 granted_by=user.email if user else "",
                 created_at=now,
@@ -590,7 +594,7 @@ class ProjectService:
             return {
                 "grant": self._member_view(row, user, None, project.short),
                 "note": (
-                    f"break-glass {role} grant until {rfc3339(row.expires_at)}; it is visible to project members, "
+                    f"break-glass {role} grant until {rfc3339(expires_at)}; it is visible to project members, "
                     "audited, and stays listed as history after it expires; remove it early with the member delete route"
                 ),
             }
@@ -732,10 +736,9 @@ class ProjectService:
             user = session.scalar(select(User).where(User.email == inv.email))
             note = f"you now hold the {inv.role} role on {project.slug if project else 'the project'}"
             if user is None:
-                validation.password(password)
                 user = User(
                     email=inv.email,
-                    password_hash=security.hash_password(password),
+                    password_hash=security.hash_password(validation.password(password)),
                     role="user",
                     must_change_password=False,  # the invitee chose this password themselves
                     org_id=None,

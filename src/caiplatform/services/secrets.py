@@ -14,9 +14,9 @@ import builtins
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, select
+from sqlalchemy import CursorResult, delete, select
 from sqlalchemy.orm import Session
 
 from caiplatform.clock import Clock, rfc3339
@@ -158,7 +158,7 @@ class SecretStore:
             raise NotFound(f"unknown agent: {name}")
         return agent
 
-    def _audit(self, project_id: str, principal: Principal, action: str, target: str, detail: Any = None) -> Any:
+    def _audit(self, project_id: str, principal: Principal | None, action: str, target: str, detail: Any = None) -> Any:
         return self.db.run(lambda s: self.audit.record(s, project_id, principal, action, target, detail))
 
     # -- secrets ------------------------------------------------------------------------------------
@@ -619,7 +619,8 @@ class SecretStore:
         """Drop every binding of a deleted agent (called by the agents area); returns how many."""
 
         def run(session: Session) -> int:
-            result = session.execute(delete(SecretBinding).where(SecretBinding.agent_id == agent_id))
+            # a DML statement's result is a CursorResult (Session.execute is typed for any statement)
+            result = cast(CursorResult[Any], session.execute(delete(SecretBinding).where(SecretBinding.agent_id == agent_id)))
             return int(result.rowcount or 0)
 
         return await self.db.run(run)

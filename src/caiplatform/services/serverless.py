@@ -15,10 +15,10 @@ import builtins
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import yaml
-from sqlalchemy import select, update
+from sqlalchemy import CursorResult, Result, Table, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -44,7 +44,7 @@ from caiplatform.domain.serverless import (
 )
 from caiplatform.domain.spec_document import sanitize_spec
 from caiplatform.errors import BadRequest, Conflict, InternalError, NotFound, PlatformError, Unavailable
-from caiplatform.pagination import Pager, page_body
+from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.runtime import (
     Resources,
     RevisionSpec,
@@ -80,6 +80,17 @@ SPEC_NOTE = (
 )
 METRICS_NOTE = "live readout, no history: desired equals current on this runtime"
 CONDITION_TYPES = ("Ready", "ServiceReady", "VisibilityEnforced", "RuntimeClassApplied", "TrafficAccepted", "Exposed")
+
+
+def _table(model: type[Any]) -> Table:
+    """A mapped class's table (declarative types `__table__` as any FromClause; these are Tables)."""
+    return cast(Table, model.__table__)
+
+
+def _rowcount(result: Result[Any]) -> int:
+    """The rows an UPDATE matched: a DML statement's result is a CursorResult (Session.execute is typed
+    for any statement)."""
+    return cast(CursorResult[Any], result).rowcount
 
 
 def quota_refusal(exc: ServiceQuotaExceeded) -> str:
@@ -539,7 +550,7 @@ class ServerlessService:
 
     async def _discard(self, project: ProjectRef, row: ServiceRow) -> None:
         """Undo a create the runtime refused: nothing of it stays."""
-        await self.db.run(lambda s: s.execute(ServiceRow.__table__.delete().where(ServiceRow.id == row.id)))
+        await self.db.run(lambda s: s.execute(_table(ServiceRow).delete().where(ServiceRow.id == row.id)))
         await self._forget(project, row.name)
 
     async def _forget(self, project: ProjectRef, name: str) -> None:
@@ -567,8 +578,8 @@ class ServerlessService:
 
         fetched = await self.db.run(run)
         page = self.pager.page_from_probe(fetched, request)
-        page.items = [await self._view_of(project, row, rows) for row, rows in page.items]  # type: ignore[misc]
-        return page_body("services", page, omit_empty_token=True)
+        items = [await self._view_of(project, row, rows) for row, rows in page.items]
+        return page_body("services", Page(items, page.next_page_token, page.extra), omit_empty_token=True)
 
     async def revisions(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
         """200 `{revisions}`, newest first by generation, never paged."""
@@ -607,7 +618,7 @@ class ServerlessService:
                     latest_revision=next_number if new_revision else row.latest_revision,
                     apply_error="", updated_at=now)
             )
-            if done.rowcount != 1:
+            if _rowcount(done) != 1:
                 raise Conflict(CONCURRENT)
             rev = None
             if new_revision:
@@ -617,7 +628,10 @@ class ServerlessService:
                 session.add(rev)
             self.audit.record(session, project.id, principal, "serverless.service.update", name,
                               {"generation": old_generation + 1, "revision": rev.name if rev else None})
-            return session.get(ServiceRow, row.id), rev  # type: ignore[return-value]
+            saved = session.get(ServiceRow, row.id)
+            if saved is None:  # the update above matched it in this transaction
+                raise Conflict(CONCURRENT)
+            return saved, rev
 
         saved, rev = await self.db.run(save)
         try:
@@ -648,7 +662,7 @@ class ServerlessService:
             current.generation = generation
             current.latest_revision = row.latest_revision
             if rev is not None:
-                session.execute(ServerlessRevision.__table__.delete().where(
+                session.execute(_table(ServerlessRevision).delete().where(
                     ServerlessRevision.service_id == row.id, ServerlessRevision.number == rev.number))
 
         await self.db.run(run)
@@ -675,11 +689,14 @@ class ServerlessService:
             done = session.execute(
                 update(ServiceRow).where(ServiceRow.id == row.id, ServiceRow.generation == old_generation)
                 .values(spec=candidate.model_dump(mode="json"), generation=old_generation + 1, updated_at=now))
-            if done.rowcount != 1:
+            if _rowcount(done) != 1:
                 raise Conflict(CONCURRENT)
             self.audit.record(session, project.id, principal, "serverless.service.set_traffic", name,
                               {"traffic": [e.to_json() for e in traffic]})
-            return session.get(ServiceRow, row.id)  # type: ignore[return-value]
+            saved = session.get(ServiceRow, row.id)
+            if saved is None:  # the update above matched it in this transaction
+                raise Conflict(CONCURRENT)
+            return saved
 
         await self.db.run(save)
         if self._runnable(candidate, rows):
@@ -706,7 +723,7 @@ class ServerlessService:
         self._route_internal(project, row.name, False)
 
         def run(session: Session) -> None:
-            session.execute(ServiceRow.__table__.delete().where(ServiceRow.id == row.id))
+            session.execute(_table(ServiceRow).delete().where(ServiceRow.id == row.id))
             self.audit.record(session, project.id, principal, "serverless.service.delete", row.name)
 
         await self.db.run(run)

@@ -30,13 +30,13 @@ import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import anyio.to_thread
 import httpx
 from croniter import croniter
-from sqlalchemy import select
+from sqlalchemy import Table, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -47,7 +47,7 @@ from caiplatform.db.models.serverless import ServerlessTrigger as TriggerRow
 from caiplatform.db.models.serverless import ServerlessTriggerRun as RunRow
 from caiplatform.domain.serverless import TRIGGER_NAME_TAKEN, TRIGGER_NOT_FOUND, body_object
 from caiplatform.errors import BadRequest, Conflict, NotFound
-from caiplatform.pagination import Pager, page_body
+from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.runtime import WorkloadRef, WorkloadRuntime
 from caiplatform.principal import Principal
 from caiplatform.redaction import one_line
@@ -202,6 +202,7 @@ class TriggerService:
         if not isinstance(source, Mapping):
             raise BadRequest("source is required: {type: schedule|pubsub|objectstore, ...}")
         kind_of_source = source.get("type")
+        parsed_source: dict[str, Any]
         if kind_of_source not in SOURCE_TYPES:
             raise BadRequest(f"source.type must be one of {', '.join(SOURCE_TYPES)}")
         if kind_of_source == "objectstore":
@@ -289,8 +290,8 @@ class TriggerService:
             select(TriggerRow).where(TriggerRow.project_id == project.id).order_by(TriggerRow.name)
             .offset(request.offset).limit(request.size + 1))))
         page = self.pager.page_from_probe(rows, request)
-        page.items = [self._view(project, r) for r in page.items]  # type: ignore[misc]
-        return page_body("triggers", page, omit_empty_token=True)
+        items = [self._view(project, r) for r in page.items]
+        return page_body("triggers", Page(items, page.next_page_token, page.extra), omit_empty_token=True)
 
     async def get(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
         """The trigger with its runs record (newest first)."""
@@ -341,7 +342,7 @@ class TriggerService:
             await self._drop_subscription(project, row)
 
         def run(session: Session) -> None:
-            session.execute(TriggerRow.__table__.delete().where(TriggerRow.id == row.id))
+            session.execute(cast(Table, TriggerRow.__table__).delete().where(TriggerRow.id == row.id))
             self.audit.record(session, project.id, principal, "serverless.trigger.delete", row.name)
 
         await self.db.run(run)
@@ -451,7 +452,7 @@ class TriggerService:
             for occurrence in _due(row.source["schedule"], row.schedule_from or row.created_at, now):
                 if await self._claim(row, occurrence):
                     claimed.append((row, rfc3339(occurrence)))
-        fired = [self._fire_schedule(row, occ) for row, occ in claimed]
+        fired: builtins.list[Awaitable[None]] = [self._fire_schedule(row, occ) for row, occ in claimed]
         if self.locks.shared:
             fired.extend(await self._take_over_orphans({row.id: row for row in rows}))
         monotonic = self.clock.monotonic()
@@ -552,7 +553,7 @@ class TriggerService:
         }
         await self._deliver(row, occurrence, body, headers)
 
-    async def _take_over_orphans(self, ready: Mapping[str, TriggerRow]) -> list[Awaitable[None]]:
+    async def _take_over_orphans(self, ready: Mapping[str, TriggerRow]) -> builtins.list[Awaitable[None]]:
         """Fire again the runs a replica claimed and died before finishing: `running`, lock free."""
         orphans = await self.db.run(lambda s: [(r.trigger_id, r.occurrence) for r in s.scalars(
             select(RunRow).where(RunRow.status == "running", RunRow.trigger_id.in_(list(ready))))])

@@ -12,11 +12,12 @@ failed (engine down) is retried by the next call or the next start.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import jwt
@@ -52,7 +53,7 @@ from caiplatform.domain.vector import (
     quantization_of,
 )
 from caiplatform.errors import BadRequest, Conflict, NotFound, PlatformError, Unavailable
-from caiplatform.pagination import Pager, page_body
+from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.vector import VectorEngine, VectorEngineRejected
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access, ProjectRef, Role
@@ -257,7 +258,7 @@ class IndexService:
             lambda s: list(s.scalars(select(VectorIndex.id).where(VectorIndex.state == State.PENDING)))
         )
         for record_id in pending:
-            record = await self.db.run(lambda s, rid=record_id: self._detached(s, rid))
+            record = await self.db.run(functools.partial(self._detached, record_id=record_id))
             if record is not None:
                 self._reconcile_later(record)
 
@@ -363,8 +364,8 @@ class IndexService:
             return [_Record.of(row, project.short) for row in rows]
 
         page = self.pager.page_from_probe(await self.db.run(load), request)
-        page.items = [(await self._view(record)).to_json() for record in page.items]
-        return page_body("indexes", page, omit_empty_token=True)
+        items = [(await self._view(record)).to_json() for record in page.items]
+        return page_body("indexes", Page(items, page.next_page_token, page.extra), omit_empty_token=True)
 
     async def get(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
         project = await self._project(principal, project_id)
@@ -457,7 +458,8 @@ class IndexService:
             record,
             self.engine.query(
                 record.collection,
-                request.vector,
+                # the engines take any array of floats (np.asarray or iteration); the port says Sequence
+                cast(Sequence[float], request.vector),
                 top_k=request.top_k,
                 filter=request.filter,
                 with_payload=request.with_payload,

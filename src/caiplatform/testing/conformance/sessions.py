@@ -8,21 +8,29 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Protocol
 
 import pytest
 
+from caiplatform.clock import Clock
 from caiplatform.errors import BadRequest, Conflict
 from caiplatform.pagination import PAGE_SIZE_MESSAGE
-from caiplatform.ports.sessions import SessionStore, new_event
+from caiplatform.ports.sessions import new_event
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 
-def _user(store: SessionStore, text: str, inv: str = "inv-1") -> dict:
+class _ClockedStore(Protocol):
+    """What the helpers use of the fixture's `SessionStore`: its clock (a `ManualClock` in this suite)."""
+
+    clock: Clock
+
+
+def _user(store: _ClockedStore, text: str, inv: str = "inv-1") -> dict:
     return new_event("user", [{"text": text}], invocation_id=inv, timestamp=store.clock.now())
 
 
-def _agent_turn(store: SessionStore, answer: str, inv: str = "inv-1") -> list[dict]:
+def _agent_turn(store: _ClockedStore, answer: str, inv: str = "inv-1") -> list[dict]:
     now = store.clock.now()
     return [
         new_event("bot", [{"text": "let me think", "thought": True}], invocation_id=inv, timestamp=now),
