@@ -133,12 +133,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="package")
-def work(cluster: Cluster) -> dict[str, Any]:
-    """The default project, the sink's log and code; `image` once the function is built everywhere."""
+def work(cluster: Cluster) -> Iterator[dict[str, Any]]:
+    """The default project, the sink's collector and code; `image` once the function is built everywhere."""
     project = next(p for p in cluster.lb.get("/v1/projects", headers=cluster.automation).json()["projects"]
                    if p["slug"] == "default")
-    return {"pid": project["id"], "short": project["short"], "sink": Sink(cluster.root / "sink.log"),
-            "code": directory_tarball(write_tree(cluster.root / "sink-src", SINK))}
+    sink = Sink()
+    try:
+        yield {"pid": project["id"], "short": project["short"], "sink": sink,
+               "code": directory_tarball(write_tree(cluster.root / "sink-src", SINK))}
+    finally:
+        sink.close()
 
 
 @pytest.fixture

@@ -1,15 +1,18 @@
-"""What the cluster tests share: `sink`, a Python function run as a serverless service on every replica.
+"""What the cluster tests share: `sink`, a Python function (deployed as the agent `sink-fn`: a service may
+not share an agent's name) run as a serverless service on every replica.
 
-It appends a line per call to a file (`begin` when it starts, `done` when it answers) with its `HOME`,
-which lies in the data dir of the replica whose process runs it.
+It reports each call (`begin` when it starts, `done` when it answers) with its `HOME`, which lies in the
+data dir of the replica whose process runs it, to a collector of the test's on loopback: the workload
+sandbox rightly shows it no file of the test's, while loopback stays reachable.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -21,12 +24,12 @@ if TYPE_CHECKING:
 
 SINK = {
     "main.py": (
-        "import json, os, time\n\n\n"
+        "import json, os, time, urllib.request\n\n\n"
         "def _log(event, phase):\n"
-        "    if 'SINK_LOG' not in os.environ:  # invoked as the function itself, not as the service\n"
+        "    if 'SINK_URL' not in os.environ:  # invoked as the function itself, not as the service\n"
         "        return\n"
-        "    with open(os.environ['SINK_LOG'], 'a') as fh:\n"
-        "        fh.write(json.dumps({'id': event.get('id'), 'phase': phase, 'home': os.environ.get('HOME', '')}) + '\\n')\n\n\n"
+        "    line = json.dumps({'id': event.get('id'), 'phase': phase, 'home': os.environ.get('HOME', '')})\n"
+        "    urllib.request.urlopen(urllib.request.Request(os.environ['SINK_URL'], data=line.encode(), method='POST'), timeout=5).read()\n\n\n"
         "def handle(event, context):\n"
         "    _log(event, 'begin')\n"
         "    time.sleep(float(event.get('sleep', 0)))\n"
@@ -47,24 +50,49 @@ def poll(read: Callable[[], Any], done: Callable[[Any], bool], what: str, timeou
 
 
 class Sink:
-    def __init__(self, path: Path):
-        self.path = path
+    """Collects the sink's reports: one JSON line per POST to `url`."""
+
+    def __init__(self) -> None:
+        lines: list[str] = []
+        self._lines = lines
+        self._lock = threading.Lock()
+        lock = self._lock
+
+        class Collect(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the handler's protocol
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
+                with lock:
+                    lines.append(body)
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Collect)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
 
     def calls(self, ident: str | None = None, phase: str | None = None) -> list[dict[str, str]]:
-        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        with self._lock:
+            lines = list(self._lines)
         return [c for c in map(json.loads, lines)
                 if (ident is None or c["id"] == ident) and (phase is None or c["phase"] == phase)]
 
 
 def deploy(replica: ServeProcess, cluster: Cluster, code: bytes) -> None:
     answer = httpx.post(f"{replica.base_url}/v1/agents", params={"project": "default"}, headers=cluster.automation,
-                        data={"name": "sink", "framework": "function"},
+                        data={"name": "sink-fn", "framework": "function"},
                         files={"code": ("code.tar.gz", code, "application/gzip")}, timeout=60)
     assert answer.status_code == 202, answer.text
 
 
 def agent(cluster: Cluster) -> dict[str, Any]:
-    return dict(cluster.lb.get("/v1/agents/sink", headers=cluster.automation).json())
+    return dict(cluster.lb.get("/v1/agents/sink-fn", headers=cluster.automation).json())
 
 
 def settled(cluster: Cluster) -> dict[str, Any]:
@@ -83,7 +111,7 @@ def ensure_sink_service(cluster: Cluster, work: dict[str, Any]) -> None:
     pid, services = work["pid"], f"/v1/projects/{work['pid']}/services"
     if cluster.lb.get(f"{services}/sink", headers=cluster.automation).status_code == 404:
         created = cluster.lb.post(services, headers=cluster.automation, json={
-            "name": "sink", "image": work["image"], "env": {"SINK_LOG": str(work["sink"].path)},
+            "name": "sink", "image": work["image"], "env": {"SINK_URL": work["sink"].url},
             "scaling": {"min_scale": 1}})
         assert created.status_code == 202, created.text
     assert pid

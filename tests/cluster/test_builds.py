@@ -29,7 +29,7 @@ def test_a_build_whose_replica_is_killed_is_finished_by_the_other_and_every_repl
     cluster.restart(a)
     # The restarted replica serves the function too: it builds the same image from the stored sources.
     for replica in cluster.replicas:
-        answer = poll(lambda r=replica: httpx.post(f"{r.base_url}/v1/agents/sink/invoke", headers=cluster.automation,
+        answer = poll(lambda r=replica: httpx.post(f"{r.base_url}/v1/agents/sink-fn/invoke", headers=cluster.automation,
                                                    json={"id": "hello"}, timeout=60),
                       lambda answer: answer.status_code == 200, "a replica does not serve the function", timeout=60)
         assert answer.json() == {"ok": True}, answer.text
