@@ -56,6 +56,7 @@ from caiplatform.routing import HostGuard, HostRouter, Refusal, Upstream
 from caiplatform.services.access import Access, ProjectGrant, ProjectRef
 from caiplatform.services.agent_directory import EmbedTarget, InvokeTarget
 from caiplatform.services.audit import AuditLog
+from caiplatform.services.invoke_errors import NO_MODEL_ENDPOINT
 from caiplatform.services.service_quota import ServiceQuota, ServiceQuotaExceeded, services_hard
 from caiplatform.settings import Settings
 from caiplatform.turns.browse import workload_internal_token
@@ -92,11 +93,7 @@ FILES_NOTE = "the stored source of the last deploy plus later edits (latest vers
 REDEPLOY_NOTE = "rebuilding from the stored source; poll GET /v1/agents/{name} until ready"
 DEPLOY_NOTE = "building; poll GET /v1/agents/{name} until ready"
 MODEL_FRAMEWORKS = ("adk", "langgraph", "crewai")
-NO_MODEL_ENDPOINT = (
-    "no model endpoint is configured: set MODEL_BASE_URL (an OpenAI-compatible endpoint, with MODEL_API_KEY "
-    "and MODEL_NAME) on the server, or MODEL_BASE_URL in the agent's env; until then every invoke of this "
-    "agent fails. To try agents without a model account, start the server with `caiplatform serve --scripted-model`"
-)
+NO_MODEL_ENDPOINT_NOTE = f"{NO_MODEL_ENDPOINT} (until then every invoke of this agent fails)"
 SPEC_NOTE = f"live object with managed fields and last-applied annotations removed; values of env vars whose names look sensitive read {REDACTED}"
 METRICS_NOTE = "live counts only; no history is kept"
 HISTORY_NOTE = "persisted log lines, oldest first; retention {retention}"
@@ -481,7 +478,7 @@ class AgentService:
         if record.message:
             body["message"] = record.message
         elif self._lacks_model_endpoint(record.framework, record.env):
-            body["message"] = NO_MODEL_ENDPOINT  # ready or not, it cannot answer: say so instead of looking fine
+            body["message"] = NO_MODEL_ENDPOINT_NOTE  # ready or not, it cannot answer: say so instead of looking fine
         return body
 
     def _lacks_model_endpoint(self, framework: str, env: dict[str, Any] | None) -> bool:
@@ -529,7 +526,7 @@ class AgentService:
         )
         note = REDEPLOY_NOTE.format(name=record.name)
         if "note" in result:  # the model endpoint is missing: the redeploy says so too
-            note += "; " + NO_MODEL_ENDPOINT
+            note += "; " + NO_MODEL_ENDPOINT_NOTE
         return {**result, "files": count, "note": note}
 
     def _cloud_credential_check(self, project: Project) -> None:
@@ -619,7 +616,7 @@ class AgentService:
         self._spawn(agent_id, self._build_and_roll(agent_id, build_id, principal))
         result = {"agent": name, "build_id": build_id}
         if self._lacks_model_endpoint(framework, env):
-            result["note"] = DEPLOY_NOTE.format(name=name) + "; " + NO_MODEL_ENDPOINT
+            result["note"] = DEPLOY_NOTE.format(name=name) + "; " + NO_MODEL_ENDPOINT_NOTE
         return result
 
     def _replace_files_sync(self, session: Session, agent_id: str, files: dict[str, bytes], now: datetime) -> None:

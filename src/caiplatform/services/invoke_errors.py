@@ -9,9 +9,12 @@ import re
 
 from caiplatform.redaction import one_line
 
+# The one wording of "agents have no model": the 502 of a turn that could not reach one, and the deploy's
+# note and the agent view's message (services/agents.py).
 NO_MODEL_ENDPOINT = (
-    "no model endpoint is configured on this platform: set MODEL_BASE_URL, MODEL_API_KEY and MODEL_NAME "
-    "for an OpenAI-compatible endpoint where caiplatform serve runs"
+    "no model endpoint is configured: set MODEL_BASE_URL (an OpenAI-compatible endpoint, with MODEL_API_KEY "
+    "and MODEL_NAME) on the server, or MODEL_BASE_URL in the agent's env; to try agents without a model "
+    "account, start the server with `caiplatform serve --scripted-model`"
 )
 _CONNECTION_FAILURE = re.compile(r"(?i)connection ?error|connecterror|connection refused")
 
