@@ -193,3 +193,16 @@ async def admin_headers(client):
     from caiplatform.testing.http import login
 
     return await login(client)
+
+
+@pytest.fixture(scope="module")
+def world():
+    """A platform full of objects served in process, on its own loop (tests/world_support.py)."""
+    import anyio.from_thread
+
+    from tests.world_support import World
+
+    with anyio.from_thread.start_blocking_portal() as portal:
+        created = portal.call(World.create)
+        yield portal, created
+        portal.call(created.aclose)

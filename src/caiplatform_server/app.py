@@ -26,6 +26,7 @@ from caiplatform.errors import PlatformError, RateLimited
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.redaction import one_line
+from caiplatform_server.contract import openapi_document
 from caiplatform_server.http import head_refusal
 from caiplatform_server.proxy import proxy
 
@@ -188,6 +189,7 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
     )
     app.state.platform = platform
     app.openapi_version = "3.1.0"
+    app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
 
     @app.exception_handler(PlatformError)
     async def _platform_error(request: Request, exc: PlatformError) -> JSONResponse:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from caiplatform.models.vector import IndexCreate
 from caiplatform.platform import Platform
 from caiplatform.testing.http import asgi_client
 
@@ -96,7 +97,7 @@ async def test_deleting_a_project_drops_its_collections_even_before_start(tmp_pa
         admin = await bootstrap_admin(first)
         projects = [await new_project(first, slug) for slug in ("gone-now", "gone-later", "kept")]
         for project in projects:
-            await first.indexes.create(admin, project.id, {"name": "docs", "dimensions": 2})
+            await first.indexes.create(admin, project.id, IndexCreate(name="docs", dimensions=2))
             await first.indexes.upsert(admin, project.id, "docs", {"points": [{"id": 1, "vector": [1, 0]}]})
         collections = [collection_name(p.short, "docs") for p in projects]
         assert all([await first.vector_engine.collection_info(c) for c in collections])

@@ -7,6 +7,7 @@ from sqlalchemy import select
 
 from caiplatform.db.models import Project
 from caiplatform.errors import BadRequest, Conflict, NotFound
+from caiplatform.models.vector import IndexCreate
 from caiplatform.ports.vector import CollectionConfig, Point
 
 
@@ -15,10 +16,10 @@ async def test_library_calls_enforce_the_api_rules(platform):
     project_id = await platform.db.run(lambda s: s.scalar(select(Project.id).where(Project.slug == "default")))
     indexes = platform.indexes
 
-    created = await indexes.create(admin, project_id, {"name": "notes", "dimensions": 2, "distance": "l2"})
-    assert created["state"] == "pending" and created["distance"] == "euclid"
+    created = await indexes.create(admin, project_id, IndexCreate(name="notes", dimensions=2, distance="l2"))
+    assert created.state == "pending" and created.distance == "euclid"
     with pytest.raises(Conflict, match="^an index with that name already exists$"):
-        await indexes.create(admin, project_id, {"name": "notes"})
+        await indexes.create(admin, project_id, IndexCreate(name="notes"))
     await indexes.upsert(admin, project_id, "notes", {"points": [{"id": 1, "vector": [0, 0]}, {"id": 2, "vector": [1, 1]}]})
     found = await indexes.query(admin, project_id, "notes", {"vector": [1, 1], "top_k": 1})
     assert found == {"index": "notes", "results": [{"id": 2, "score": 0.0, "payload": {}}]}

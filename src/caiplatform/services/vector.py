@@ -43,16 +43,16 @@ from caiplatform.domain.vector import (
     collection_name,
     collection_prefix,
     is_index_name,
-    parse_create,
     parse_delete,
-    parse_patch,
     parse_query,
     parse_scroll,
     parse_upsert,
     quantization_json,
     quantization_of,
 )
+from caiplatform.models import vector as vector_models
 from caiplatform.errors import BadRequest, Conflict, NotFound, PlatformError, Unavailable
+from caiplatform.models.vector import IndexCreate, IndexCredential, IndexList, IndexPatch
 from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.vector import VectorEngine, VectorEngineRejected
 from caiplatform.principal import Principal
@@ -306,10 +306,10 @@ class IndexService:
 
     # ------------------------------------------------------------------------------------ resource
 
-    async def create(self, principal: Principal, project_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def create(self, principal: Principal, project_id: str, body: IndexCreate) -> vector_models.Index:
         """201: the index in state `pending`; its collection is created right after."""
         project = await self._project(principal, project_id)
-        spec = parse_create(body)
+        spec = body.spec()
         now = self.clock.now()
 
         def insert(session: Session) -> _Record:
@@ -344,11 +344,11 @@ class IndexService:
         except IntegrityError:  # a concurrent create of the same name
             raise Conflict(NAME_TAKEN) from None
         self._reconcile_later(record)
-        return record.index().to_json()
+        return vector_models.Index.of(record.index().to_json())
 
     async def list(
         self, principal: Principal, project_id: str, *, page_size: Any = None, page_token: str | None = None
-    ) -> dict[str, Any]:
+    ) -> IndexList:
         """200 `{indexes, next_page_token?}`: the token is omitted on the last page."""
         project = await self._project(principal, project_id)
         request = self.pager.request(f"indexes:{project.id}", page_size, page_token)
@@ -365,17 +365,17 @@ class IndexService:
 
         page = self.pager.page_from_probe(await self.db.run(load), request)
         items = [(await self._view(record)).to_json() for record in page.items]
-        return page_body("indexes", Page(items, page.next_page_token, page.extra), omit_empty_token=True)
+        return IndexList.of(page_body("indexes", Page(items, page.next_page_token, page.extra), omit_empty_token=True))
 
-    async def get(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def get(self, principal: Principal, project_id: str, name: str) -> vector_models.Index:
         project = await self._project(principal, project_id)
-        return (await self._view(await self._record(project, name))).to_json()
+        return vector_models.Index.of((await self._view(await self._record(project, name))).to_json())
 
-    async def update(self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def update(self, principal: Principal, project_id: str, name: str, body: IndexPatch) -> vector_models.Index:
         """PATCH (admin): `replicas` and `payload_on_disk` only."""
         project = await self._project(principal, project_id, admin=True)
         record = await self._record(project, name)
-        changes = parse_patch(body)
+        changes = body.changes()
         self._ready_records.pop((project.id, name), None)
         record = await self._reconcile(record)
         if record.state == State.READY:
@@ -390,7 +390,7 @@ class IndexService:
             self.audit.record(session, project.id, principal, "vector_index.update", name, changes)
             return _Record.of(row, project.short)
 
-        return (await self._view(await self.db.run(save))).to_json()
+        return vector_models.Index.of((await self._view(await self.db.run(save))).to_json())
 
     async def delete(self, principal: Principal, project_id: str, name: str) -> None:
         """DELETE (admin): the collection and every point in it are destroyed; no backup exists."""
@@ -505,7 +505,7 @@ class IndexService:
 
     # ------------------------------------------------------------------------------------ credential
 
-    async def credentials(self, principal: Principal, project_id: str) -> dict[str, Any]:
+    async def credentials(self, principal: Principal, project_id: str) -> IndexCredential:
         """The direct engine credential (admin); a token only when the engine enforces per-project access."""
         project = await self._project(principal, project_id, admin=True)
         names = await self.db.run(
@@ -526,14 +526,14 @@ class IndexService:
                 "exp": int(self.clock.time()) + TOKEN_TTL_SECONDS,
             }
             token = jwt.encode(claims, self._token_key, algorithm="HS256")
-        return {
-            "service_url": self.engine.service_url(),
-            "token": token,
-            "collection_prefix": collection_prefix(project.short),
-            "collections": collections,
-            "truncated": len(names) > MAX_CREDENTIAL_COLLECTIONS,
-            "note": TOKEN_NOTE if token else CREDENTIAL_NOTE,
-        }
+        return IndexCredential(
+            service_url=self.engine.service_url(),
+            token=token,
+            collection_prefix=collection_prefix(project.short),
+            collections=collections,
+            truncated=len(names) > MAX_CREDENTIAL_COLLECTIONS,
+            note=TOKEN_NOTE if token else CREDENTIAL_NOTE,
+        )
 
     # ------------------------------------------------------------------------------------ health
 

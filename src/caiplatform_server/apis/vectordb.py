@@ -14,9 +14,11 @@ from fastapi.responses import JSONResponse
 
 from caiplatform.domain.vector import VERBS
 from caiplatform.errors import MethodNotAllowed
+from caiplatform.models.vector import Index, IndexCreate, IndexCredential, IndexList, IndexPatch
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform_server.app_deps import platform_of, principal_of
+from caiplatform_server.contract import operation, reply
 from caiplatform_server.http import json_body
 
 router = APIRouter(tags=["vectordb"])
@@ -36,19 +38,22 @@ def _refuse_verb_path(name: str) -> None:
         raise MethodNotAllowed("method not allowed")
 
 
-@router.get(COLLECTION, summary="List the project's vector indexes")
+@router.get(COLLECTION, summary="List the project's vector indexes",
+            **operation(response=IndexList, paginated=True, errors=(403, 404)))
 async def list_indexes(
     project_id: str,
     request: Request,
     principal: Principal = Depends(principal_of),
     platform: Platform = Depends(platform_of),
-) -> dict[str, Any]:
+) -> JSONResponse:
     query = request.query_params
     page_size = query.get("page_size", query.get("limit"))
-    return await platform.indexes.list(principal, project_id, page_size=page_size, page_token=query.get("page_token"))
+    return reply(await platform.indexes.list(principal, project_id, page_size=page_size,
+                                             page_token=query.get("page_token")))
 
 
-@router.post(COLLECTION, status_code=201, summary="Create a vector index (201, state pending)")
+@router.post(COLLECTION, summary="Create a vector index (201, state pending)",
+             **operation(body=IndexCreate, response=Index, status=201, errors=(403, 404, 409, 413)))
 async def create_index(
     project_id: str,
     request: Request,
@@ -56,36 +61,38 @@ async def create_index(
     platform: Platform = Depends(platform_of),
 ) -> JSONResponse:
     await platform.indexes.require_member(principal, project_id)
-    body = await json_body(request, _body_limit(platform))
-    return JSONResponse(await platform.indexes.create(principal, project_id, body), status_code=201)
+    body = IndexCreate.parse(await json_body(request, _body_limit(platform)))
+    return reply(await platform.indexes.create(principal, project_id, body), status=201)
 
 
-@router.get(INDEX, summary="Read a vector index with its live counts")
+@router.get(INDEX, summary="Read a vector index with its live counts", **operation(response=Index, errors=(403, 404, 405)))
 async def get_index(
     project_id: str,
     name: str,
     principal: Principal = Depends(principal_of),
     platform: Platform = Depends(platform_of),
-) -> dict[str, Any]:
+) -> JSONResponse:
     _refuse_verb_path(name)
-    return await platform.indexes.get(principal, project_id, name)
+    return reply(await platform.indexes.get(principal, project_id, name))
 
 
-@router.patch(INDEX, summary="Edit replicas and payload_on_disk (admin)")
+@router.patch(INDEX, summary="Edit replicas and payload_on_disk (admin)",
+              **operation(body=IndexPatch, response=Index, errors=(403, 404, 405, 413, 503)))
 async def update_index(
     project_id: str,
     name: str,
     request: Request,
     principal: Principal = Depends(principal_of),
     platform: Platform = Depends(platform_of),
-) -> dict[str, Any]:
+) -> JSONResponse:
     _refuse_verb_path(name)
     await platform.indexes.require_member(principal, project_id)
-    body = await json_body(request, _body_limit(platform), optional=True)
-    return await platform.indexes.update(principal, project_id, name, body)
+    body = IndexPatch.parse(await json_body(request, _body_limit(platform), optional=True))
+    return reply(await platform.indexes.update(principal, project_id, name, body))
 
 
-@router.delete(INDEX, status_code=204, summary="Destroy an index and every vector in it (admin)")
+@router.delete(INDEX, summary="Destroy an index and every vector in it (admin)",
+               **operation(status=204, errors=(403, 404, 405, 503)))
 async def delete_index(
     project_id: str,
     name: str,
@@ -112,13 +119,14 @@ async def index_data_verb(
     return JSONResponse(result)
 
 
-@router.get("/v1/projects/{project_id}/vectordb/credentials", summary="The direct engine credential (admin)")
+@router.get("/v1/projects/{project_id}/vectordb/credentials", summary="The direct engine credential (admin)",
+            **operation(response=IndexCredential, errors=(403, 404)))
 async def vectordb_credentials(
     project_id: str,
     principal: Principal = Depends(principal_of),
     platform: Platform = Depends(platform_of),
-) -> dict[str, Any]:
-    return await platform.indexes.credentials(principal, project_id)
+) -> JSONResponse:
+    return reply(await platform.indexes.credentials(principal, project_id))
 
 
 async def health(platform: Platform) -> tuple[int, dict[str, Any]]:

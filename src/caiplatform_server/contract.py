@@ -1,0 +1,175 @@
+"""What each route declares in `/openapi.json`: its body, its answers, its errors and who may call it.
+
+Routes decode their bodies themselves (bounded reads, the spec's JSON messages), so FastAPI cannot see
+the request model; `operation(...)` names it, with the response model, the error statuses the route can
+answer and the credentials it accepts, and `openapi_document` turns those names into the schema:
+components for every model, the error envelope, the security schemes, no 422 (the platform answers bad
+input with the spec's 400). `reply` writes a service's model once, as the JSON the spec shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+from pydantic.json_schema import models_json_schema
+
+from caiplatform.models.base import ResponseModel
+
+
+class ErrorEnvelope(BaseModel):
+    """Every error of every API: the message, the request id, and for a few errors more fields."""
+
+    model_config = ConfigDict(extra="allow", title="Error")
+
+    error: str
+    request_id: str
+
+
+# -- security schemes: every credential is a bearer token; the kinds differ in who holds them ----------
+
+SESSION = "session"
+API_KEY = "api_key"
+SERVICE_ACCOUNT_KEY = "service_account_key"
+WORKLOAD_KEY = "workload_key"
+INTERNAL_TOKEN = "internal_token"
+AUTOMATION_TOKEN = "automation_token"
+
+SECURITY_SCHEMES: dict[str, dict[str, Any]] = {
+    SESSION: {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+              "description": "A session token from POST /v1/auth/login."},
+    API_KEY: {"type": "http", "scheme": "bearer", "bearerFormat": "cai_<key id>_<secret>",
+              "description": "A personal API key (POST /v1/users/me/keys); acts as its user."},
+    SERVICE_ACCOUNT_KEY: {"type": "http", "scheme": "bearer", "bearerFormat": "cai_<key id>_<secret>",
+                          "description": "A service account's key; acts within its one project."},
+    WORKLOAD_KEY: {"type": "http", "scheme": "bearer", "bearerFormat": "cai_wl_<key id>_<secret>",
+                   "description": "A workload's own key, given to it in its environment."},
+    INTERNAL_TOKEN: {"type": "http", "scheme": "bearer",
+                     "description": "The platform's internal token (CAI_INTERNAL_TOKEN), for the harness."},
+    AUTOMATION_TOKEN: {"type": "http", "scheme": "bearer",
+                       "description": "The cluster's machine credential (CAI_AUTOMATION_TOKEN)."},
+}
+
+#: who may call most routes: a person (session or API key) or a service account
+CALLERS: tuple[str, ...] = (SESSION, API_KEY, SERVICE_ACCOUNT_KEY)
+#: a person only (account and organization routes)
+PEOPLE: tuple[str, ...] = (SESSION, API_KEY)
+#: no credential (sign-in, public embed routes, health)
+ANONYMOUS: tuple[str, ...] = ()
+
+STATUS_TEXT = {
+    400: "Bad request: the message names the field or rule",
+    401: "No valid credential",
+    403: "The caller may not do this",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict with the current state",
+    410: "Gone",
+    413: "Body too large",
+    424: "A dependency failed",
+    429: "Rate limited (Retry-After says when to retry)",
+    500: "Internal error",
+    501: "Not implemented here",
+    502: "A workload or engine answered badly",
+    503: "A dependency is unavailable; retry",
+    504: "A workload or engine did not answer in time",
+}
+#: every authenticated route can answer these, whatever else it does
+COMMON_ERRORS = (400, 401, 429, 503)
+
+PAGINATION_PARAMETERS = [
+    {"name": "page_size", "in": "query", "required": False,
+     "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+     "description": "Items per page, 1 to 200 (never clamped)."},
+    {"name": "limit", "in": "query", "required": False,
+     "schema": {"type": "integer", "minimum": 1, "maximum": 200},
+     "description": "An alias of page_size."},
+    {"name": "page_token", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": "The next_page_token of the previous page."},
+]
+
+_request_models: dict[str, type[BaseModel]] = {}
+
+
+def _schema_ref(model: type[BaseModel]) -> dict[str, str]:
+    _request_models[model.__name__] = model
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def operation(
+    *,
+    body: type[BaseModel] | None = None,
+    body_required: bool = True,
+    no_body: bool = False,
+    multipart: type[BaseModel] | None = None,
+    response: Any = None,
+    status: int = 200,
+    errors: Iterable[int] = (),
+    security: Sequence[str] = CALLERS,
+    paginated: bool = False,
+    query: Sequence[dict[str, Any]] = (),
+    content_type: str | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments of a route decorator that declare its contract.
+
+    `response`: the model of the success body (None: no body, as a 204). `content_type`: a success answer
+    that is not JSON (a script, a stream). `errors`: the statuses the route may answer besides the common
+    ones."""
+    statuses = sorted(set(errors) | (set(COMMON_ERRORS) if security else {400, 429, 503}))
+    responses: dict[int | str, dict[str, Any]] = {
+        code: {"model": ErrorEnvelope, "description": STATUS_TEXT.get(code, "Error")} for code in statuses
+    }
+    extra: dict[str, Any] = {"security": [{name: []} for name in security]}
+    if body is not None:
+        extra["requestBody"] = {"required": body_required,
+                                "content": {"application/json": {"schema": _schema_ref(body)}}}
+    if no_body:
+        extra["x-cai-no-body"] = True  # a write that reads no body (a rotate, a rollback)
+    if multipart is not None:
+        extra["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": _schema_ref(multipart)}}}
+    parameters = [*(PAGINATION_PARAMETERS if paginated else []), *query]
+    if parameters:
+        extra["parameters"] = parameters
+    kwargs: dict[str, Any] = {"status_code": status, "responses": responses, "openapi_extra": extra}
+    if content_type is not None:
+        responses[status] = {"description": "Success", "content": {content_type: {"schema": {"type": "string"}}}}
+        kwargs["response_model"] = None
+    elif response is None:
+        kwargs["response_model"] = None
+        responses[status] = {"description": "Success, no body"}
+    else:
+        kwargs["response_model"] = response
+    return kwargs
+
+
+def reply(model: ResponseModel | None, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
+    """A service's model as the route's JSON answer (`None`: an empty object)."""
+    return JSONResponse(model.to_json() if model is not None else {}, status_code=status, headers=headers)
+
+
+def openapi_document(app: FastAPI) -> dict[str, Any]:
+    """The served document: FastAPI's, with request models, security schemes and no 422."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    document = get_openapi(title=app.title, version=app.version, openapi_version=app.openapi_version,
+                           description=app.description, routes=app.routes)
+    components = document.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    if _request_models:
+        _, defs = models_json_schema([(m, "validation") for m in _request_models.values()],
+                                     ref_template="#/components/schemas/{model}")
+        for name, schema in defs.get("$defs", {}).items():
+            schemas.setdefault(name, schema)
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    components["securitySchemes"] = SECURITY_SCHEMES
+    for item in document.get("paths", {}).values():
+        for op in item.values():
+            if isinstance(op, dict):
+                op.get("responses", {}).pop("422", None)
+    app.openapi_schema = document
+    return document
