@@ -21,6 +21,14 @@ class PlatformError(Exception):
         self.headers = headers or {}
         # Extra fields that some errors carry beside `error` (for example apply's per-binding list).
         self.body = body or {}
+        # Set when the error came back over HTTP (the remote client): the answer's `request_id`.
+        self.request_id: str | None = None
+        self.answered_status: int | None = None
+
+    @property
+    def status_code(self) -> int:
+        """The HTTP status: the one a server answered (over HTTP), else this class's."""
+        return self.answered_status or self.status
 
     def __str__(self) -> str:
         return self.message

@@ -27,6 +27,7 @@ from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.redaction import one_line
 from caiplatform_server.contract import openapi_document
+from caiplatform_server.docs import mount_docs
 from caiplatform_server.http import head_refusal
 from caiplatform_server.proxy import proxy
 
@@ -37,6 +38,7 @@ HealthFn = Callable[[Platform], Awaitable[tuple[int, dict[str, Any]]]]
 
 # Paths that are never rate limited and never need a credential.
 UNMETERED_PATHS = {"/healthz", "/livez", "/openapi.json", "/docs"}
+DOCS_ASSETS = "/docs/assets/"
 # The messaging API has no rate limit in document 3 (no 429 in its error table, none in its limits): a
 # signed-in caller publishes, pulls and acknowledges unmetered; anonymous callers stay metered per IP.
 UNMETERED_FOR_CALLERS = re.compile(r"^/v1/projects/[^/]+/(topics|pubsub)(/|$)")
@@ -122,7 +124,7 @@ class ConventionsMiddleware:
             principal = Principal.anonymous(ip)
         state["principal"] = principal
 
-        metered = scope["path"] not in UNMETERED_PATHS and not (
+        metered = scope["path"] not in UNMETERED_PATHS and not scope["path"].startswith(DOCS_ASSETS) and not (
             principal.authenticated and UNMETERED_FOR_CALLERS.match(scope["path"]))
         if metered:
             wait = await self.platform.rate_limiter.acquire(principal.rate_key)
@@ -225,6 +227,8 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
         for part in parts:
             app.include_router(part.router)
         health_fns[name] = module.health
+
+    mount_docs(app)
 
     @app.get("/healthz", tags=["health"], summary="Health of the served APIs")
     async def healthz() -> JSONResponse:
