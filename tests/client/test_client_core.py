@@ -130,3 +130,25 @@ def test_credentials_come_from_the_environment(monkeypatch):
         client.indexes.delete("p", "i")
     assert str(seen[0].url) == "http://from-env:9/v1/projects/p/indexes/i"
     assert seen[0].headers["authorization"] == "Bearer cai_key"
+
+
+def test_every_operation_of_the_document_is_reachable_through_both_clients():
+    from caiplatform.client.operations import OPERATIONS
+
+    document = generate.served_document()
+    served = {(method.upper(), path) for path, item in document["paths"].items() for method in item}
+    assert served == set(OPERATIONS), {"unnamed": served - set(OPERATIONS), "gone": set(OPERATIONS) - served}
+    for names in OPERATIONS.values():
+        for name in names:
+            for client_class in (Client, AsyncClient):
+                resource = client_class.__annotations__.get(name.resource) or next(
+                    (c.__annotations__[name.resource] for c in client_class.__mro__
+                     if name.resource in getattr(c, "__annotations__", {})), None)
+                assert resource is not None, (client_class.__name__, name)
+    sync_client = Client("http://x", token="t")
+    async_client = AsyncClient("http://x", token="t")
+    for names in OPERATIONS.values():
+        for name in names:
+            assert callable(getattr(getattr(sync_client, name.resource), name.method)), name
+            assert callable(getattr(getattr(async_client, name.resource), name.method)), name
+    sync_client.close()

@@ -9,8 +9,29 @@ so a notebook and a unit test use the same calls with no server. Errors are the 
 (`caiplatform.NotFound`, ...) with the answer's `request_id`.
 """
 
-from caiplatform.client._async.client import AsyncClient
-from caiplatform.client._errors import APIConnectionError, APIStatusError, APITimeoutError
-from caiplatform.client._sync.client import Client
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["APIConnectionError", "APIStatusError", "APITimeoutError", "AsyncClient", "Client"]
+
+_EXPORTS = {
+    "AsyncClient": "caiplatform.client._async.client",
+    "Client": "caiplatform.client._sync.client",
+    "APIConnectionError": "caiplatform.client._errors",
+    "APIStatusError": "caiplatform.client._errors",
+    "APITimeoutError": "caiplatform.client._errors",
+}
+
+if TYPE_CHECKING:
+    from caiplatform.client._async.client import AsyncClient
+    from caiplatform.client._errors import APIConnectionError, APIStatusError, APITimeoutError
+    from caiplatform.client._sync.client import Client
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'caiplatform.client' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -119,3 +119,14 @@ def body_of(model: BaseModel | None) -> Any:
     if model is None:
         return None
     return model.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def multipart(model: BaseModel) -> dict[str, Any]:
+    """A form model as httpx `files`: bytes fields as file parts, the rest as text parts."""
+    parts: dict[str, Any] = {}
+    for name, value in model.model_dump(by_alias=True, exclude_unset=True).items():
+        if isinstance(value, bytes):
+            parts[name] = (f"{name}.tar.gz", value, "application/gzip")
+        elif value is not None:
+            parts[name] = (None, str(value).lower() if isinstance(value, bool) else str(value))
+    return parts

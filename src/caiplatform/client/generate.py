@@ -37,14 +37,43 @@ def convert(text: str) -> str:
     return HEADER + text
 
 
+def served_document() -> dict:
+    from caiplatform.platform import Platform
+    from caiplatform_server.app import create_app
+
+    return create_app(Platform.in_memory(), manage_lifecycle=False).app.openapi()  # type: ignore[attr-defined,no-any-return]
+
+
+def expected_resources() -> dict[Path, str]:
+    """The async resources, from the served document and the names of `operations.py`."""
+    from caiplatform.client import resources_codegen
+
+    folder = SOURCE / "resources"
+    sources = resources_codegen.render(served_document())
+    custom = {path.stem.removeprefix("custom_") for path in folder.glob("custom_*.py")}
+    files = {folder / f"{resource}.py": text for resource, text in sources.items()}
+    files[folder / "__init__.py"] = resources_codegen.render_package(sorted(sources), custom)
+    return files
+
+
 def expected() -> dict[Path, str]:
-    return {TARGET / path.relative_to(SOURCE): convert(path.read_text()) for path in sorted(SOURCE.rglob("*.py"))}
+    """Every generated file: the async resources, then the whole sync twin of the async package."""
+    resources = expected_resources()
+    sources = {path: path.read_text() for path in sorted(SOURCE.rglob("*.py"))}
+    sources.update(resources)
+    hand_written = [path for path in SOURCE.rglob("*.py")
+                    if path.parent.name != "resources" or path.name == "base.py" or path.name.startswith("custom_")]
+    generated_async = {path: text for path, text in resources.items()}
+    twins = {TARGET / path.relative_to(SOURCE): convert(text) for path, text in sorted(sources.items())
+             if path in generated_async or path in hand_written}
+    return {**generated_async, **twins}
 
 
 def main(argv: list[str]) -> int:
     wanted = expected()
     stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
-    extra = [path for path in TARGET.rglob("*.py") if path not in wanted]
+    extra = [path for path in [*TARGET.rglob("*.py"), *(SOURCE / "resources").glob("*.py")]
+             if path not in wanted and not path.name.startswith("custom_") and path.name != "base.py"]
     if "--check" in argv:
         for path in stale + extra:
             print(f"out of date: {path.relative_to(HERE.parent.parent)}")

@@ -15,6 +15,7 @@ import httpx
 from pydantic import BaseModel
 
 from caiplatform.client import _base
+from caiplatform.client._sync.resources import Resources
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 from caiplatform.client._errors import APIConnectionError, APITimeoutError, error_from_response
 from caiplatform.models.base import ListPage
@@ -23,7 +24,7 @@ M = TypeVar("M", bound=BaseModel)
 P = TypeVar("P", bound=ListPage)
 
 
-class Client:
+class Client(Resources):
     """`Client(base_url=..., token=... | api_key=...)`; defaults from `CAI_BASE_URL`, `CAI_TOKEN`,
     `CAI_API_KEY`, then the login stored by `caiplatform login`. `transport` replaces the network (an
     `httpx.MockTransport`, a recorded cassette); `Client.in_process(platform)` serves an in-process
@@ -48,9 +49,7 @@ class Client:
         auth = {"Authorization": f"Bearer {credential}"} if credential else {}
         self._http = httpx.Client(base_url=self.base_url, transport=transport, timeout=timeout,
                                        headers={**auth, **(headers or {})})
-        from caiplatform.client._sync.resources import attach
-
-        attach(self)
+        self._attach_resources()
 
     @classmethod
     def in_process(cls, platform: Any, *, token: str | None = None, **kwargs: Any) -> Client:
@@ -109,6 +108,10 @@ class Client:
 
     def request_none(self, method: str, path: str, **kwargs: Any) -> None:
         self._send(method, path, **kwargs)
+
+    def request_text(self, method: str, path: str, **kwargs: Any) -> str:
+        """A text answer (a YAML spec, a log, a script)."""
+        return (self._send(method, path, **kwargs)).text
 
     def request_json(self, method: str, path: str, **kwargs: Any) -> Any:
         """An answer whose shape is the caller's own data (a config map, a file, an agent's reply)."""
