@@ -12,15 +12,19 @@ def test_serve_refuses_a_short_bootstrap_password(tmp_path, monkeypatch, capsys)
     assert capsys.readouterr().err.strip() == "caiplatform serve: password must be at least 12 characters"
 
 
-def test_start_up_is_quiet_by_default_and_log_level_shows_more():
+def test_start_up_is_quiet_by_default_and_log_level_shows_more(monkeypatch):
     import logging
 
-    from caiplatform.cli import build_parser
+    import caiplatform.cli.serve_command as command
     from caiplatform.startup import configure_logging, startup_log
 
-    args = build_parser().parse_args(["serve"])
-    assert args.log_level == "warning" and args.scripted_model is False
-    assert build_parser().parse_args(["serve", "--scripted-model"]).scripted_model is True
+    seen = []
+    monkeypatch.setattr(command, "serve", lambda args: seen.append(args) or 0)
+    assert main(["serve"]) == 0 and main(["serve", "--scripted-model", "--api", "core"]) == 0
+    args = seen[0]
+    assert args.log_level == "warning" and args.scripted_model is False and args.apis is None
+    assert seen[1].scripted_model is True and seen[1].apis == ["core"]
+    assert main(["serve", "--api", "nope"]) == 2
     root = logging.getLogger()
     before = (root.level, startup_log.level)
     try:

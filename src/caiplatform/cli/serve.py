@@ -1,4 +1,4 @@
-"""`caiplatform` command line: `caiplatform serve`."""
+"""`caiplatform serve`: the platform's HTTP APIs on one port, on the engines it starts itself."""
 
 from __future__ import annotations
 
@@ -8,30 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from caiplatform.startup import DEFAULT_LOG_LEVEL, LOG_LEVELS
-
 APIS = ("core", "serverless", "pubsub", "memorystore", "vectordb")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="caiplatform", description="caiplatform: an agent platform")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve the platform's HTTP APIs on one port")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--data-dir", default=None, help="durable state (default: $CAI_DATA_DIR or ./.caiplatform)")
-    serve.add_argument(
-        "--api", action="append", choices=APIS, dest="apis", help="serve only this API (repeatable); default all five"
-    )
-    serve.add_argument(
-        "--log-level", default=DEFAULT_LOG_LEVEL, choices=LOG_LEVELS,
-        help="default warning: one line per engine started; info shows every library's lines too",
-    )
-    serve.add_argument(
-        "--scripted-model", action="store_true",
-        help="start the project's scripted OpenAI-compatible model and point agents at it (no model account needed)",
-    )
-    return parser
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -102,14 +79,3 @@ def sandbox_refusal(platform: object) -> str | None:
     elif status["status"] == "on":
         startup_log.info("sandbox: deployed code runs confined (%s)", status["detail"])
     return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "serve":
-        return serve(args)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

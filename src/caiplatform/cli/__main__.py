@@ -1,0 +1,7 @@
+"""`python -m caiplatform.cli`."""
+
+import sys
+
+from caiplatform.cli import main
+
+sys.exit(main())

@@ -1,0 +1,337 @@
+"""The commands that drive a running platform through `caiplatform.client.Client`."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from caiplatform.cli import output
+from caiplatform.cli.app import TARGET, app, client
+from caiplatform.errors import PlatformError
+
+JSON = typer.Option(False, "--json", help="Print JSON (for scripts) instead of a table.")
+PROJECT = typer.Option(None, "--project", "-p", help="The project (its slug for agent routes, its id elsewhere).")
+
+
+def field(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+
+def run(action: Any) -> int:
+    """Run a command's body; a platform error prints one line and picks the exit code."""
+    try:
+        action()
+    except PlatformError as exc:
+        raise typer.Exit(output.fail(exc)) from None
+    return 0
+
+
+# -- login ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def login(
+    email: str = typer.Option(..., "--email", prompt=True, help="Your account's e-mail."),
+    password: str | None = typer.Option(None, "--password", help="Prompted (hidden) when left out."),
+) -> int:
+    """Sign in and keep the session token in your config directory (owner-only permissions)."""
+    from caiplatform.client._base import StoredLogin, write_stored_login
+
+    def act() -> None:
+        secret = password if password is not None else getpass.getpass("Password: ")
+        with client() as c:
+            signed_in = c.auth.login(email=email, password=secret)
+            path = write_stored_login(StoredLogin(c.base_url, field(signed_in, "token")))
+        output.errors_console.print(f"signed in to {c.base_url} as {email}; token stored in {path}", highlight=False)
+
+    return run(act)
+
+
+# -- agents --------------------------------------------------------------------------------------------
+
+agents = typer.Typer(help="Agents and functions.", no_args_is_help=True)
+app.add_typer(agents, name="agents")
+
+
+@agents.command("list")
+def agents_list(project: str | None = PROJECT, as_json: bool = JSON) -> int:
+    """Agents and functions you may manage."""
+    def act() -> None:
+        with client() as c:
+            items = list(c.agents.list(project=project))
+        if as_json:
+            output.emit_json(items)
+        else:
+            output.table(items, ["name", "kind", "framework", "state", "ready", "latest_revision"])
+    return run(act)
+
+
+@agents.command("get")
+def agents_get(name: str, project: str | None = PROJECT, as_json: bool = JSON) -> int:
+    """One agent."""
+    def act() -> None:
+        with client() as c:
+            output.show(c.agents.get(name, project=project), as_json)
+    return run(act)
+
+
+@agents.command("delete")
+def agents_delete(name: str, project: str | None = PROJECT, as_json: bool = JSON) -> int:
+    """Delete an agent (its sessions stay)."""
+    def act() -> None:
+        with client() as c:
+            answer = c.agents.delete(name, project=project)
+        if as_json:
+            output.emit_json(answer or {"deleted": name})
+        else:
+            output.console.print(f"deleted {name}", highlight=False)
+    return run(act)
+
+
+@app.command()
+def deploy(
+    directory: Path = typer.Argument(..., exists=True, file_okay=True, dir_okay=True, help="The source directory (or a .tar.gz)."),
+    name: str | None = typer.Option(None, "--name", help="The agent's name (default: the directory's)."),
+    framework: str | None = typer.Option(None, "--framework", help="Default: read off the entry file (crew.py, graph.py, agent.py, main.py, ...)."),
+    project: str | None = PROJECT,
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the agent is ready or its build fails."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds to wait for ready."),
+    as_json: bool = JSON,
+) -> int:
+    """Deploy DIR: tar it (honouring .caiignore), upload, follow the build; non-zero when the build fails."""
+    from caiplatform.client.source import detect_framework, included_files, tar_directory
+
+    agent = name or directory.resolve().name.lower().replace("_", "-")
+    interactive = sys.stderr.isatty() and not as_json
+
+    def act() -> None:
+        chosen = framework or (detect_framework(directory) if directory.is_dir() else None)
+        code = tar_directory(directory) if directory.is_dir() else directory.read_bytes()
+        if interactive:
+            count = len(included_files(directory)) if directory.is_dir() else 1
+            output.errors_console.print(f"uploading {agent} ({chosen or 'adk'}): {count} files, {len(code)} bytes",
+                                        highlight=False)
+        with client() as c:
+            accepted = c.agents.deploy_source(code, name=agent, framework=chosen, project=project)
+            if not wait:
+                output.show(accepted, as_json)
+                return
+            ready = _follow(c, agent, project, timeout, interactive)
+        output.show(ready, as_json) if as_json else output.console.print(
+            f"{agent} is ready: {field(ready, 'url') or ''}", highlight=False)
+
+    return run(act)
+
+
+def _follow(c: Any, agent: str, project: str | None, timeout: float, interactive: bool) -> Any:
+    """Poll the agent until it is ready or failed, showing each new state (a spinner on a terminal)."""
+    from caiplatform.errors import FailedDependency
+
+    last = {"state": None}
+
+    def fetch() -> Any:
+        view = c.agents.get(agent, project=project)
+        state = field(view, "state")
+        if state != last["state"]:
+            last["state"] = state
+            if interactive:
+                status.update(f"{agent}: {state}")
+        return view
+
+    def settled(view: Any) -> bool:
+        if field(view, "state") == "failed":
+            raise FailedDependency(field(view, "message") or f"the build of {agent} failed")
+        return bool(field(view, "ready"))
+
+    with output.errors_console.status(f"{agent}: building", spinner="dots") if interactive else _null() as status:
+        return c.poll(fetch, settled, timeout=timeout, interval=0.5)
+
+
+class _null:
+    def __enter__(self) -> _null:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, *args: object) -> None:
+        return None
+
+
+@app.command()
+def invoke(
+    name: str,
+    message: str,
+    stream: bool = typer.Option(False, "--stream", help="Print the reply as it is written."),
+    session: str | None = typer.Option(None, "--session", help="Continue this session."),
+    user: str | None = typer.Option(None, "--user", help="The user id of the session."),
+    project: str | None = PROJECT,
+    as_json: bool = JSON,
+) -> int:
+    """Send MESSAGE to agent NAME and print the reply."""
+    fields = {k: v for k, v in {"message": message, "session_id": session, "user_id": user}.items() if v is not None}
+
+    def act() -> None:
+        with client() as c:
+            if not stream:
+                reply = c.agents.invoke(name, project=project, **fields)
+                output.emit_json(reply) if as_json else output.console.print(field(reply, "output"), highlight=False)
+                return
+            for line in c.agents.invoke_stream(name, project=project, **fields):
+                event = json.loads(line) if isinstance(line, str) else output.plain(line)
+                if as_json:
+                    sys.stdout.write(json.dumps(event) + "\n")
+                elif event.get("type") == "output":
+                    sys.stdout.write(event.get("text", ""))
+                    sys.stdout.flush()
+                elif event.get("type") == "error":
+                    raise PlatformError(event.get("message", "the turn failed"))
+                elif event.get("type") == "done":
+                    sys.stdout.write("\n")
+    return run(act)
+
+
+@app.command()
+def logs(
+    name: str,
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
+    project: str | None = PROJECT,
+) -> int:
+    """Print an agent's logs (the newest instance's; -f follows)."""
+    def act() -> None:
+        with client() as c:
+            for line in c.agents.logs(name, project=project, follow=follow or None):
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+    return run(act)
+
+
+# -- project secrets ----------------------------------------------------------------------------------
+
+secrets = typer.Typer(help="Project secrets.", no_args_is_help=True)
+app.add_typer(secrets, name="secrets")
+
+
+@secrets.command("set")
+def secrets_set(project_id: str, name: str, value: str | None = typer.Option(
+        None, "--value", help="Read from standard input when left out."), as_json: bool = JSON) -> int:
+    """Create a secret or store a new version of it."""
+    def act() -> None:
+        secret = value if value is not None else sys.stdin.read().rstrip("\n")
+        with client() as c:
+            output.show(c.secrets.set(project_id, name=name, value=secret), as_json)
+    return run(act)
+
+
+@secrets.command("list")
+def secrets_list(project_id: str, as_json: bool = JSON) -> int:
+    """The project's secrets (metadata only)."""
+    def act() -> None:
+        with client() as c:
+            items = list(c.secrets.list(project_id))
+        output.emit_json(items) if as_json else output.table(items, ["name", "version", "created_at", "updated_at"])
+    return run(act)
+
+
+@secrets.command("reveal")
+def secrets_reveal(project_id: str, name: str, as_json: bool = JSON) -> int:
+    """Print a secret's value (project admins)."""
+    def act() -> None:
+        with client() as c:
+            revealed = c.secrets.reveal(project_id, name)
+        output.emit_json(revealed) if as_json else output.console.print(field(revealed, "value"), highlight=False)
+    return run(act)
+
+
+# -- messaging, vector, services -------------------------------------------------------------------------
+
+topics = typer.Typer(help="Topics: publish and pull.", no_args_is_help=True)
+app.add_typer(topics, name="topics")
+
+
+@topics.command("publish")
+def topics_publish(project_id: str, topic: str, data: list[str] = typer.Argument(..., help="One message per argument."),
+                   as_json: bool = JSON) -> int:
+    """Publish messages (text) to a topic."""
+    def act() -> None:
+        with client() as c:
+            answer = c.topics.publish(project_id, topic, messages=[{"data": item} for item in data])
+        output.show(answer, as_json)
+    return run(act)
+
+
+@topics.command("pull")
+def topics_pull(project_id: str, topic: str, subscription: str,
+                max_messages: int = typer.Option(10, "--max", help="At most this many messages."),
+                ack: bool = typer.Option(False, "--ack", help="Acknowledge what was pulled."), as_json: bool = JSON) -> int:
+    """Pull messages from a subscription (and acknowledge them with --ack)."""
+    def act() -> None:
+        with client() as c:
+            pulled = c.subscriptions.pull(project_id, topic, subscription, max_messages=max_messages)
+            received = field(pulled, "received_messages") or field(pulled, "messages") or []
+            if ack and received:
+                c.subscriptions.acknowledge(project_id, topic, subscription,
+                                            ack_ids=[field(m, "ack_id") for m in received])
+        output.emit_json(pulled) if as_json else output.table(received, ["ack_id", "message_id", "data", "delivery_attempt"])
+    return run(act)
+
+
+indexes = typer.Typer(help="Vector indexes.", no_args_is_help=True)
+app.add_typer(indexes, name="indexes")
+
+
+@indexes.command("list")
+def indexes_list(project_id: str, as_json: bool = JSON) -> int:
+    """The project's vector indexes."""
+    def act() -> None:
+        with client() as c:
+            items = list(c.indexes.list(project_id))
+        output.emit_json(items) if as_json else output.table(items, ["name", "dimensions", "distance", "state", "points_count"])
+    return run(act)
+
+
+@indexes.command("query")
+def indexes_query(project_id: str, name: str, vector: str = typer.Argument(..., help="A JSON array of numbers."),
+                  top_k: int = typer.Option(10, "--top-k"), as_json: bool = JSON) -> int:
+    """The nearest points to VECTOR."""
+    def act() -> None:
+        with client() as c:
+            found = c.indexes.query(project_id, name, vector=json.loads(vector), top_k=top_k)
+        output.emit_json(found) if as_json else output.table(field(found, "results") or [], ["id", "score", "payload"])
+    return run(act)
+
+
+projects = typer.Typer(help="Projects.", no_args_is_help=True)
+app.add_typer(projects, name="projects")
+
+
+@projects.command("list")
+def projects_list(as_json: bool = JSON) -> int:
+    """Projects you can see."""
+    def act() -> None:
+        with client() as c:
+            items = list(c.projects.list())
+        output.emit_json(items) if as_json else output.table(items, ["id", "slug", "name", "role"])
+    return run(act)
+
+
+services = typer.Typer(help="Serverless services.", no_args_is_help=True)
+app.add_typer(services, name="services")
+
+
+@services.command("list")
+def services_list(project_id: str, as_json: bool = JSON) -> int:
+    """The project's serverless services."""
+    def act() -> None:
+        with client() as c:
+            items = list(c.services.list(project_id))
+        output.emit_json(items) if as_json else output.table(items, ["name", "ready", "url", "latest_revision"])
+    return run(act)
+
+
+_ = TARGET  # the connection options live on the app's callback

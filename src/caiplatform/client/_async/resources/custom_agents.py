@@ -1,0 +1,50 @@
+"""Agents: the generated routes, plus deploying from a directory, a tarball or bytes, and waiting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from caiplatform.client._async.resources.agents import AsyncAgents as GeneratedAgents
+from caiplatform.client.source import detect_framework, tar_directory
+
+READY_TIMEOUT = 600.0
+
+
+class AsyncAgents(GeneratedAgents):
+    async def deploy_source(self, source: str | Path | bytes, *, name: str, framework: str | None = None,
+                            project: str | None = None, runtime: str | None = None) -> Any:
+        """Deploy from a directory (tarred here, `.caiignore` honoured, the framework read off its entry
+        file), a `.tar.gz` path, or the tarball's bytes. Answers the 202 body: `{agent, build_id, ...}`."""
+        if isinstance(source, bytes):
+            code = source
+        else:
+            path = Path(source)
+            if path.is_dir():
+                framework = framework or detect_framework(path)
+                code = tar_directory(path)
+            else:
+                code = path.read_bytes()
+        fields = {"name": name, **({"framework": framework} if framework else {}),
+                  **({"runtime": runtime} if runtime else {})}
+        response = await self._client._send(
+            "POST", "/v1/agents", params={"project": project}, data=fields,
+            files={"code": ("code.tar.gz", code, "application/gzip")})
+        return response.json()
+
+    async def wait_ready(self, name: str, *, project: str | None = None, timeout: float = READY_TIMEOUT,
+                         interval: float = 0.5) -> Any:
+        """The agent once it is ready (polling its view); a failed build raises
+        `caiplatform.FailedDependency` with the build's message."""
+        from caiplatform.errors import FailedDependency
+
+        async def fetch() -> Any:
+            return await self._client.request_json("GET", f"/v1/agents/{name}", params={"project": project})
+
+        def settled(agent: Any) -> bool:
+            view = agent.to_json() if hasattr(agent, "to_json") else agent
+            if view.get("state") == "failed":
+                raise FailedDependency(view.get("message") or f"the build of {name} failed")
+            return bool(view.get("ready"))
+
+        return await self._client.poll(fetch, settled, timeout=timeout, interval=interval)
