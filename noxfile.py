@@ -47,6 +47,14 @@ def portable_engines(session: nox.Session) -> None:
 
 
 @nox.session
+def cassettes(session: nox.Session) -> None:
+    """Re-record the client's cassettes from a live `caiplatform serve` (tests/client/cassettes/)."""
+    session.install("-e", ".[all,agents,dev]")
+    session.run("python", "-m", "pytest", "tests/client/test_cassettes.py", "-k", "live", *session.posargs,
+                env={"CAI_RECORD_CASSETTES": "1"})
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", "src", "tests")

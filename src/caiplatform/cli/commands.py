@@ -260,7 +260,7 @@ def topics_publish(project_id: str, topic: str, data: list[str] = typer.Argument
     """Publish messages (text) to a topic."""
     def act() -> None:
         with client() as c:
-            answer = c.topics.publish(project_id, topic, messages=[{"data": item} for item in data])
+            answer = c.topics.publish(project_id, topic, messages=[{"text": item} for item in data])
         output.show(answer, as_json)
     return run(act)
 
@@ -273,11 +273,11 @@ def topics_pull(project_id: str, topic: str, subscription: str,
     def act() -> None:
         with client() as c:
             pulled = c.subscriptions.pull(project_id, topic, subscription, max_messages=max_messages)
-            received = field(pulled, "received_messages") or field(pulled, "messages") or []
+            received = field(pulled, "messages") or []
             if ack and received:
                 c.subscriptions.acknowledge(project_id, topic, subscription,
                                             ack_ids=[field(m, "ack_id") for m in received])
-        output.emit_json(pulled) if as_json else output.table(received, ["ack_id", "message_id", "data", "delivery_attempt"])
+        output.emit_json(pulled) if as_json else output.table(received, ["ack_id", "id", "data", "attributes", "delivery_attempt"])
     return run(act)
 
 

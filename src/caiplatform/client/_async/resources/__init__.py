@@ -6,8 +6,8 @@ from its `custom_<resource>.py`."""
 from __future__ import annotations
 
 from caiplatform.client._async.resources.admin import AsyncAdmin
-from caiplatform.client._async.resources.auth import AsyncAuth
 from caiplatform.client._async.resources.custom_agents import AsyncAgents
+from caiplatform.client._async.resources.custom_auth import AsyncAuth
 from caiplatform.client._async.resources.embed import AsyncEmbed
 from caiplatform.client._async.resources.health import AsyncHealth
 from caiplatform.client._async.resources.indexes import AsyncIndexes

@@ -7,8 +7,8 @@ from its `custom_<resource>.py`."""
 from __future__ import annotations
 
 from caiplatform.client._sync.resources.admin import Admin
-from caiplatform.client._sync.resources.auth import Auth
 from caiplatform.client._sync.resources.custom_agents import Agents
+from caiplatform.client._sync.resources.custom_auth import Auth
 from caiplatform.client._sync.resources.embed import Embed
 from caiplatform.client._sync.resources.health import Health
 from caiplatform.client._sync.resources.indexes import Indexes
