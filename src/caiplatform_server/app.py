@@ -23,10 +23,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from caiplatform.db.database import DATABASE_UNAVAILABLE_MESSAGE, is_database_unavailable
 from caiplatform.errors import PlatformError, RateLimited
+from caiplatform.models.health import Liveness, PlatformHealth
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.redaction import one_line
-from caiplatform_server.contract import openapi_document
+from caiplatform_server.contract import ANONYMOUS, openapi_document, operation, reply
 from caiplatform_server.docs import mount_docs
 from caiplatform_server.http import head_refusal
 from caiplatform_server.proxy import proxy
@@ -230,7 +231,8 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
 
     mount_docs(app)
 
-    @app.get("/healthz", tags=["health"], summary="Health of the served APIs")
+    @app.get("/healthz", tags=["health"], summary="Health of the served APIs",
+             **operation(response=PlatformHealth, errors=(503,), security=ANONYMOUS))
     async def healthz() -> JSONResponse:
         if len(health_fns) == 1:
             (fn,) = health_fns.values()
@@ -247,8 +249,8 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
 
     if "memorystore" in modules:
 
-        @app.get("/livez", tags=["health"], summary="Liveness")
-        async def livez() -> dict[str, str]:
-            return {"status": "ok"}
+        @app.get("/livez", tags=["health"], summary="Liveness", **operation(response=Liveness, security=ANONYMOUS))
+        async def livez() -> JSONResponse:
+            return reply(Liveness(status="ok"))
 
     return ConventionsMiddleware(app, platform)  # type: ignore[return-value]
