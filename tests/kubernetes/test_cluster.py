@@ -8,16 +8,19 @@ import asyncio
 import base64
 import secrets
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from caiplatform.adapters.kubernetes.builder import KanikoJobBuilder
+from caiplatform.adapters.kubernetes.mcp_host import KnativeMcpHost
 from caiplatform.adapters.kubernetes.memorystore import ValkeyStatefulSetProvisioner
 from caiplatform.adapters.kubernetes.projects import KubernetesProjectProvisioner
 from caiplatform.adapters.kubernetes.runtime import KnativeRuntime
 from caiplatform.domain.memorystore import InstanceSpec
 from caiplatform.ports.builder import BuildError, BuildRequest
+from caiplatform.ports.mcp_host import McpBuild, McpDeployment, McpServeError
 from caiplatform.ports.projects import ProjectSpec
 from caiplatform.ports.runtime import RevisionSpec, Scaling, TrafficTarget, WorkloadRef
 from caiplatform.testing import sources
@@ -30,6 +33,15 @@ from tests.conformance.kube_support import ROLE
 REPAIR_ONLY = {
     ("", "services", "patch"): "a memory store's Service left by an interrupted create is patched, not refused",
 }
+
+
+ECHO_TOOL = """
+from caiplatform.mcp import tool
+
+@tool
+def echo(text: str) -> str:
+    return text
+"""
 
 
 async def until(check, timeout: float = 30.0):
@@ -120,6 +132,37 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     with pytest.raises(BuildError) as failed:
         await builder.build(request)
     assert failed.value.message.endswith("...(truncated)") and len(failed.value.message) == 4000 + len("...(truncated)")
+
+    # MCP servers: a Knative Service through the runtime, secrets in its revision's Secret; every rollout
+    # is a revision, and one that fails leaves the one before serving.
+    mcp = KnativeMcpHost(builder, runtime, poll_seconds=0.02, startup_timeout=30)
+    tools = [{"name": "echo", "description": "", "handler": ECHO_TOOL, "schema": {}, "credential_keys": []}]
+    cluster.controllers.build_outcome = lambda job: (True, "")
+    mcp_image = await mcp.build(McpBuild(project_id, project.short, ns, "tools", 1, tools))
+    (job,) = [o.raw for _, _, o in live(cluster.emulator, "jobs", "batch")
+              if o.raw["metadata"]["annotations"]["caiplatform.dev/repository"].endswith(f"cai-{project.short}-mcp-tools")]
+    deployment = McpDeployment(project_id, project.short, ns, "tools", 1, mcp_image, "", env={"CAI_PROJECT_ID": project_id},
+                               secret_env={"CAI_MCP_AUTH_TOKEN": "t0ken", "CAI_PROJECT_KEY": "key-1"})
+    assert await mcp.serve(deployment) == f"http://tools-mcp.{ns}.svc.cluster.local/mcp"
+    mcp_ref = mcp.workload(project_id, project.short, "tools")
+    container = (await runtime.spec_document(mcp_ref))["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == mcp_image.image and container["command"] == ["python", "-m", "caiplatform.mcp.server"]
+    assert container["args"] == ["--source", "/app/mcp", "--host", "0.0.0.0", "--name", "tools", "--version", "1"]
+    assert secret_data(cluster, ns, "tools-mcp-00001-env") == {"CAI_MCP_AUTH_TOKEN": "t0ken", "CAI_PROJECT_KEY": "key-1"}
+    failing = replace(deployment, version=2, env={**deployment.env, "TINY_FAIL_START": "1"})
+    with pytest.raises(McpServeError, match="version 2 did not start: ExitCode1"):
+        await mcp.serve(failing)
+    status = await runtime.status(mcp_ref)
+    assert status.latest_ready_revision == "tools-00001" and status.latest_created_revision == "tools-00002"
+    assert {r.name: r.traffic_percent for r in status.revisions} == {"tools-00001": 100, "tools-00002": 0}
+    assert await mcp.serve(replace(deployment, secret_env={**deployment.secret_env, "CAI_PROJECT_KEY": "key-2"})) \
+        == f"http://tools-mcp.{ns}.svc.cluster.local/mcp"  # a rollback: the same version, a new revision
+    assert secret_data(cluster, ns, "tools-mcp-00003-env")["CAI_PROJECT_KEY"] == "key-2"
+    await KnativeMcpHost(builder, runtime).remove(project_id, "tools")  # another replica's host: found by label
+    assert await runtime.status(mcp_ref) is None
+    assert not [n for sns, n, _ in live(cluster.emulator, "secrets") if sns == ns and n.startswith("tools-mcp-")]
+    await mcp.remove(project_id, "tools")  # idempotent
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"][0].startswith("--context=tar:///workspace/")
 
     # Reaping: deleting a workload takes its revisions' Secrets; deleting the store its objects; the
     # project's namespace takes the rest.
