@@ -569,7 +569,10 @@ class Platform:
         if self.mode == "memory":
             runtime = self.registry.load("runtime", "memory")(**common)
         elif self.on_cluster:
-            runtime = self.registry.load("runtime", "kubernetes")(settings=self.cluster_settings(), images=self.builder.resolve)
+            # Pods keep their logs only while they exist: the history is kept here, as the local runtime's is.
+            runtime = self.registry.load("runtime", "kubernetes")(
+                settings=self.cluster_settings(), images=self.builder.resolve,
+                history_dir=self.data_dir / "runtime" / "history", log_retention=self.settings.log_retention)
         else:
             runtime = self.registry.load("runtime", "local")(
                 self.data_dir, supervisor=self.supervisor(), sandbox=self.sandbox, **common)

@@ -204,3 +204,57 @@ async def _usage(runtime, namespace, pods):
 async def _store_ready(stores, spec):
     instance = await stores.get(spec.project_id, spec.name)
     return instance if instance is not None and instance.ready else None
+
+
+async def test_log_history_outlives_the_pods(cluster, tmp_path: Path):
+    """The collector keeps what pods wrote: once the revision's pods are gone (its traffic moved on, so
+    it scaled to zero) its lines still come from the history, also for a runtime started afresh on the
+    same directory (which stores nothing twice); deleting the workload drops its history."""
+    history = tmp_path / "history"
+    runtime = KnativeRuntime(settings=cluster.settings, poll_seconds=0.02, history_dir=history, log_poll_seconds=0.02)
+    await runtime.start()
+    project_id = str(uuid.uuid4())
+    ref = WorkloadRef(project_id, project_id[:8], "talker")
+    await runtime.apply(RevisionSpec(ref, "talker-00001", 1, "registry.local/t@sha256:" + "4" * 64,
+                                     scaling=Scaling(min_scale=1)))
+    (pod, ns) = await until(lambda: _a_pod(cluster, ref.namespace))
+    cluster.emulator.pod_logs[(ns, pod)] = "2026-11-25T10:00:00.000000001Z started\n2026-11-25T10:00:01Z serving\n"
+    await until(lambda: _history_has(runtime, ref, 2))
+    cluster.emulator.pod_logs[(ns, pod)] += "2026-11-25T10:00:02Z still serving\n"
+    await until(lambda: _history_has(runtime, ref, 3))
+
+    await runtime.apply(RevisionSpec(ref, "talker-00002", 2, "registry.local/t@sha256:" + "5" * 64,
+                                     scaling=Scaling(min_scale=1)))
+    await until(lambda: _no_pod_of(cluster, ns, "talker-00001"))
+    (second, _) = await until(lambda: _a_pod(cluster, ref.namespace))
+    cluster.emulator.pod_logs[(ns, second)] = "2026-11-25T10:00:03Z second\n"
+    lines = await runtime.log_history(ref)
+    assert [(h.revision, h.pod, h.message) for h in lines] == [
+        ("talker-00001", pod, "started"), ("talker-00001", pod, "serving"), ("talker-00001", pod, "still serving"),
+        ("talker-00002", second, "second")]
+    assert [h.message for h in await runtime.log_history(ref, limit=1)] == ["second"]
+    assert [h.message for h in await runtime.log_history(ref, since=lines[1].ts)] == ["serving", "still serving", "second"]
+    await runtime.close()
+
+    again = KnativeRuntime(settings=cluster.settings, poll_seconds=0.02, history_dir=history)
+    assert await again.collect_logs() == 0  # the live pod's lines are stored already
+    assert [h.message for h in await again.log_history(ref)] == ["started", "serving", "still serving", "second"]
+    assert len((history / f"{ref.key}.jsonl").read_text().splitlines()) == 4
+    await again.delete(ref)
+    assert await again.log_history(ref) == [] and not list(history.glob("*.jsonl"))
+    await again.close()
+    audit(cluster.emulator, cluster.calls(), ROLE)
+
+
+async def _a_pod(cluster, namespace):
+    pods = [(n, ns) for ns, n, _ in live(cluster.emulator, "pods") if ns == namespace]
+    return pods[0] if pods else None
+
+
+async def _no_pod_of(cluster, namespace, revision):
+    return not [n for ns, n, _ in live(cluster.emulator, "pods") if ns == namespace and n.startswith(revision)]
+
+
+async def _history_has(runtime, ref, count):
+    return len(await asyncio.to_thread(lambda: (runtime.history_dir / f"{ref.key}.jsonl").read_text().splitlines())
+               if (runtime.history_dir / f"{ref.key}.jsonl").is_file() else []) == count
