@@ -18,7 +18,9 @@ import pytest
 from caiplatform.adapters.kubernetes.builder import KanikoJobBuilder, containerfile
 from caiplatform.ports.builder import BuildRequest
 from caiplatform.testing import sources
-from caiplatform.testing.kube_cluster import emulated_cluster
+from caiplatform.testing.kube_cluster import emulated_cluster, live
+from caiplatform.testing.kube_schemas import audit
+from tests.conformance.kube_support import ROLE
 
 HARNESS = "registry.example/harness:1"
 STEP = "RUN HOME=/tmp/cai-build-cache python -m caiplatform.build.languages {framework} /app/code /app/bin"
@@ -107,3 +109,24 @@ def test_a_failed_step_exits_with_the_builds_message(tmp_path: Path):
     done = subprocess.run([sys.executable, "-m", "caiplatform.build.languages", "function-nodejs", str(code),
                            str(tmp_path / "bin")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "package.json is not a JSON object" in done.stderr
+
+
+async def test_push_credentials_and_a_plain_http_registry(tmp_path: Path):
+    """`CAI_BUILD_PUSH_SECRET` becomes kaniko's docker config; `CAI_BUILD_INSECURE_REGISTRY` its flags for
+    a registry without a certificate it can check (a kind cluster's local registry)."""
+    with emulated_cluster(build_push_secret="regcred", build_insecure_registry=True) as cluster:
+        builder = KanikoJobBuilder(settings=cluster.settings, context_dir=tmp_path / "ctx", poll_seconds=0.02)
+        try:
+            source = sources.write_tree(tmp_path / "src", sources.FUNCTION)
+            project = str(uuid.uuid4())
+            await builder.build(BuildRequest(project, project[:8], "fn", "function", source))
+        finally:
+            await builder.close()
+        (job,) = [o.raw for _, _, o in live(cluster.emulator, "jobs", "batch")]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {"--insecure", "--insecure-pull", "--skip-tls-verify", "--skip-tls-verify-pull"} <= set(container["args"])
+    assert {"name": "push-credentials", "mountPath": "/kaniko/.docker", "readOnly": True} in container["volumeMounts"]
+    assert {"name": "push-credentials", "secret": {"secretName": "regcred", "items": [
+        {"key": ".dockerconfigjson", "path": "config.json"}]}} in pod["volumes"]
+    audit(cluster.emulator, cluster.calls(), ROLE)  # the Job is valid for the cluster's schemas

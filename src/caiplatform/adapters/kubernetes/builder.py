@@ -119,11 +119,20 @@ class KanikoJobBuilder(Builder):
 
     def _job(self, name: str, repository: str, source_hex: str, framework: str, runtime: str | None) -> dict[str, Any]:
         labels = owned({PART_LABEL: "build", SOURCE_LABEL: source_hex[:62]})
+        settings = self.kube.settings
+        args = [f"--context=tar:///workspace/{source_hex}.tar.gz", f"--destination={repository}:{source_hex[:64]}",
+                "--digest-file=/dev/termination-log", "--reproducible", "--single-snapshot"]
+        if settings.build_insecure_registry:
+            args += ["--insecure", "--insecure-pull", "--skip-tls-verify", "--skip-tls-verify-pull"]
+        mounts: list[dict[str, Any]] = [{"name": "context", "mountPath": "/workspace", "readOnly": True}]
+        volumes: list[dict[str, Any]] = [{"name": "context", "persistentVolumeClaim": {
+            "claimName": self.context_claim, "readOnly": True}}]
+        if settings.build_push_secret:  # kaniko reads its registry credentials from /kaniko/.docker/config.json
+            mounts.append({"name": "push-credentials", "mountPath": "/kaniko/.docker", "readOnly": True})
+            volumes.append({"name": "push-credentials", "secret": {
+                "secretName": settings.build_push_secret, "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}})
         kaniko = {
-            "name": "build", "image": self.kube.settings.builder_image,
-            "args": [f"--context=tar:///workspace/{source_hex}.tar.gz", f"--destination={repository}:{source_hex[:64]}",
-                     "--digest-file=/dev/termination-log", "--reproducible", "--single-snapshot"],
-            "volumeMounts": [{"name": "context", "mountPath": "/workspace", "readOnly": True}],
+            "name": "build", "image": settings.builder_image, "args": args, "volumeMounts": mounts,
             "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
             "terminationMessagePolicy": "FallbackToLogsOnError",
         }
@@ -134,8 +143,7 @@ class KanikoJobBuilder(Builder):
                 "spec": {"backoffLimit": 0, "activeDeadlineSeconds": int(self.timeout_seconds),
                          "template": {"metadata": {"labels": labels}, "spec": {
                              "restartPolicy": "Never", "automountServiceAccountToken": False, "containers": [kaniko],
-                             "volumes": [{"name": "context", "persistentVolumeClaim": {
-                                 "claimName": self.context_claim, "readOnly": True}}]}}}}
+                             "volumes": volumes}}}}
 
     async def build(self, request: BuildRequest, log: BuildLog | None = None) -> Image:
         checked = await check_request(request, self.registry_host, toolchains=False)
