@@ -149,15 +149,21 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     assert container["image"] == mcp_image.image and container["command"] == ["python", "-m", "caiplatform.mcp.server"]
     assert container["args"] == ["--source", "/app/mcp", "--host", "0.0.0.0", "--name", "tools", "--version", "1"]
     assert secret_data(cluster, ns, "tools-mcp-00001-env") == {"CAI_MCP_AUTH_TOKEN": "t0ken", "CAI_PROJECT_KEY": "key-1"}
+    url = f"http://tools-mcp.{ns}.svc.cluster.local/mcp"
+    assert await mcp.still_serving(project_id, project.short, "tools", 1) == url  # a restart leaves it be
+    assert await mcp.still_serving(project_id, project.short, "tools", 2) is None
+    assert await mcp.still_serving(project_id, project.short, "other", 1) is None
     failing = replace(deployment, version=2, env={**deployment.env, "TINY_FAIL_START": "1"})
     with pytest.raises(McpServeError, match="version 2 did not start: ExitCode1"):
         await mcp.serve(failing)
     status = await runtime.status(mcp_ref)
     assert status.latest_ready_revision == "tools-00001" and status.latest_created_revision == "tools-00002"
+    assert await mcp.still_serving(project_id, project.short, "tools", 1) is None  # its last rollout failed
     assert {r.name: r.traffic_percent for r in status.revisions} == {"tools-00001": 100, "tools-00002": 0}
     assert await mcp.serve(replace(deployment, secret_env={**deployment.secret_env, "CAI_PROJECT_KEY": "key-2"})) \
         == f"http://tools-mcp.{ns}.svc.cluster.local/mcp"  # a rollback: the same version, a new revision
     assert secret_data(cluster, ns, "tools-mcp-00003-env")["CAI_PROJECT_KEY"] == "key-2"
+    assert await mcp.still_serving(project_id, project.short, "tools", 1) == url
     await KnativeMcpHost(builder, runtime).remove(project_id, "tools")  # another replica's host: found by label
     assert await runtime.status(mcp_ref) is None
     assert not [n for sns, n, _ in live(cluster.emulator, "secrets") if sns == ns and n.startswith("tools-mcp-")]

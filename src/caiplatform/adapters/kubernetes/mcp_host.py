@@ -48,6 +48,7 @@ NAMESPACE_PREFIX = "cai-p-"  # `WorkloadRef.namespace`
 MCP_FRAMEWORK = "mcp"
 SERVER_COMMAND = ["python", "-m", "caiplatform.mcp.server"]
 VERSION_LABEL = "mcp-version"
+LABEL_ANNOTATION_PREFIX = "caiplatform.dev/label-"  # how `KnativeRuntime` records a revision's labels
 REQUEST_TIMEOUT_SECONDS = 300  # document 2, Limits: MCP request timeout
 
 
@@ -124,25 +125,45 @@ class KnativeMcpHost(McpHost):
         ref = self.workload(deployment.project_id, deployment.project_short, deployment.server)
         runtime = self.runtime
         async with self._lock((deployment.project_id, deployment.server)):
-            current = await runtime.status(ref)
-            generation = max((r.generation for r in current.revisions), default=0) + 1 if current else 1
-            revision = f"{deployment.server}-{generation:05d}"
-            spec = RevisionSpec(
-                ref, revision, generation, deployment.image.image, env=dict(deployment.env),
-                secret_env=dict(deployment.secret_env), command=list(SERVER_COMMAND),
-                args=["--source", MCP_DIR, "--host", "0.0.0.0", "--name", deployment.server,
-                      "--version", str(deployment.version)],
-                timeout_seconds=REQUEST_TIMEOUT_SECONDS, labels={VERSION_LABEL: str(deployment.version)})
-            try:
-                await runtime.apply(spec)
-            except WorkloadError as exc:
-                raise McpServeError(f"version {deployment.version} was refused by the cluster: {exc.message}") from exc
+            for attempt in range(3):
+                current = await runtime.status(ref)
+                generation = max((r.generation for r in current.revisions), default=0) + 1 if current else 1
+                revision = f"{deployment.server}-{generation:05d}"
+                spec = RevisionSpec(
+                    ref, revision, generation, deployment.image.image, env=dict(deployment.env),
+                    secret_env=dict(deployment.secret_env), command=list(SERVER_COMMAND),
+                    args=["--source", MCP_DIR, "--host", "0.0.0.0", "--name", deployment.server,
+                          "--version", str(deployment.version)],
+                    timeout_seconds=REQUEST_TIMEOUT_SECONDS, labels={VERSION_LABEL: str(deployment.version)})
+                try:
+                    await runtime.apply(spec)
+                    break
+                except WorkloadError as exc:
+                    # Another replica rolled the server meanwhile and took this revision name: take the next.
+                    if "already exists" in exc.message and attempt < 2:
+                        continue
+                    raise McpServeError(f"version {deployment.version} was refused by the cluster: {exc.message}") from exc
             url = await self._ready(ref, revision, deployment.version)
             if deployment.expose == "apps" and self.hosts is not None:
                 self.hosts.register(self.hosts.host_for(deployment.server, deployment.project_short), self._upstream(ref))
             elif self.hosts is not None:
                 self.hosts.unregister(self.hosts.host_for(deployment.server, deployment.project_short))
             return url.rstrip("/") + "/mcp"
+
+    async def still_serving(self, project_id: str, project_short: str, server: str, version: int) -> str | None:
+        """The server's URL when its newest revision serves `version` and is ready (the Knative Service
+        keeps running, with its key, while the platform restarts)."""
+        ref = self.workload(project_id, project_short, server)
+        status = await self.runtime.status(ref)
+        service = await self.runtime.spec_document(ref) if status is not None else None
+        if status is None or service is None or not status.ready or not status.url:
+            return None
+        if status.latest_ready_revision != status.latest_created_revision:
+            return None
+        annotations = service["spec"]["template"]["metadata"].get("annotations") or {}
+        if annotations.get(f"{LABEL_ANNOTATION_PREFIX}{VERSION_LABEL}") != str(version):
+            return None
+        return status.url.rstrip("/") + "/mcp"
 
     async def _ready(self, ref: WorkloadRef, revision: str, version: int) -> str:
         """The Service's address once `revision` is ready; `McpServeError` when it failed or took too long
