@@ -23,6 +23,7 @@ from caiplatform.ports.builder import BuildError, BuildRequest
 from caiplatform.ports.mcp_host import McpBuild, McpDeployment, McpServeError
 from caiplatform.ports.projects import ProjectSpec
 from caiplatform.ports.runtime import RevisionSpec, Scaling, TrafficTarget, WorkloadRef
+from caiplatform.routing import HostRouter
 from caiplatform.testing import sources
 from caiplatform.testing.kube_cluster import emulated_cluster, live
 from caiplatform.testing.kube_emulator import snapshot
@@ -147,6 +148,7 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     mcp_ref = mcp.workload(project_id, project.short, "tools")
     container = (await runtime.spec_document(mcp_ref))["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == mcp_image.image and container["command"] == ["python", "-m", "caiplatform.mcp.server"]
+    assert not [e for e in container["env"] if e["name"] in ("CAI_CODE_DIR", "CAI_FRAMEWORK")]  # not a harness image
     assert container["args"] == ["--source", "/app/mcp", "--host", "0.0.0.0", "--name", "tools", "--version", "1"]
     assert secret_data(cluster, ns, "tools-mcp-00001-env") == {"CAI_MCP_AUTH_TOKEN": "t0ken", "CAI_PROJECT_KEY": "key-1"}
     url = f"http://tools-mcp.{ns}.svc.cluster.local/mcp"
@@ -164,7 +166,17 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
         == f"http://tools-mcp.{ns}.svc.cluster.local/mcp"  # a rollback: the same version, a new revision
     assert secret_data(cluster, ns, "tools-mcp-00003-env")["CAI_PROJECT_KEY"] == "key-2"
     assert await mcp.still_serving(project_id, project.short, "tools", 1) == url
+    hosts = HostRouter("apps.example")
+    exposed = KnativeMcpHost(builder, runtime, hosts=hosts, poll_seconds=0.02, startup_timeout=30)
+    await exposed.serve(replace(deployment, expose="apps"))
+    upstream = hosts.lookup(hosts.host_for("tools", project.short))
+    assert upstream is not None and (await upstream()).base_url == f"http://tools-mcp.{ns}.svc.cluster.local"
+    await exposed.serve(deployment)  # no longer exposed
+    assert hosts.lookup(hosts.host_for("tools", project.short)) is None
+    await exposed.serve(replace(deployment, expose="apps"))
     await KnativeMcpHost(builder, runtime).remove(project_id, "tools")  # another replica's host: found by label
+    await exposed.remove(project_id, "tools")
+    assert hosts.lookup(hosts.host_for("tools", project.short)) is None
     assert await runtime.status(mcp_ref) is None
     assert not [n for sns, n, _ in live(cluster.emulator, "secrets") if sns == ns and n.startswith("tools-mcp-")]
     await mcp.remove(project_id, "tools")  # idempotent

@@ -37,6 +37,8 @@ CODE_DIR = "/app/code"
 BIN_DIR = "/app/bin"
 BUILD_CACHE_DIR = "/tmp/cai-build-cache"
 LANGUAGE_FRAMEWORKS = ("function-go", "function-nodejs", "function-ruby")
+#: Images built by `build_context` from a Containerfile of the caller's (hosted MCP tool sets), not the harness's.
+OWN_CONTAINERFILE_FRAMEWORKS = ("mcp",)
 HARNESS_COMMAND = ["python", "-m", "caiplatform.harness"]
 LOG_TAIL_LINES = 200
 
@@ -113,8 +115,10 @@ class KanikoJobBuilder(Builder):
         annotations = meta.get("annotations") or {}
         digest = "sha256:" + annotations[IMAGE_LABEL].removeprefix("sha256:")
         framework, runtime = annotations[FRAMEWORK_ANNOTATION], annotations.get(RUNTIME_ANNOTATION) or None
+        harness = framework not in OWN_CONTAINERFILE_FRAMEWORKS  # else its Containerfile's ENV says how it starts
         return Image(reference=f"{annotations[REPOSITORY_ANNOTATION]}@{digest}", digest=digest, framework=framework,
-                     runtime=runtime, command=list(HARNESS_COMMAND), env=image_env(framework, runtime),
+                     runtime=runtime, command=list(HARNESS_COMMAND) if harness else [],
+                     env=image_env(framework, runtime) if harness else {},
                      location=f"{self.namespace}/{meta['name']}", reused=reused)
 
     def _job(self, name: str, repository: str, source_hex: str, framework: str, runtime: str | None) -> dict[str, Any]:
