@@ -188,7 +188,7 @@ class Platform:
             mcp_host = self.registry.load("mcp_host", "memory")(self.settings.registry_host)
         elif self.on_cluster:  # Knative Services through the Kubernetes runtime, images by its builder
             mcp_host = self.registry.load("mcp_host", "kubernetes")(
-                lambda: self.builder, lambda: self.runtime, hosts=self.hosts, registry_host=self.settings.registry_host)
+                lambda: self.builder, lambda: self.runtime, hosts=self.hosts)
         else:
             mcp_host = self.registry.load("mcp_host", "local")(
                 self.data_dir, supervisor=self.supervisor, registry_host=self.settings.registry_host, hosts=self.hosts,

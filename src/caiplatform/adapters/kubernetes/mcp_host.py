@@ -28,7 +28,7 @@ from pathlib import Path
 
 from caiplatform.adapters.kubernetes.builder import KanikoJobBuilder
 from caiplatform.adapters.kubernetes.client import PROJECT_LABEL
-from caiplatform.adapters.kubernetes.runtime import KnativeRuntime
+from caiplatform.adapters.kubernetes.runtime import NAMESPACE_PREFIX, KnativeRuntime
 from caiplatform.build.digest import source_digest
 from caiplatform.mcp.source import check_tool_source, write_source_tree
 from caiplatform.ports.builder import BuildError
@@ -44,7 +44,6 @@ from caiplatform.ports.runtime import RevisionSpec, WorkloadError, WorkloadRef
 from caiplatform.routing import HostRouter, Upstream, UpstreamFactory
 
 MCP_DIR = "/app/mcp"
-NAMESPACE_PREFIX = "cai-p-"  # `WorkloadRef.namespace`
 MCP_FRAMEWORK = "mcp"
 SERVER_COMMAND = ["python", "-m", "caiplatform.mcp.server"]
 VERSION_LABEL = "mcp-version"
@@ -70,12 +69,11 @@ class KnativeMcpHost(McpHost):
 
     def __init__(self, builder: KanikoJobBuilder | Callable[[], KanikoJobBuilder],
                  runtime: KnativeRuntime | Callable[[], KnativeRuntime], *,
-                 hosts: HostRouter | None = None, registry_host: str = "registry.local", poll_seconds: float = 0.5,
-                 startup_timeout: float = 300.0, **_: object):
+                 hosts: HostRouter | None = None, poll_seconds: float = 0.5, startup_timeout: float = 300.0,
+                 **_: object):
         self._builder = builder
         self._runtime = runtime
         self.hosts = hosts
-        self.registry_host = registry_host
         self.poll_seconds = poll_seconds
         self.startup_timeout = startup_timeout
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
