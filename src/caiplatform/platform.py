@@ -186,6 +186,9 @@ class Platform:
 
         if self.mode == "memory":
             mcp_host = self.registry.load("mcp_host", "memory")(self.settings.registry_host)
+        elif self.on_cluster:  # Knative Services through the Kubernetes runtime, images by its builder
+            mcp_host = self.registry.load("mcp_host", "kubernetes")(
+                lambda: self.builder, lambda: self.runtime, hosts=self.hosts)
         else:
             mcp_host = self.registry.load("mcp_host", "local")(
                 self.data_dir, supervisor=self.supervisor, registry_host=self.settings.registry_host, hosts=self.hosts,
@@ -566,7 +569,10 @@ class Platform:
         if self.mode == "memory":
             runtime = self.registry.load("runtime", "memory")(**common)
         elif self.on_cluster:
-            runtime = self.registry.load("runtime", "kubernetes")(settings=self.cluster_settings(), images=self.builder.resolve)
+            # Pods keep their logs only while they exist: the history is kept here, as the local runtime's is.
+            runtime = self.registry.load("runtime", "kubernetes")(
+                settings=self.cluster_settings(), images=self.builder.resolve,
+                history_dir=self.data_dir / "runtime" / "history", log_retention=self.settings.log_retention)
         else:
             runtime = self.registry.load("runtime", "local")(
                 self.data_dir, supervisor=self.supervisor(), sandbox=self.sandbox, **common)

@@ -68,6 +68,7 @@ _BUILTIN: list[AdapterRef] = [
     AdapterRef("runtime", "kubernetes", "caiplatform.adapters.kubernetes.runtime:KnativeRuntime", "kubernetes"),
     AdapterRef("mcp_host", "memory", "caiplatform.adapters.memory.mcp_host:InMemoryMcpHost"),
     AdapterRef("mcp_host", "local", "caiplatform.adapters.local.mcp_host:LocalMcpHost", "mcp"),
+    AdapterRef("mcp_host", "kubernetes", "caiplatform.adapters.kubernetes.mcp_host:KnativeMcpHost", "kubernetes"),
 ]
 
 

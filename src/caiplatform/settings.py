@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     # The volume the control plane shares with build Jobs: its mount here and its claim's name.
     build_context_dir: Path = Field(Path("/var/lib/caiplatform/build-context"), validation_alias=_env("CAI_BUILD_CONTEXT_DIR"))
     build_context_claim: str = Field("caiplatform-build-context", validation_alias=_env("CAI_BUILD_CONTEXT_CLAIM"))
+    # How build Jobs push: a `kubernetes.io/dockerconfigjson` Secret in the build namespace (kaniko's
+    # credentials), and whether the registry is plain HTTP or has a certificate kaniko cannot check.
+    build_push_secret: str | None = Field(None, validation_alias=_env("CAI_BUILD_PUSH_SECRET"))
+    build_insecure_registry: bool = Field(False, validation_alias=_env("CAI_BUILD_INSECURE_REGISTRY"))
 
     # Addresses (DECISIONS.md).
     base_url: str | None = Field(None, validation_alias=_env("CAI_BASE_URL"))

@@ -3,15 +3,16 @@
 
 With `CAI_TEST_KUBECONFIG` set, the same suites run against that real cluster instead (opt-in, not part
 of `.ci/run`; see docs/kubernetes.md): nothing is emulated, the emulator's `notimpl` marks do not apply
-(a real cluster has a data plane), and builds write their context to `CAI_BUILD_CONTEXT_DIR`, which must
-be the build-context volume the cluster's Jobs mount."""
+(a real cluster has a data plane), builds write their context to `CAI_BUILD_CONTEXT_DIR`, which must
+be the build-context volume the cluster's Jobs mount, and the images, the registry and its push settings
+are the platform's own variables (`CAI_HARNESS_IMAGE`, `CAI_REGISTRY_HOST`, `CAI_BUILD_PUSH_SECRET`, ...)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from caiplatform.adapters.kubernetes.client import ClusterSettings
@@ -28,6 +29,15 @@ def marked_as(backend: str) -> str:
     return "kubernetes-cluster" if backend == "kubernetes" and real_cluster() else backend
 
 
+def registry_host() -> str:
+    """Where builds push: the cluster's registry (`CAI_REGISTRY_HOST`), or the emulator's pretend one."""
+    if not real_cluster():
+        return "registry.local"
+    from caiplatform.settings import Settings
+
+    return Settings().registry_host
+
+
 def build_context_dir(default: Path) -> Path:
     return Path(os.environ["CAI_BUILD_CONTEXT_DIR"]) if real_cluster() else default
 
@@ -42,7 +52,10 @@ class Cluster:
 async def cluster() -> AsyncIterator[Cluster]:
     kubeconfig = os.environ.get("CAI_TEST_KUBECONFIG")
     if kubeconfig:
-        yield Cluster(ClusterSettings(kubeconfig=kubeconfig))
+        from caiplatform.adapters.kubernetes.client import cluster_settings
+        from caiplatform.settings import Settings
+
+        yield Cluster(replace(cluster_settings(Settings()), kubeconfig=kubeconfig, host=None))
         return
     from caiplatform.testing.kube_cluster import emulated_cluster
     from caiplatform.testing.kube_schemas import audit

@@ -8,18 +8,22 @@ import asyncio
 import base64
 import secrets
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from caiplatform.adapters.kubernetes.builder import KanikoJobBuilder
+from caiplatform.adapters.kubernetes.mcp_host import KnativeMcpHost
 from caiplatform.adapters.kubernetes.memorystore import ValkeyStatefulSetProvisioner
 from caiplatform.adapters.kubernetes.projects import KubernetesProjectProvisioner
 from caiplatform.adapters.kubernetes.runtime import KnativeRuntime
 from caiplatform.domain.memorystore import InstanceSpec
 from caiplatform.ports.builder import BuildError, BuildRequest
+from caiplatform.ports.mcp_host import McpBuild, McpDeployment, McpServeError
 from caiplatform.ports.projects import ProjectSpec
 from caiplatform.ports.runtime import RevisionSpec, Scaling, TrafficTarget, WorkloadRef
+from caiplatform.routing import HostRouter
 from caiplatform.testing import sources
 from caiplatform.testing.kube_cluster import emulated_cluster, live
 from caiplatform.testing.kube_emulator import snapshot
@@ -30,6 +34,15 @@ from tests.conformance.kube_support import ROLE
 REPAIR_ONLY = {
     ("", "services", "patch"): "a memory store's Service left by an interrupted create is patched, not refused",
 }
+
+
+ECHO_TOOL = """
+from caiplatform.mcp import tool
+
+@tool
+def echo(text: str) -> str:
+    return text
+"""
 
 
 async def until(check, timeout: float = 30.0):
@@ -121,6 +134,54 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
         await builder.build(request)
     assert failed.value.message.endswith("...(truncated)") and len(failed.value.message) == 4000 + len("...(truncated)")
 
+    # MCP servers: a Knative Service through the runtime, secrets in its revision's Secret; every rollout
+    # is a revision, and one that fails leaves the one before serving.
+    mcp = KnativeMcpHost(builder, runtime, poll_seconds=0.02, startup_timeout=30)
+    tools = [{"name": "echo", "description": "", "handler": ECHO_TOOL, "schema": {}, "credential_keys": []}]
+    cluster.controllers.build_outcome = lambda job: (True, "")
+    mcp_image = await mcp.build(McpBuild(project_id, project.short, ns, "tools", 1, tools))
+    (job,) = [o.raw for _, _, o in live(cluster.emulator, "jobs", "batch")
+              if o.raw["metadata"]["annotations"]["caiplatform.dev/repository"].endswith(f"cai-{project.short}-mcp-tools")]
+    deployment = McpDeployment(project_id, project.short, ns, "tools", 1, mcp_image, "", env={"CAI_PROJECT_ID": project_id},
+                               secret_env={"CAI_MCP_AUTH_TOKEN": "t0ken", "CAI_PROJECT_KEY": "key-1"})
+    assert await mcp.serve(deployment) == f"http://tools-mcp.{ns}.svc.cluster.local/mcp"
+    mcp_ref = mcp.workload(project_id, project.short, "tools")
+    container = (await runtime.spec_document(mcp_ref))["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == mcp_image.image and container["command"] == ["python", "-m", "caiplatform.mcp.server"]
+    assert not [e for e in container["env"] if e["name"] in ("CAI_CODE_DIR", "CAI_FRAMEWORK")]  # not a harness image
+    assert container["args"] == ["--source", "/app/mcp", "--host", "0.0.0.0", "--name", "tools", "--version", "1"]
+    assert secret_data(cluster, ns, "tools-mcp-00001-env") == {"CAI_MCP_AUTH_TOKEN": "t0ken", "CAI_PROJECT_KEY": "key-1"}
+    url = f"http://tools-mcp.{ns}.svc.cluster.local/mcp"
+    assert await mcp.still_serving(project_id, project.short, "tools", 1) == url  # a restart leaves it be
+    assert await mcp.still_serving(project_id, project.short, "tools", 2) is None
+    assert await mcp.still_serving(project_id, project.short, "other", 1) is None
+    failing = replace(deployment, version=2, env={**deployment.env, "TINY_FAIL_START": "1"})
+    with pytest.raises(McpServeError, match="version 2 did not start: ExitCode1"):
+        await mcp.serve(failing)
+    status = await runtime.status(mcp_ref)
+    assert status.latest_ready_revision == "tools-00001" and status.latest_created_revision == "tools-00002"
+    assert await mcp.still_serving(project_id, project.short, "tools", 1) is None  # its last rollout failed
+    assert {r.name: r.traffic_percent for r in status.revisions} == {"tools-00001": 100, "tools-00002": 0}
+    assert await mcp.serve(replace(deployment, secret_env={**deployment.secret_env, "CAI_PROJECT_KEY": "key-2"})) \
+        == f"http://tools-mcp.{ns}.svc.cluster.local/mcp"  # a rollback: the same version, a new revision
+    assert secret_data(cluster, ns, "tools-mcp-00003-env")["CAI_PROJECT_KEY"] == "key-2"
+    assert await mcp.still_serving(project_id, project.short, "tools", 1) == url
+    hosts = HostRouter("apps.example")
+    exposed = KnativeMcpHost(builder, runtime, hosts=hosts, poll_seconds=0.02, startup_timeout=30)
+    await exposed.serve(replace(deployment, expose="apps"))
+    upstream = hosts.lookup(hosts.host_for("tools", project.short))
+    assert upstream is not None and (await upstream()).base_url == f"http://tools-mcp.{ns}.svc.cluster.local"
+    await exposed.serve(deployment)  # no longer exposed
+    assert hosts.lookup(hosts.host_for("tools", project.short)) is None
+    await exposed.serve(replace(deployment, expose="apps"))
+    await KnativeMcpHost(builder, runtime).remove(project_id, "tools")  # another replica's host: found by label
+    await exposed.remove(project_id, "tools")
+    assert hosts.lookup(hosts.host_for("tools", project.short)) is None
+    assert await runtime.status(mcp_ref) is None
+    assert not [n for sns, n, _ in live(cluster.emulator, "secrets") if sns == ns and n.startswith("tools-mcp-")]
+    await mcp.remove(project_id, "tools")  # idempotent
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"][0].startswith("--context=tar:///workspace/")
+
     # Reaping: deleting a workload takes its revisions' Secrets; deleting the store its objects; the
     # project's namespace takes the rest.
     await runtime.delete(ref)
@@ -161,3 +222,57 @@ async def _usage(runtime, namespace, pods):
 async def _store_ready(stores, spec):
     instance = await stores.get(spec.project_id, spec.name)
     return instance if instance is not None and instance.ready else None
+
+
+async def test_log_history_outlives_the_pods(cluster, tmp_path: Path):
+    """The collector keeps what pods wrote: once the revision's pods are gone (its traffic moved on, so
+    it scaled to zero) its lines still come from the history, also for a runtime started afresh on the
+    same directory (which stores nothing twice); deleting the workload drops its history."""
+    history = tmp_path / "history"
+    runtime = KnativeRuntime(settings=cluster.settings, poll_seconds=0.02, history_dir=history, log_poll_seconds=0.02)
+    await runtime.start()
+    project_id = str(uuid.uuid4())
+    ref = WorkloadRef(project_id, project_id[:8], "talker")
+    await runtime.apply(RevisionSpec(ref, "talker-00001", 1, "registry.local/t@sha256:" + "4" * 64,
+                                     scaling=Scaling(min_scale=1)))
+    (pod, ns) = await until(lambda: _a_pod(cluster, ref.namespace))
+    cluster.emulator.pod_logs[(ns, pod)] = "2026-11-25T10:00:00.000000001Z started\n2026-11-25T10:00:01Z serving\n"
+    await until(lambda: _history_has(runtime, ref, 2))
+    cluster.emulator.pod_logs[(ns, pod)] += "2026-11-25T10:00:02Z still serving\n"
+    await until(lambda: _history_has(runtime, ref, 3))
+
+    await runtime.apply(RevisionSpec(ref, "talker-00002", 2, "registry.local/t@sha256:" + "5" * 64,
+                                     scaling=Scaling(min_scale=1)))
+    await until(lambda: _no_pod_of(cluster, ns, "talker-00001"))
+    (second, _) = await until(lambda: _a_pod(cluster, ref.namespace))
+    cluster.emulator.pod_logs[(ns, second)] = "2026-11-25T10:00:03Z second\n"
+    lines = await runtime.log_history(ref)
+    assert [(h.revision, h.pod, h.message) for h in lines] == [
+        ("talker-00001", pod, "started"), ("talker-00001", pod, "serving"), ("talker-00001", pod, "still serving"),
+        ("talker-00002", second, "second")]
+    assert [h.message for h in await runtime.log_history(ref, limit=1)] == ["second"]
+    assert [h.message for h in await runtime.log_history(ref, since=lines[1].ts)] == ["serving", "still serving", "second"]
+    await runtime.close()
+
+    again = KnativeRuntime(settings=cluster.settings, poll_seconds=0.02, history_dir=history)
+    assert await again.collect_logs() == 0  # the live pod's lines are stored already
+    assert [h.message for h in await again.log_history(ref)] == ["started", "serving", "still serving", "second"]
+    assert len((history / f"{ref.key}.jsonl").read_text().splitlines()) == 4
+    await again.delete(ref)
+    assert await again.log_history(ref) == [] and not list(history.glob("*.jsonl"))
+    await again.close()
+    audit(cluster.emulator, cluster.calls(), ROLE)
+
+
+async def _a_pod(cluster, namespace):
+    pods = [(n, ns) for ns, n, _ in live(cluster.emulator, "pods") if ns == namespace]
+    return pods[0] if pods else None
+
+
+async def _no_pod_of(cluster, namespace, revision):
+    return not [n for ns, n, _ in live(cluster.emulator, "pods") if ns == namespace and n.startswith(revision)]
+
+
+async def _history_has(runtime, ref, count):
+    return len(await asyncio.to_thread(lambda: (runtime.history_dir / f"{ref.key}.jsonl").read_text().splitlines())
+               if (runtime.history_dir / f"{ref.key}.jsonl").is_file() else []) == count

@@ -1,6 +1,7 @@
 """End to end: `caiplatform serve` with `CAI_RUNTIME=kubernetes` against the API emulator (and its
 controller double) deploys an agent, lists its revisions, splits traffic, reads the quota, creates a
-memory store and deletes the project, over HTTP; afterwards the emulator holds nothing of the project."""
+memory store and an MCP server (a Knative Service of its own, built by a kaniko Job) and deletes the
+project, over HTTP; afterwards the emulator holds nothing of the project."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
 from caiplatform.testing.kube_cluster import emulated_cluster
-from caiplatform.testing.kube_emulator import snapshot
+from caiplatform.testing.kube_emulator import live, snapshot
 from caiplatform.testing.kube_schemas import audit
 from caiplatform.testing.serve import ServeProcess
 from tests.conformance.kube_support import ROLE
@@ -19,6 +20,16 @@ from tests.conformance.kube_support import ROLE
 from ..examples_support import example_tarball
 
 pytestmark = pytest.mark.e2e
+
+
+ECHO_TOOL = """
+from caiplatform.mcp import tool
+
+@tool
+def echo(text: str) -> str:
+    \"\"\"Say it back.\"\"\"
+    return text
+"""
 
 
 def settled(admin: httpx.Client, project: str, name: str, revision: str) -> dict:
@@ -82,6 +93,24 @@ def test_a_project_on_the_kubernetes_runtime_over_http(tmp_path):
                 time.sleep(0.2)
             store = admin.get(f"/v1/projects/{project['id']}/memorystores/cache").json()
             assert store["connection"]["host"].startswith(f"ms-cache.{namespace}") and store["connection"]["port"] == 6379
+
+            servers = f"/v1/projects/{project['id']}/mcpservers"
+            r = admin.post(servers, json={"name": "tools"})
+            assert r.status_code == 201, r.text
+            r = admin.put(f"{servers}/tools/tools/echo", json={"handler": ECHO_TOOL})
+            assert r.status_code == 202, r.text
+            deadline = time.monotonic() + 60
+            while (server := admin.get(f"{servers}/tools").json()["mcp_server"])["status"] != "ready":
+                assert server["status"] in ("building", "deploying", "pending") and time.monotonic() < deadline, server
+                time.sleep(0.2)
+            assert server["url"] == f"http://tools-mcp.{namespace}.svc.cluster.local/mcp" and server["version"] == 1
+            (service,) = [o.raw for ns, n, o in live(cluster.emulator, "services", "serving.knative.dev")
+                          if ns == namespace and n == "tools-mcp"]
+            container = service["spec"]["template"]["spec"]["containers"][0]
+            assert container["image"] == server["image"] and container["command"][-1] == "caiplatform.mcp.server"
+            assert not [e for e in container["env"] if e["name"] == "CAI_MCP_AUTH_TOKEN" and "value" in e]
+            jobs = [o.raw for _, _, o in live(cluster.emulator, "jobs", "batch")]
+            assert any(j["metadata"]["annotations"]["caiplatform.dev/repository"].endswith("-mcp-tools") for j in jobs)
 
             assert admin.delete("/v1/agents/fn", params=q).status_code in (200, 202, 204)
             r = admin.delete(f"/v1/projects/{project['id']}")

@@ -465,6 +465,28 @@ async def test_resume_serves_again_and_finishes_unfinished_builds(client, admin_
     assert status == {"ok": ("ready", None), "broken": ("failed", "build failed: earlier"), "midway": ("ready", None)}
 
 
+async def test_resume_leaves_alone_a_server_its_host_still_serves(client, admin_headers, base, platform, monkeypatch):
+    """A cluster's MCP server outlives the platform with its rollout's key: a restart does not roll it again."""
+    for name in ("kept", "gone"):
+        await client.post(base, headers=admin_headers, json={"name": name})
+        await client.put(f"{base}/{name}/tools/add", headers=admin_headers, json={"handler": ADD})
+    await ready(platform)
+    asked = []
+
+    async def still_serving(project_id, project_short, server, version):
+        asked.append((server, version))
+        return "http://kept-mcp.cluster/mcp" if server == "kept" else None
+
+    monkeypatch.setattr(platform.mcp.host, "still_serving", still_serving)
+    platform.mcp.host.serving.clear()  # what a restarted host knows
+    await platform.mcp.resume()
+    await ready(platform)
+    assert sorted(asked) == [("gone", 1), ("kept", 1)]
+    assert {server for (_, server) in platform.mcp.host.serving} == {"gone"}
+    status = {s["name"]: s["status"] for s in (await client.get(base, headers=admin_headers)).json()["mcpservers"]}
+    assert status == {"kept": "ready", "gone": "ready"}
+
+
 @pytest.mark.parametrize(
     "handler",
     [

@@ -64,8 +64,9 @@ def framework_for(framework: str, runtime: str | None) -> str:
     return framework
 
 
-def check_source(source_dir: Path, framework: str, runtime: str | None = None) -> None:
-    """Raise `BuildError` when the tree lacks what `framework` needs to start."""
+def check_source(source_dir: Path, framework: str, runtime: str | None = None, *, toolchains: bool = True) -> None:
+    """Raise `BuildError` when the tree lacks what `framework` needs to start. `toolchains` False: the
+    language's toolchain is not looked for on this machine (a cluster build finds it in its base image)."""
     framework = framework_for(framework, runtime)
     if framework not in AGENT_FRAMEWORKS and framework not in FUNCTION_FRAMEWORKS:
         known = ", ".join(AGENT_FRAMEWORKS + FUNCTION_FRAMEWORKS)
@@ -91,7 +92,7 @@ def check_source(source_dir: Path, framework: str, runtime: str | None = None) -
         raise BuildError(f"{entry} must define `func Handle(event map[string]any, context map[string]any) (any, error)`")
     if framework == "function-ruby" and not _RUBY_HANDLE.search(text):
         raise BuildError(f"{entry} must define `def handle(event, context)`")
-    if shutil.which(tool) is None:
+    if toolchains and shutil.which(tool) is None:
         raise BuildError(
             f"{framework} functions need the {language} toolchain (`{tool}`) on the machine that builds and "
             f"runs them, and it is not installed here; install {language} or deploy a Python function"

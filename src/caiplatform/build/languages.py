@@ -8,13 +8,22 @@
 
 Python frameworks have their own step (the environment for `requirements.txt`), so nothing happens
 here for them.
+
+`python -m caiplatform.build.languages <framework> <code dir> <bin dir>` runs the same step inside a
+container build (the Kubernetes builder's Containerfile, `adapters/kubernetes/builder.py`), without a
+sandbox of its own (the build container is one): its output goes to standard output and a failure
+prints the build's message and exits 1.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
 import os
 import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 from caiplatform.build.golang import BINARY_NAME, build_go_function
@@ -77,3 +86,27 @@ async def _node(code_dir: Path, emit: BuildLog, jail: StepJail | None) -> None:
     emit("installing package.json's dependencies (npm install --omit=dev)")
     await run_step([npm, "install", "--omit=dev", "--no-audit", "--no-fund", "--no-update-notifier"],
                    "installing package.json's dependencies (npm install)", emit, cwd=code_dir, jail=jail)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m caiplatform.build.languages",
+                                     description="the language step of a function build, in a container build")
+    parser.add_argument("framework", choices=["function-go", "function-nodejs", "function-ruby"])
+    parser.add_argument("code_dir", type=Path)
+    parser.add_argument("bin_dir", type=Path)
+    parser.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "caiplatform-build-cache")
+    args = parser.parse_args(argv)
+
+    def emit(line: str) -> None:
+        print(line, flush=True)
+
+    try:
+        asyncio.run(build_function(args.framework, args.code_dir, args.bin_dir, emit, cache_dir=args.cache_dir))
+    except BuildError as exc:
+        print(exc.message, file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

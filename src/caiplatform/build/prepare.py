@@ -20,13 +20,14 @@ class CheckedSource:
     reference: str
 
 
-async def check_request(request: BuildRequest, registry_host: str) -> CheckedSource:
-    """The first step of every build: check the entry file, then hash the tree (off the event loop)."""
+async def check_request(request: BuildRequest, registry_host: str, *, toolchains: bool = True) -> CheckedSource:
+    """The first step of every build: check the entry file, then hash the tree (off the event loop).
+    `toolchains` False: a function's language toolchain is in the image the build starts from, not here."""
     framework = framework_for(request.framework, request.runtime)
     source = Path(request.source_dir)
     if not source.is_dir():
         raise BuildError(f"the source directory of {request.workload} is missing")
-    await anyio.to_thread.run_sync(check_source, source, framework, request.runtime)
+    await anyio.to_thread.run_sync(lambda: check_source(source, framework, request.runtime, toolchains=toolchains))
     digest = await anyio.to_thread.run_sync(source_digest, source, framework, request.runtime)
     reference = image_reference(registry_host, request.project_short, request.workload, digest)
     return CheckedSource(source, framework, digest, reference)

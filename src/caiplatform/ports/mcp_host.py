@@ -57,3 +57,9 @@ class McpHost(ABC):
     @abstractmethod
     async def remove(self, project_id: str, server: str) -> None:
         """Stop serving and forget the server. Idempotent."""
+
+    async def still_serving(self, project_id: str, project_short: str, server: str, version: int) -> str | None:
+        """After a platform restart: the MCP endpoint URL when `version` of the server still serves, ready,
+        with what its last rollout gave it (a host whose servers outlive the platform's process, such as a
+        cluster's); None when the platform must serve it again (the default: its servers went with it)."""
+        return None

@@ -16,7 +16,7 @@ import re
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import func, select
@@ -527,6 +527,15 @@ class McpServerService:
         starting = asyncio.Semaphore(RESUME_CONCURRENCY)
 
         async def serve_again(item: _Resumable) -> None:
+            if item.current is not None and item.image is not None:
+                try:
+                    # A cluster's server outlives the platform with the key its rollout gave it: leave it be
+                    # (serving it again from every replica's start would roll, and re-key, it each time).
+                    if await self.host.still_serving(item.project.id, item.project.short, item.name, item.current):
+                        item = replace(item, current=None)
+                except Exception:  # noqa: BLE001 - not known to serve: serve it again
+                    log.warning("could not ask whether mcp server %s/%s still serves", item.project.slug, item.name,
+                                exc_info=True)
             if item.current is not None and item.image is not None:
                 try:
                     async with starting:

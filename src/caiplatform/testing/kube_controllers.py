@@ -143,7 +143,9 @@ class ControllerDouble:
                       and (o.raw["metadata"].get("labels") or {}).get("serving.knative.dev/revision") == name)
         for index in range(len(pods), replicas):
             pod = f"{name}-deployment-{index:05d}"
-            self._put("v1/pods", ns, pod, {"metadata": {"name": pod, "namespace": ns, "labels": labels,
+            # Knative gives a revision's pods the revision's labels (the template's, then its own).
+            pod_labels = {**(revision.raw["metadata"].get("labels") or {}), **labels}
+            self._put("v1/pods", ns, pod, {"metadata": {"name": pod, "namespace": ns, "labels": pod_labels,
                       "creationTimestamp": now()}, "status": {"phase": "Running"}})
         for pod in pods[replicas:]:
             self.k.objects["v1/pods", ns, pod].delete()

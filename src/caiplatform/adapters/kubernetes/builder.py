@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from caiplatform.adapters.kubernetes.client import MERGE_PATCH, PART_LABEL, ClusterSettings, KubeClient, owned
+from caiplatform.build.languages import function_env
 from caiplatform.build.prepare import check_request
 from caiplatform.ports.builder import Builder, BuildError, BuildLog, BuildRequest, Image
 
@@ -33,20 +34,46 @@ REPOSITORY_ANNOTATION = "caiplatform.dev/repository"
 FRAMEWORK_ANNOTATION = "caiplatform.dev/framework"
 RUNTIME_ANNOTATION = "caiplatform.dev/runtime"
 CODE_DIR = "/app/code"
+BIN_DIR = "/app/bin"
+BUILD_CACHE_DIR = "/tmp/cai-build-cache"
+LANGUAGE_FRAMEWORKS = ("function-go", "function-nodejs", "function-ruby")
+#: Images built by `build_context` from a Containerfile of the caller's (hosted MCP tool sets), not the harness's.
+OWN_CONTAINERFILE_FRAMEWORKS = ("mcp",)
 HARNESS_COMMAND = ["python", "-m", "caiplatform.harness"]
 LOG_TAIL_LINES = 200
 
 
 def containerfile(harness_image: str, framework: str, runtime: str | None) -> str:
-    env = f"CAI_FRAMEWORK={framework} CAI_CODE_DIR={CODE_DIR}" + (f" CAI_RUNTIME={runtime}" if runtime else "")
+    """The Containerfile kaniko builds: the harness image, the code, its `requirements.txt`, then the
+    language step of a function in another language (`language_step`)."""
+    env = " ".join(f"{k}={v}" for k, v in image_env(framework, runtime).items())
     return "\n".join([
         f"FROM {harness_image}",
         f"COPY --chown=1000:1000 code/ {CODE_DIR}/",
-        f"RUN if [ -f {CODE_DIR}/requirements.txt ]; then pip install --no-cache-dir -r {CODE_DIR}/requirements.txt; fi",
+        # From the code directory, as the local builder runs it: relative paths in it are relative to the code.
+        f"RUN cd {CODE_DIR} && if [ -f requirements.txt ]; then pip install --no-cache-dir -r requirements.txt; fi",
+        *language_step(framework),
         f"ENV {env}",
         "USER 1000",
         "",
     ])
+
+
+def language_step(framework: str) -> list[str]:
+    """The language step of a function in Go, Node.js or Ruby: the very code the local builder runs
+    (`caiplatform.build.languages`, in the harness image), as the image's user on the image's own copy of
+    the code: Go compiled into `/app/bin/function` and checked, `ruby -c` and `bundle install` into
+    `vendor/bundle`, `npm install --omit=dev`. Its output, a failure's message included, is the Job's log,
+    whose tail is the build's message. Nothing for Python (`requirements.txt` is installed above)."""
+    if framework not in LANGUAGE_FRAMEWORKS:
+        return []
+    return [
+        f"RUN mkdir -p {BIN_DIR} {BUILD_CACHE_DIR} && chown 1000:1000 {BIN_DIR} {BUILD_CACHE_DIR}",
+        "USER 1000",
+        f"RUN HOME={BUILD_CACHE_DIR} python -m caiplatform.build.languages {framework} {CODE_DIR} {BIN_DIR} --cache-dir {BUILD_CACHE_DIR}"
+        f" && rm -rf {BUILD_CACHE_DIR}",
+        "USER root",
+    ]
 
 
 def pack_context(source: Path, dockerfile: str) -> bytes:
@@ -61,7 +88,8 @@ def pack_context(source: Path, dockerfile: str) -> bytes:
 
 
 def image_env(framework: str, runtime: str | None) -> dict[str, str]:
-    return {"CAI_FRAMEWORK": framework, "CAI_CODE_DIR": CODE_DIR, **({"CAI_RUNTIME": runtime} if runtime else {})}
+    return {"CAI_FRAMEWORK": framework, "CAI_CODE_DIR": CODE_DIR, **({"CAI_RUNTIME": runtime} if runtime else {}),
+            **function_env(framework, Path(BIN_DIR))}
 
 
 class KanikoJobBuilder(Builder):
@@ -87,17 +115,28 @@ class KanikoJobBuilder(Builder):
         annotations = meta.get("annotations") or {}
         digest = "sha256:" + annotations[IMAGE_LABEL].removeprefix("sha256:")
         framework, runtime = annotations[FRAMEWORK_ANNOTATION], annotations.get(RUNTIME_ANNOTATION) or None
+        harness = framework not in OWN_CONTAINERFILE_FRAMEWORKS  # else its Containerfile's ENV says how it starts
         return Image(reference=f"{annotations[REPOSITORY_ANNOTATION]}@{digest}", digest=digest, framework=framework,
-                     runtime=runtime, command=list(HARNESS_COMMAND), env=image_env(framework, runtime),
+                     runtime=runtime, command=list(HARNESS_COMMAND) if harness else [],
+                     env=image_env(framework, runtime) if harness else {},
                      location=f"{self.namespace}/{meta['name']}", reused=reused)
 
     def _job(self, name: str, repository: str, source_hex: str, framework: str, runtime: str | None) -> dict[str, Any]:
         labels = owned({PART_LABEL: "build", SOURCE_LABEL: source_hex[:62]})
+        settings = self.kube.settings
+        args = [f"--context=tar:///workspace/{source_hex}.tar.gz", f"--destination={repository}:{source_hex[:64]}",
+                "--digest-file=/dev/termination-log", "--reproducible", "--single-snapshot"]
+        if settings.build_insecure_registry:
+            args += ["--insecure", "--insecure-pull", "--skip-tls-verify", "--skip-tls-verify-pull"]
+        mounts: list[dict[str, Any]] = [{"name": "context", "mountPath": "/workspace", "readOnly": True}]
+        volumes: list[dict[str, Any]] = [{"name": "context", "persistentVolumeClaim": {
+            "claimName": self.context_claim, "readOnly": True}}]
+        if settings.build_push_secret:  # kaniko reads its registry credentials from /kaniko/.docker/config.json
+            mounts.append({"name": "push-credentials", "mountPath": "/kaniko/.docker", "readOnly": True})
+            volumes.append({"name": "push-credentials", "secret": {
+                "secretName": settings.build_push_secret, "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}})
         kaniko = {
-            "name": "build", "image": self.kube.settings.builder_image,
-            "args": [f"--context=tar:///workspace/{source_hex}.tar.gz", f"--destination={repository}:{source_hex[:64]}",
-                     "--digest-file=/dev/termination-log", "--reproducible", "--single-snapshot"],
-            "volumeMounts": [{"name": "context", "mountPath": "/workspace", "readOnly": True}],
+            "name": "build", "image": settings.builder_image, "args": args, "volumeMounts": mounts,
             "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
             "terminationMessagePolicy": "FallbackToLogsOnError",
         }
@@ -108,13 +147,19 @@ class KanikoJobBuilder(Builder):
                 "spec": {"backoffLimit": 0, "activeDeadlineSeconds": int(self.timeout_seconds),
                          "template": {"metadata": {"labels": labels}, "spec": {
                              "restartPolicy": "Never", "automountServiceAccountToken": False, "containers": [kaniko],
-                             "volumes": [{"name": "context", "persistentVolumeClaim": {
-                                 "claimName": self.context_claim, "readOnly": True}}]}}}}
+                             "volumes": volumes}}}}
 
     async def build(self, request: BuildRequest, log: BuildLog | None = None) -> Image:
-        checked = await check_request(request, self.registry_host)
-        source_hex = checked.digest.removeprefix("sha256:")
-        repository = checked.reference.rpartition("@")[0]
+        checked = await check_request(request, self.registry_host, toolchains=False)
+        dockerfile = containerfile(self.kube.settings.harness_image, checked.framework, request.runtime)
+        return await self.build_context(checked.reference.rpartition("@")[0], checked.digest, checked.source, dockerfile,
+                                        checked.framework, request.runtime, log)
+
+    async def build_context(self, repository: str, source_digest: str, source: Path, dockerfile: str, framework: str,
+                            runtime: str | None = None, log: BuildLog | None = None) -> Image:
+        """Build `source` (as `code/`) with `dockerfile` into `repository`, or reuse the image a Job of the
+        same repository and source already pushed. `source_digest` names the source (a content hash)."""
+        source_hex = source_digest.removeprefix("sha256:")
         name = "build-" + hashlib.sha256(f"{repository}\0{source_hex}".encode()).hexdigest()[:40]
         existing = await self.kube.get(self.kube.batch.read_namespaced_job, name, self.namespace)
         if existing is not None and IMAGE_LABEL in (existing["metadata"].get("annotations") or {}):
@@ -122,11 +167,10 @@ class KanikoJobBuilder(Builder):
         if existing is not None:  # a failed or interrupted build of this source: build it again
             await self.kube.delete(self.kube.batch.delete_namespaced_job, name, self.namespace)
             await self._gone(name)
-        dockerfile = containerfile(self.kube.settings.harness_image, checked.framework, request.runtime)
-        context = await anyio.to_thread.run_sync(pack_context, checked.source, dockerfile)
+        context = await anyio.to_thread.run_sync(pack_context, source, dockerfile)
         await anyio.to_thread.run_sync(self._write_context, source_hex, context)
         await self.kube.call(self.kube.batch.create_namespaced_job, self.namespace,
-                             self._job(name, repository, source_hex, checked.framework, request.runtime))
+                             self._job(name, repository, source_hex, framework, runtime))
         job = await self._finished(name)
         lines = await self._log(name)
         for line in lines:

@@ -67,6 +67,8 @@ class ClusterSettings:
     harness_image: str = "ghcr.io/caiplatform/harness:latest"
     builder_image: str = "gcr.io/kaniko-project/executor:v1.23.2"
     valkey_image: str = "docker.io/valkey/valkey:8.1"
+    build_push_secret: str | None = None  # a dockerconfigjson Secret in the build namespace, for kaniko's push
+    build_insecure_registry: bool = False  # plain HTTP, or a certificate kaniko cannot check
 
 
 def cluster_settings(settings: Any) -> ClusterSettings:
@@ -74,7 +76,8 @@ def cluster_settings(settings: Any) -> ClusterSettings:
     return ClusterSettings(kubeconfig=settings.kubeconfig, host=settings.kube_api_url, context=settings.kube_context,
                            platform_namespace=settings.platform_namespace, build_namespace=settings.build_namespace,
                            harness_image=settings.harness_image, builder_image=settings.builder_image,
-                           valkey_image=settings.valkey_image)
+                           valkey_image=settings.valkey_image, build_push_secret=settings.build_push_secret,
+                           build_insecure_registry=settings.build_insecure_registry)
 
 
 class KubeClient:

@@ -8,6 +8,15 @@ and message are the Revision's and the Service's `Ready` condition; the URL is t
 inside the cluster. Knative's activator and autoscaler do the request routing, cold starts and scaling,
 so `acquire` only waits for a ready revision and hands out its address.
 
+Log history: a cluster keeps a pod's log only while the pod exists, so with a `history_dir` the runtime
+keeps what the platform's history promises (`LOG_RETENTION`, as the local runtime does): a collector
+started by `start()` reads the new lines of every workload pod (`timestamps=true`, each pod from the last
+line it stored) every `log_poll_seconds` into `<history_dir>/<workload key>.jsonl`, `log_history`
+collects the workload's live pods once more and answers from those files, so a revision whose pods are
+gone (scaled to zero, superseded) still shows what it wrote. Lines a pod writes in its last poll interval
+before it is removed can be missed. Several control-plane replicas each collect; lines are told apart by
+pod, time and text, so a history directory on a shared volume holds each line once in every answer.
+
 Knative Service names are one name space per namespace while ours has three (agents and functions,
 services, MCP servers): a service or an MCP server is named `<name>-svc` / `<name>-mcp` on the cluster,
 and its revisions `<name>-svc-00001` (mapped back to `<name>-00001` when read).
@@ -16,18 +25,23 @@ and its revisions `<name>-svc-00001` (mapped back to `<name>-00001` when read).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 
+from caiplatform.adapters.instances import DEFAULT_LOG_RETENTION, parse_duration
 from caiplatform.adapters.kubernetes.client import (
     KIND_LABEL,
     KNATIVE_GROUP,
@@ -57,11 +71,15 @@ from caiplatform.ports.runtime import (
     WorkloadStatus,
 )
 
+log = logging.getLogger(__name__)
+
 GENERATION_LABEL = "caiplatform.dev/generation"
 HASH_ANNOTATION = "caiplatform.dev/revision-hash"
 SERVICE_LABEL = "serving.knative.dev/service"
 REVISION_LABEL = "serving.knative.dev/revision"
 _KIND_SUFFIX = {"service": "-svc", "mcp": "-mcp"}
+NAMESPACE_PREFIX = "cai-p-"  # `WorkloadRef.namespace`
+COMPACT_EVERY_SECONDS = 600.0
 
 
 def knative_name(ref: WorkloadRef) -> str:
@@ -131,13 +149,22 @@ class KnativeRuntime(WorkloadRuntime):
     def __init__(self, kube: KubeClient | None = None, *, settings: ClusterSettings | None = None,
                  images: Callable[[str], Awaitable[Image | None]] | None = None,
                  transport: httpx.AsyncBaseTransport | None = None, poll_seconds: float = 0.1,
-                 settle_seconds: float = 10.0, **_: object):
+                 settle_seconds: float = 10.0, history_dir: str | Path | None = None,
+                 log_retention: timedelta | str = DEFAULT_LOG_RETENTION, log_poll_seconds: float = 10.0, **_: object):
         self.kube = kube or KubeClient(settings)
         self.images = images
         self.transport = transport  # None: the cluster's own network (the platform runs in the cluster)
         self.poll_seconds = poll_seconds
         self.settle_seconds = settle_seconds
         self._pods: dict[tuple[str, str], int] = {}  # the last observed instance count, for `logs`
+        # Log history (see the module doc): None keeps none beyond what the pods hold.
+        self.history_dir = Path(history_dir) if history_dir is not None else None
+        self.log_retention = parse_duration(log_retention) if isinstance(log_retention, str) else log_retention
+        self.log_poll_seconds = log_poll_seconds
+        self._stored: dict[str, dict[str, datetime]] = {}  # workload key -> pod -> its newest stored line
+        self._history_lock = asyncio.Lock()
+        self._collector: asyncio.Task[None] | None = None
+        self._last_compaction = time.monotonic()
 
     def _custom(self, verb: str) -> Any:
         return getattr(self.kube.custom, f"{verb}_namespaced_custom_object")
@@ -358,23 +385,105 @@ class KnativeRuntime(WorkloadRuntime):
             response.close()
 
     async def log_history(self, ref: WorkloadRef, *, since: datetime | None = None, limit: int = 500) -> list[LogLine]:
-        """What the workload's pods still hold (a cluster keeps a pod's log while the pod exists)."""
-        lines: list[LogLine] = []
-        for pod in await self._pods_of(ref):
-            meta = pod["metadata"]
-            text = await self.kube.call(self.kube.core.read_namespaced_pod_log, meta["name"], ref.namespace,
-                                        container="workload", timestamps=True)
-            revision = our_revision(ref, (meta.get("labels") or {}).get(REVISION_LABEL, ""))
-            for raw in str(text or "").splitlines():
-                stamp, _, message = raw.partition(" ")
+        """The kept history (the workload's live pods collected first); without a `history_dir`, what the
+        workload's pods still hold."""
+        if self.history_dir is None:
+            lines: list[LogLine] = []
+            for pod in await self._pods_of(ref):
+                lines += await self._pod_lines(ref, pod, None)
+        else:
+            await self.collect_logs(ref)
+            lines = await asyncio.to_thread(_read_history, self._history_path(ref.key))
+            cutoff = datetime.now(UTC) - self.log_retention
+            lines = [line for line in lines if line.ts >= cutoff]
+        unique = {(line.pod, line.ts, line.message): line for line in lines if since is None or line.ts >= since}
+        ordered = sorted(unique.values(), key=lambda line: line.ts)
+        return ordered[-limit:] if limit > 0 else []
+
+    async def _pod_lines(self, ref: WorkloadRef, pod: dict[str, Any], after: datetime | None) -> list[LogLine]:
+        """A pod's lines (of its `workload` container) newer than `after`."""
+        meta = pod["metadata"]
+        extra: dict[str, Any] = {}
+        if after is not None:  # the API's `sinceSeconds` is coarse: ask a second more, keep what is newer
+            extra["since_seconds"] = max(1, math.ceil((datetime.now(UTC) - after).total_seconds()) + 1)
+        text = await self.kube.call(self.kube.core.read_namespaced_pod_log, meta["name"], meta["namespace"],
+                                    container="workload", timestamps=True, **extra)
+        revision = our_revision(ref, (meta.get("labels") or {}).get(REVISION_LABEL, ""))
+        lines = []
+        for raw in str(text or "").splitlines():
+            stamp, _, message = raw.partition(" ")
+            try:
+                ts = _time(stamp)
+            except ValueError:
+                continue
+            if after is None or ts > after:
+                lines.append(LogLine(ts=ts, revision=revision, pod=meta["name"], stream="stdout", message=message))
+        return lines
+
+    async def collect_logs(self, ref: WorkloadRef | None = None) -> int:
+        """Store the new lines of the workload's pods (of every workload's, cluster-wide, without `ref`);
+        how many were stored."""
+        if self.history_dir is None:
+            return 0
+        if ref is not None:
+            pods = [(ref, pod) for pod in await self._pods_of(ref)]
+        else:
+            pods = [(found, pod) for pod in await self.kube.items(self.kube.core.list_pod_for_all_namespaces, labels=MANAGED)
+                    if (found := _ref_of_pod(pod)) is not None]
+        stored = 0
+        async with self._history_lock:
+            for owner, pod in pods:
+                known = await self._known(owner.key)
+                name = pod["metadata"]["name"]
                 try:
-                    ts = _time(stamp)
-                except ValueError:
+                    lines = await self._pod_lines(owner, pod, known.get(name))
+                except Exception as exc:  # noqa: BLE001 - a pod that went away meanwhile; the others still count
+                    log.debug("no log of pod %s: %s", name, api_message(exc))
                     continue
-                if since is None or ts >= since:
-                    lines.append(LogLine(ts=ts, revision=revision, pod=meta["name"], stream="stdout", message=message))
-        lines.sort(key=lambda line: line.ts)
-        return lines[-limit:] if limit else []
+                if lines:
+                    await asyncio.to_thread(_append_history, self._history_path(owner.key), lines)
+                    known[name] = max(line.ts for line in lines)
+                    stored += len(lines)
+        return stored
+
+    def _history_path(self, key: str) -> Path:
+        assert self.history_dir is not None
+        return self.history_dir / f"{key}.jsonl"
+
+    async def _known(self, key: str) -> dict[str, datetime]:
+        """Per pod, the newest line of the workload already stored (read once from its file)."""
+        if key not in self._stored:
+            newest: dict[str, datetime] = {}
+            for line in await asyncio.to_thread(_read_history, self._history_path(key)):
+                newest[line.pod] = max(newest.get(line.pod, line.ts), line.ts)
+            self._stored[key] = newest
+        return self._stored[key]
+
+    async def start(self) -> None:
+        if self.history_dir is not None and self._collector is None:
+            self._collector = asyncio.get_running_loop().create_task(self._collect_forever())
+
+    async def _collect_forever(self) -> None:
+        while True:
+            try:
+                await self.collect_logs()
+                if time.monotonic() - self._last_compaction >= COMPACT_EVERY_SECONDS:
+                    self._last_compaction = time.monotonic()
+                    await asyncio.to_thread(self._compact)
+            except Exception:  # noqa: BLE001 - the API server may be away for a moment; try again next time
+                log.warning("collecting workload logs failed", exc_info=True)
+            await asyncio.sleep(self.log_poll_seconds)
+
+    def _compact(self) -> None:
+        """Drop history lines older than the retention."""
+        cutoff = datetime.now(UTC) - self.log_retention
+        for path in self.history_dir.glob("*.jsonl") if self.history_dir and self.history_dir.is_dir() else []:
+            lines = _read_history(path)
+            kept = [line for line in lines if line.ts >= cutoff]
+            if len(kept) != len(lines):
+                tmp = path.with_suffix(".jsonl.tmp")
+                tmp.write_text("".join(json.dumps(_line_to_json(line)) + "\n" for line in kept))
+                tmp.replace(path)
 
     async def spec_document(self, ref: WorkloadRef) -> dict[str, Any] | None:
         return await self._service(ref)
@@ -394,6 +503,10 @@ class KnativeRuntime(WorkloadRuntime):
         for secret in await self.kube.items(self.kube.core.list_namespaced_secret, ref.namespace, labels=workload_labels(ref)):
             await self.kube.delete(self.kube.core.delete_namespaced_secret, secret["metadata"]["name"], ref.namespace)
         self._pods.pop((ref.namespace, knative_name(ref)), None)
+        if self.history_dir is not None:
+            async with self._history_lock:
+                self._stored.pop(ref.key, None)
+                self._history_path(ref.key).unlink(missing_ok=True)
         # The cluster's garbage collector removes revisions and their pods after the Service: wait (a few
         # seconds at most) so that usage read right after no longer counts them.
         deadline = time.monotonic() + self.settle_seconds
@@ -417,4 +530,48 @@ class KnativeRuntime(WorkloadRuntime):
         return usage
 
     async def close(self) -> None:
+        if self._collector is not None:
+            self._collector.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._collector
+            self._collector = None
         await self.kube.close()
+
+
+MANAGED = owned()
+
+
+def _ref_of_pod(pod: dict[str, Any]) -> WorkloadRef | None:
+    """The workload a pod runs for, from the labels Knative copies from the revision's template."""
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    namespace = meta.get("namespace") or ""
+    if not (labels.get(WORKLOAD_LABEL) and labels.get(PROJECT_LABEL) and labels.get(REVISION_LABEL)
+            and namespace.startswith(NAMESPACE_PREFIX)):
+        return None
+    return WorkloadRef(labels[PROJECT_LABEL], namespace.removeprefix(NAMESPACE_PREFIX), labels[WORKLOAD_LABEL],
+                       kind=labels.get(KIND_LABEL) or "agent")
+
+
+def _line_to_json(line: LogLine) -> dict[str, Any]:
+    return {"ts": line.ts.isoformat(), "revision": line.revision, "pod": line.pod, "stream": line.stream,
+            "message": line.message}
+
+
+def _append_history(path: Path, lines: list[LogLine]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write("".join(json.dumps(_line_to_json(line)) + "\n" for line in lines))
+
+
+def _read_history(path: Path) -> list[LogLine]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    out = []
+    for raw in text.splitlines():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            d = json.loads(raw)
+            out.append(LogLine(datetime.fromisoformat(d["ts"]), d["revision"], d["pod"], d["stream"], d["message"]))
+    return out

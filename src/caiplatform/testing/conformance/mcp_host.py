@@ -45,9 +45,15 @@ def a_deployment(image: McpImage, version: int = 1, server: str = "conf") -> Mcp
 async def test_the_same_tool_set_builds_to_the_same_digest(mcp_host: McpHost):
     first = await mcp_host.build(a_build(1))
     again = await mcp_host.build(a_build(2))
-    assert first.digest == again.digest == image_digest(tool_set(echo=ECHO))
+    assert first == again and first.digest.startswith("sha256:")
     other = await mcp_host.build(a_build(3, tool_set(echo=ECHO, other=ECHO.replace("def echo", "def other"))))
     assert other.digest != first.digest
+
+
+@notimpl(["kubernetes", "kubernetes-cluster"],
+         reason="a cluster's image is named by the digest its registry gave the pushed image, not by the tool set's hash")
+async def test_the_digest_is_the_tool_sets_content_hash(mcp_host: McpHost):
+    assert (await mcp_host.build(a_build(1))).digest == image_digest(tool_set(echo=ECHO))
 
 
 async def test_the_image_names_registry_project_and_server(mcp_host: McpHost):
@@ -72,6 +78,7 @@ async def test_serve_returns_an_mcp_url_and_remove_is_idempotent(mcp_host: McpHo
 
 
 @notimpl(["memory"], reason="the in-memory host records deployments; nothing listens")
+@notimpl(["kubernetes"], reason="the API emulator's data plane answers with the runtime suite's tiny app, not the image's MCP server")
 async def test_the_endpoint_answers_health_openly_and_mcp_only_with_the_token(mcp_host: McpHost):
     image = await mcp_host.build(a_build())
     url = await mcp_host.serve(a_deployment(image))

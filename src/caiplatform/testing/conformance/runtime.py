@@ -308,8 +308,8 @@ async def test_max_scale_adds_instances_under_load(kit: RuntimeKit):
     assert await replicas(kit, w, s.revision) == 2
 
 
-@pytest.mark.notimpl(["kubernetes-cluster"], reason="no log collector keeps the history of pods that are gone; history is what live pods still hold")
-@pytest.mark.notimpl(["kubernetes"], reason="log lines come from running containers; the API emulator runs none (no log collector keeps history)")
+@pytest.mark.notimpl(["kubernetes"], reason="log lines come from running containers; the API emulator runs none (keeping the lines of pods "
+                        "that are gone is tested on it in tests/kubernetes/test_cluster.py)")
 async def test_logs_live_and_history(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w)
@@ -334,7 +334,8 @@ async def test_logs_live_and_history(kit: RuntimeKit):
     assert await kit.runtime.log_history(w, since=datetime.now(UTC) + timedelta(hours=1)) == []
 
 
-@pytest.mark.notimpl(["kubernetes"], reason="log lines come from running containers; the API emulator runs none (no log collector keeps history)")
+@pytest.mark.notimpl(["kubernetes"], reason="log lines come from running containers; the API emulator runs none (keeping the lines of pods "
+                        "that are gone is tested on it in tests/kubernetes/test_cluster.py)")
 async def test_logs_follow_sees_new_lines(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w, scaling=Scaling(min_scale=1))
@@ -357,7 +358,8 @@ async def test_logs_follow_sees_new_lines(kit: RuntimeKit):
 
 
 @pytest.mark.notimpl(["kubernetes-cluster"], reason="Knative scales to zero after its own stable window and grace period, far beyond the suite's idle period")
-@pytest.mark.notimpl(["kubernetes"], reason="log lines come from running containers; the API emulator runs none (no log collector keeps history)")
+@pytest.mark.notimpl(["kubernetes"], reason="log lines come from running containers; the API emulator runs none (keeping the lines of pods "
+                        "that are gone is tested on it in tests/kubernetes/test_cluster.py)")
 async def test_logs_none_when_scaled_to_zero(kit: RuntimeKit):
     w = ref()
     s = spec(kit, w)
