@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from caiplatform.errors import BadRequest
-from caiplatform.models.base import OpenResponseModel, RequestModel, ResponseModel
+from caiplatform.models.base import RequestModel, ResponseModel
 
 PlatformRole = Literal["admin", "user"]
 
@@ -77,10 +77,3 @@ class CoreHealth(ResponseModel):
     database: Literal["ok", "unreachable"]
     database_detail: str | None = None
 
-
-class Health(OpenResponseModel):
-    """`GET /healthz`: the served API's own health, or, when several are served, `{status, apis, sandbox}`
-    with each API's health under its name. A degraded answer is a 503 that is also an error envelope
-    (`error` says what is degraded, `request_id` as on every error)."""
-
-    status: str = Field(description="`ok` when every served API and its critical dependencies are")
