@@ -9,7 +9,7 @@ default organization cannot be deleted.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,20 +21,15 @@ from caiplatform import security, validation
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models import Org, OrgMember, Project, ProjectMember, User
-from caiplatform.domain.identity import OrgMemberView, OrgView, UserView
 from caiplatform.errors import BadRequest, Conflict, Forbidden, NotFound
+from caiplatform.models import accounts as api
+from caiplatform.models.accounts import BODY_ORG_ID_MESSAGE, org_uuid
+from caiplatform.models.base import ResponseModel
 from caiplatform.pagination import Page, Pager
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.auth import DEFAULT_SLUG
-
-ROLES = ("admin", "user")
-ORG_ROLES = ("admin", "member")
-ORG_ROLE_MESSAGE = "role must be admin or member"
-USER_ROLE_MESSAGE = "role must be admin or user"
-ORG_ID_MESSAGE = "invalid orgID: must be a UUID"
-BODY_ORG_ID_MESSAGE = "invalid org_id: must be a UUID"
 
 
 @dataclass
@@ -43,18 +38,16 @@ class AgentHooks:
 
     - `project_agents(project_id)`: names of a project's agents (project delete refuses while any exist);
     - `user_agents(user_id)`: `(project_id, name)` of the agents a user deployed;
-    - `unowned_agents()`: agents with no recorded owner (`GET /v1/users`), as view dicts.
+    - `unowned_agents()`: agents with no recorded owner (`GET /v1/users`), as agent views.
     """
 
     project_agents: Callable[[str], Awaitable[list[str]]] | None = None
     user_agents: Callable[[str], Awaitable[list[tuple[str, str]]]] | None = None
-    unowned_agents: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    unowned_agents: Callable[[], Awaitable[Sequence[Mapping[str, Any] | ResponseModel]]] | None = None
 
 
-def org_uuid(raw: Any, message: str = ORG_ID_MESSAGE) -> str:
-    if not validation.is_uuid(raw):
-        raise BadRequest(message)
-    return str(raw).lower()
+def _agent_json(view: Mapping[str, Any] | ResponseModel) -> dict[str, Any]:
+    return view.to_json() if isinstance(view, ResponseModel) else dict(view)
 
 
 def user_projects_sync(session: Session, user: User, now: datetime) -> list[str]:
@@ -81,19 +74,21 @@ class AccountService:
 
     # -- views ------------------------------------------------------------------------------------
 
-    def _user_view(self, session: Session, user: User, agents: list[str]) -> dict[str, Any]:
-        return UserView(
-            id=user.id,
-            email=user.email,
-            role=user.role,
-            must_change_password=user.must_change_password,
-            org_id=user.org_id,
-            external=user.org_id is None,
-            created_at=rfc3339(user.created_at),
-            projects=user_projects_sync(session, user, self.clock.now()),
-            agents=agents,
-            agent_count=len(agents),
-        ).body()
+    def _user_view(self, session: Session, user: User, agents: list[str]) -> api.User:
+        view: dict[str, Any] = {
+            "id": user.id,
+            "email": user.email,
+            "role": user.role,
+            "must_change_password": user.must_change_password,
+            "external": user.org_id is None,
+            "created_at": rfc3339(user.created_at),
+            "projects": user_projects_sync(session, user, self.clock.now()),
+            "agents": agents,
+            "agent_count": len(agents),
+        }
+        if user.org_id is not None:
+            view["org_id"] = user.org_id
+        return api.User.of(view)
 
     async def _agents_by_user(self, principal: Principal) -> dict[str, list[str]]:
         """Agent names per user, limited to projects where the caller holds resource authority."""
@@ -109,60 +104,57 @@ class AccountService:
         return result
 
     @staticmethod
-    def _org_view(session: Session, org: Org) -> dict[str, Any]:
-        return OrgView(
+    def _org_view(session: Session, org: Org) -> api.Org:
+        return api.Org(
             id=org.id,
             slug=org.slug,
             name=org.name,
             created_at=rfc3339(org.created_at),
             projects=session.scalar(select(func.count()).select_from(Project).where(Project.org_id == org.id)) or 0,
             users=session.scalar(select(func.count()).select_from(User).where(User.org_id == org.id)) or 0,
-        ).body()
+        )
 
     @staticmethod
-    def _member_view(member: OrgMember, user: User) -> dict[str, Any]:
-        return OrgMemberView(user_id=user.id, email=user.email, role=member.role, created_at=rfc3339(member.created_at)).body()
+    def _member_view(member: OrgMember, user: User) -> api.OrgMember:
+        return api.OrgMember(user_id=user.id, email=user.email, role=member.role, created_at=rfc3339(member.created_at))
 
     # -- users ------------------------------------------------------------------------------------
 
-    async def list_users(self, principal: Principal, page_size: Any = None, page_token: str | None = None) -> dict[str, Any]:
+    async def list_users(
+        self, principal: Principal, page_size: int | str | None = None, page_token: str | None = None
+    ) -> api.UserList:
         await self.access.require_platform_admin(principal)
         request = self.pager.request("users", page_size, page_token)
         agents = await self._agents_by_user(principal)
 
-        def fetch(session: Session) -> Page[dict[str, Any]]:
+        def fetch(session: Session) -> Page[api.User]:
             users = list(session.scalars(select(User).order_by(User.email)))
             page = self.pager.page(users, request)
             return Page([self._user_view(session, u, agents.get(u.id, [])) for u in page.items], page.next_page_token)
 
         page = await self.db.run(fetch)
         unowned = await self.hooks.unowned_agents() if self.hooks.unowned_agents else []
-        return {"users": page.items, "unowned_agents": unowned, "next_page_token": page.next_page_token}
+        return api.UserList(users=page.items, unowned_agents=[_agent_json(a) for a in unowned],
+                            next_page_token=page.next_page_token)
 
-    async def create_user(self, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
+    async def create_user(self, principal: Principal, body: api.UserCreate) -> api.UserCreated:
         self.access.require_human(principal)
         now = self.clock.now()
 
-        def create(session: Session) -> dict[str, Any]:
+        def create(session: Session) -> api.UserCreated:
             authority = self.access.org_authority_sync(session, principal)
             if not authority.may_create_accounts():
                 raise Forbidden("creating an account requires administering an organization or a project")
-            email = validation.email(body.get("email"))
-            role = body.get("role") or "user"
-            if role not in ROLES:
-                raise BadRequest(USER_ROLE_MESSAGE)
+            email, role = body.email, body.role
             if role == "admin" and not authority.platform:
                 raise Forbidden("only a platform admin can create a platform admin")
-            password = body.get("password")
+            password = body.password
             temporary = None
-            if password is None or password == "":
+            if password is None:
                 temporary = password = security.generate_password()
-            else:
-                validation.password(password)
-            raw_org = body.get("org_id")
             org_id: str | None  # None only when the default org is missing: the user gets no org
-            if raw_org not in (None, ""):
-                org_id = org_uuid(raw_org, BODY_ORG_ID_MESSAGE)
+            if body.org_id is not None:
+                org_id = body.org_id
                 if session.get(Org, org_id) is None:
                     raise BadRequest(f"{BODY_ORG_ID_MESSAGE} (no such organization)")
             else:
@@ -189,16 +181,13 @@ class AccountService:
                 session.add(OrgMember(org_id=org_id, user_id=user.id, role="member", created_at=now))
                 session.flush()
             self.audit.record(session, None, principal, "user.create", email, {"role": role, "org_id": org_id})
-            result: dict[str, Any] = {"user": self._user_view(session, user, [])}
             if temporary:
-                result["temporary_password"] = temporary
-                result["note"] = (
-                    "a temporary password was generated and is shown only once; "
-                    "the user must change it at first sign-in"
+                return api.UserCreated(
+                    user=self._user_view(session, user, []),
+                    temporary_password=temporary,
+                    note="a temporary password was generated and is shown only once; the user must change it at first sign-in",
                 )
-            else:
-                result["note"] = "the user must change this password at first sign-in"
-            return result
+            return api.UserCreated(user=self._user_view(session, user, []), note="the user must change this password at first sign-in")
 
         return await self.db.run(create)
 
@@ -213,15 +202,11 @@ class AccountService:
     def _admin_count(session: Session) -> int:
         return session.scalar(select(func.count()).select_from(User).where(User.role == "admin")) or 0
 
-    async def set_role(self, principal: Principal, email: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def set_role(self, principal: Principal, email: str, body: api.UserRolePatch) -> api.UserRoleChanged:
         await self.access.require_platform_admin(principal)
-        if "role" not in body or body.get("role") in (None, ""):
-            raise BadRequest("nothing to update: send {\"role\": \"admin\"|\"user\"}")
-        role = body["role"]
-        if role not in ROLES:
-            raise BadRequest(USER_ROLE_MESSAGE)
+        role = body.role
 
-        def update(session: Session) -> dict[str, Any]:
+        def update(session: Session) -> api.UserRoleChanged:
             user = self._user_by_email(session, email)
             if user.role == "admin" and role != "admin":
                 if user.id == principal.user_id:
@@ -232,14 +217,16 @@ class AccountService:
             user.role = role
             if changed:
                 self.audit.record(session, None, principal, "user.role", user.email, {"role": role})
-            return {"user": self._user_view(session, user, []), "note": "effective immediately" if changed else "nothing changed"}
+            return api.UserRoleChanged(
+                user=self._user_view(session, user, []), note="effective immediately" if changed else "nothing changed"
+            )
 
         return await self.db.run(update)
 
-    async def delete_user(self, principal: Principal, email: str) -> dict[str, Any]:
+    async def delete_user(self, principal: Principal, email: str) -> api.UserDeleted:
         await self.access.require_platform_admin(principal)
 
-        def delete(session: Session) -> dict[str, Any]:
+        def delete(session: Session) -> api.UserDeleted:
             user = self._user_by_email(session, email)
             if user.id == principal.user_id:
                 raise BadRequest("cannot delete the signed-in account")
@@ -249,63 +236,55 @@ class AccountService:
             session.delete(user)  # grants, org memberships and keys go with it (ON DELETE CASCADE)
             session.flush()
             self.audit.record(session, None, principal, "user.delete", address)
-            return {
-                "deleted": address,
-                "note": "the account, its grants and its keys were removed; agents it deployed keep running",
-            }
+            return api.UserDeleted(
+                deleted=address, note="the account, its grants and its keys were removed; agents it deployed keep running"
+            )
 
         return await self.db.run(delete)
 
-    async def reset_password(self, principal: Principal, email: str) -> dict[str, Any]:
+    async def reset_password(self, principal: Principal, email: str) -> api.PasswordReset:
         await self.access.require_platform_admin(principal)
 
-        def reset(session: Session) -> dict[str, Any]:
+        def reset(session: Session) -> api.PasswordReset:
             user = self._user_by_email(session, email)
             temporary = security.generate_password()
             user.password_hash = security.hash_password(temporary)
             user.must_change_password = True
             self.audit.record(session, None, principal, "user.reset-password", user.email)
-            return {
-                "email": user.email,
-                "temporary_password": temporary,
-                "note": "shown only once; the user must change it at the next sign-in",
-            }
+            return api.PasswordReset(
+                email=user.email, temporary_password=temporary, note="shown only once; the user must change it at the next sign-in"
+            )
 
         return await self.db.run(reset)
 
     # -- organizations ---------------------------------------------------------------------------
 
-    async def list_orgs(self, principal: Principal, page_size: Any = None, page_token: str | None = None) -> dict[str, Any]:
+    async def list_orgs(
+        self, principal: Principal, page_size: int | str | None = None, page_token: str | None = None
+    ) -> api.OrgList:
         await self.access.require_platform_admin(principal)
         request = self.pager.request("orgs", page_size, page_token)
 
-        def fetch(session: Session) -> Page[dict[str, Any]]:
+        def fetch(session: Session) -> Page[api.Org]:
             page = self.pager.page(list(session.scalars(select(Org).order_by(Org.slug))), request)
             return Page([self._org_view(session, o) for o in page.items], page.next_page_token)
 
         page = await self.db.run(fetch)
-        return {"orgs": page.items, "next_page_token": page.next_page_token}
+        return api.OrgList(orgs=page.items, next_page_token=page.next_page_token)
 
-    async def create_org(self, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
+    async def create_org(self, principal: Principal, body: api.OrgCreate) -> api.OrgCreated:
         await self.access.require_platform_admin(principal)
-        raw = body.get("slug")
-        slug = raw.strip().lower() if isinstance(raw, str) else ""
-        if not validation.SLUG.match(slug):
-            raise BadRequest("invalid slug (must be a lowercase DNS label, at most 63 characters)")
-        name = body.get("name")
-        if name is not None and not isinstance(name, str):
-            raise BadRequest("name must be a string")
-        name = (name or "").strip() or slug
+        slug, name = body.slug, body.name or body.slug
         now = self.clock.now()
 
-        def create(session: Session) -> dict[str, Any]:
+        def create(session: Session) -> api.OrgCreated:
             if session.scalar(select(Org).where(Org.slug == slug)) is not None:
                 raise Conflict(f"an organization with slug {slug} already exists")
             org = Org(slug=slug, name=name, created_at=now)
             session.add(org)
             session.flush()
             self.audit.record(session, None, principal, "org.create", slug)
-            return {"org": self._org_view(session, org)}
+            return api.OrgCreated(org=self._org_view(session, org))
 
         return await self.db.run(create)
 
@@ -316,10 +295,10 @@ class AccountService:
             raise NotFound("organization not found")
         return org
 
-    async def delete_org(self, principal: Principal, org_id: str) -> dict[str, Any]:
+    async def delete_org(self, principal: Principal, org_id: str) -> api.OrgDeleted:
         await self.access.require_platform_admin(principal)
 
-        def delete(session: Session) -> dict[str, Any]:
+        def delete(session: Session) -> api.OrgDeleted:
             org = self._org(session, org_id)
             if org.slug == DEFAULT_SLUG:
                 raise Forbidden("the default organization cannot be deleted")
@@ -331,16 +310,16 @@ class AccountService:
             session.delete(org)
             session.flush()
             self.audit.record(session, None, principal, "org.delete", slug)
-            return {"deleted": True, "org": slug}
+            return api.OrgDeleted(deleted=True, org=slug)
 
         return await self.db.run(delete)
 
     async def list_org_members(
-        self, principal: Principal, org_id: str, page_size: Any = None, page_token: str | None = None
-    ) -> dict[str, Any]:
+        self, principal: Principal, org_id: str, page_size: int | str | None = None, page_token: str | None = None
+    ) -> api.OrgMemberList:
         await self.access.require_platform_admin(principal)
 
-        def fetch(session: Session) -> Page[dict[str, Any]]:
+        def fetch(session: Session) -> Page[api.OrgMember]:
             org = self._org(session, org_id)
             request = self.pager.request(f"org-members:{org.id}", page_size, page_token)
             rows = session.execute(
@@ -350,14 +329,7 @@ class AccountService:
             return Page([self._member_view(m, u) for m, u in page.items], page.next_page_token)
 
         page = await self.db.run(fetch)
-        return {"members": page.items, "next_page_token": page.next_page_token}
-
-    @staticmethod
-    def _org_role(raw: Any, default: str | None = None) -> str:
-        role = raw if raw not in (None, "") else default
-        if role not in ORG_ROLES:
-            raise BadRequest(ORG_ROLE_MESSAGE)
-        return role
+        return api.OrgMemberList(members=page.items, next_page_token=page.next_page_token)
 
     @staticmethod
     def _guard_only_admin(session: Session, org: Org, member: OrgMember) -> None:
@@ -369,13 +341,13 @@ class AccountService:
         if (admins or 0) <= 1:
             raise Conflict("this is the organization's only admin - promote someone else first")
 
-    async def add_org_member(self, principal: Principal, org_id: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    async def add_org_member(self, principal: Principal, org_id: str, body: api.OrgMemberAdd) -> api.OrgMemberChanged:
+        """The new member (`created` set); an account that is already a member with that role is no change."""
         await self.access.require_platform_admin(principal)
-        email = validation.email(body.get("email"))
-        role = self._org_role(body.get("role"), "member")
+        email, role = body.email, body.role
         now = self.clock.now()
 
-        def add(session: Session) -> tuple[int, dict[str, Any]]:
+        def add(session: Session) -> api.OrgMemberChanged:
             org = self._org(session, org_id)
             user = session.scalar(select(User).where(User.email == email))
             if user is None:
@@ -383,17 +355,20 @@ class AccountService:
             member = session.get(OrgMember, (org.id, user.id))
             if member is not None:
                 if member.role == role:
-                    return 200, {"member": self._member_view(member, user), "note": "already a member with that role"}
+                    return api.OrgMemberChanged(member=self._member_view(member, user), note="already a member with that role")
                 raise Conflict(f"{email} is already a member of this organization with role {member.role}; change the role instead")
             member = OrgMember(org_id=org.id, user_id=user.id, role=role, created_at=now)
             session.add(member)
-            body_out: dict[str, Any] = {"member": self._member_view(member, user)}
+            note = None
             if user.org_id is None:
                 user.org_id = org.id  # an outsider gets a home organization
-                body_out["note"] = "this organization is now the account's home organization"
+                note = "this organization is now the account's home organization"
             session.flush()
             self.audit.record(session, None, principal, "org.member.add", email, {"org": org.slug, "role": role})
-            return 201, body_out
+            view = self._member_view(member, user)
+            added = api.OrgMemberChanged(member=view, note=note) if note else api.OrgMemberChanged(member=view)
+            added.created = True
+            return added
 
         return await self.db.run(add)
 
@@ -405,33 +380,33 @@ class AccountService:
             raise NotFound("not a member of this organization")
         return org, member, user
 
-    async def set_org_member_role(self, principal: Principal, org_id: str, user_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def set_org_member_role(
+        self, principal: Principal, org_id: str, user_id: str, body: api.OrgMemberPatch
+    ) -> api.OrgMemberChanged:
         await self.access.require_platform_admin(principal)
-        role = self._org_role(body.get("role"))
+        role = body.role
 
-        def update(session: Session) -> dict[str, Any]:
+        def update(session: Session) -> api.OrgMemberChanged:
             org, member, user = self._org_member(session, org_id, user_id)
             if member.role == role:
-                return {"member": self._member_view(member, user), "note": "nothing changed"}
+                return api.OrgMemberChanged(member=self._member_view(member, user), note="nothing changed")
             self._guard_only_admin(session, org, member)
             member.role = role
             self.audit.record(session, None, principal, "org.member.role", user.email, {"org": org.slug, "role": role})
-            return {"member": self._member_view(member, user), "note": "effective immediately"}
+            return api.OrgMemberChanged(member=self._member_view(member, user), note="effective immediately")
 
         return await self.db.run(update)
 
-    async def remove_org_member(self, principal: Principal, org_id: str, user_id: str) -> dict[str, Any]:
+    async def remove_org_member(self, principal: Principal, org_id: str, user_id: str) -> api.OrgMemberRemoved:
         await self.access.require_platform_admin(principal)
 
-        def remove(session: Session) -> dict[str, Any]:
+        def remove(session: Session) -> api.OrgMemberRemoved:
             org, member, user = self._org_member(session, org_id, user_id)
             self._guard_only_admin(session, org, member)
             session.delete(member)
             self.audit.record(session, None, principal, "org.member.remove", user.email, {"org": org.slug})
-            return {
-                "deleted": True,
-                "user_id": user.id,
-                "note": "the account keeps its direct project grants; org-inherited access ends now",
-            }
+            return api.OrgMemberRemoved(
+                deleted=True, user_id=user.id, note="the account keeps its direct project grants; org-inherited access ends now"
+            )
 
         return await self.db.run(remove)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +16,7 @@ from caiplatform.db import Database
 from caiplatform.db.models import ApiKey, Org, OrgMember, Project, ServiceAccount, User
 from caiplatform.domain.identity import PLATFORM_CLOUD_KEY, default_cloud_mapping
 from caiplatform.errors import BadRequest, RateLimited, Unauthenticated, Unavailable
+from caiplatform.models.auth import Me, SignIn
 from caiplatform.principal import CredentialKind, Principal, PrincipalKind
 from caiplatform.ratelimit import SlidingWindowThrottle
 from caiplatform.services.access import Access
@@ -46,24 +46,6 @@ def go_duration(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs}s"
     return f"{secs}s"
-
-
-@dataclass(frozen=True)
-class SignIn:
-    token: str
-    email: str
-    role: str
-    must_change_password: bool
-    expires_at: int
-
-    def body(self) -> dict[str, Any]:
-        return {
-            "token": self.token,
-            "email": self.email,
-            "role": self.role,
-            "must_change_password": self.must_change_password,
-            "expires_at": self.expires_at,
-        }
 
 
 class AuthService:
@@ -190,7 +172,8 @@ class AuthService:
         for throttle, key in self._throttle_keys(client_ip, email):
             await throttle.record(key)
 
-    async def login(self, email: Any, password: Any, client_ip: str | None) -> SignIn:
+    async def login(self, email: str, password: str, client_ip: str | None = None) -> SignIn:
+        """A session token for an e-mail and password (`LoginRequest` carries the same two fields)."""
         if not isinstance(email, str) or not email.strip() or not isinstance(password, str) or not password:
             raise BadRequest("email and password are required")
         email = email.strip().lower()
@@ -215,31 +198,25 @@ class AuthService:
 
     def _sign_in(self, user: User) -> SignIn:
         token, expires_at = self.tokens.issue(user.id, self.clock.time())
-        return SignIn(token, user.email, user.role, user.must_change_password, expires_at)
+        return SignIn.of({"token": token, "email": user.email, "role": user.role,
+                          "must_change_password": user.must_change_password, "expires_at": expires_at})
 
-    async def me(self, principal: Principal) -> dict[str, Any]:
+    async def me(self, principal: Principal) -> Me:
         self.access.require_authenticated(principal)
         if principal.kind is not PrincipalKind.USER:
             role = "admin" if principal.kind is PrincipalKind.AUTOMATION else "user"
-            return {"email": principal.email or "", "role": role, "must_change_password": False, "expires_at": None}
+            return Me(email=principal.email or "", role=role, must_change_password=False, expires_at=None)
         if principal.role is not None:  # read from the account when the credential was resolved
-            return {
-                "email": principal.email or "",
-                "role": principal.role,
-                "must_change_password": principal.must_change_password,
-                "expires_at": principal.expires_at,
-            }
+            return Me.of({"email": principal.email or "", "role": principal.role,
+                          "must_change_password": principal.must_change_password, "expires_at": principal.expires_at})
         user = await self.db.run(lambda s: s.get(User, principal.user_id))
         if user is None:
             raise Unauthenticated("invalid email or password")
-        return {
-            "email": user.email,
-            "role": user.role,
-            "must_change_password": user.must_change_password,
-            "expires_at": principal.expires_at,
-        }
+        return Me.of({"email": user.email, "role": user.role, "must_change_password": user.must_change_password,
+                      "expires_at": principal.expires_at})
 
-    async def change_password(self, principal: Principal, current: Any, new: Any) -> SignIn:
+    async def change_password(self, principal: Principal, current: str, new: str) -> SignIn:
+        """A fresh session token after the password change (`PasswordChange` carries the two fields)."""
         self.access.require_authenticated(principal)
         if principal.kind is not PrincipalKind.USER:
             raise BadRequest("only a signed-in user can change a password")

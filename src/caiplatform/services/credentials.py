@@ -17,59 +17,39 @@ from caiplatform import security
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models import ApiKey
-from caiplatform.domain.identity import KeyView
-from caiplatform.errors import BadRequest, Forbidden, NotFound
+from caiplatform.errors import Forbidden, NotFound
+from caiplatform.models.accounts import ApiKey as ApiKeyView
+from caiplatform.models.accounts import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyRevoked
 from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.services.access import Access
 from caiplatform.services.audit import AuditLog
 
-MAX_KEY_DAYS = 3650
-EXPIRY_MESSAGE = f"expires_in_days must be 0 (never expires) or between 1 and {MAX_KEY_DAYS}"
-DISPLAY_NAME_MAX = 200
 KEY_NOTE = "store the secret now: it is shown only in this response and cannot be recovered"
 REVOKE_NOTE = "the key stops working on the next request"
 PERSONAL_ONLY = "personal keys belong to a signed-in user"
 
 
-def key_view(key: ApiKey, now: datetime) -> dict[str, Any]:
-    """No field of a key view can carry a secret."""
-    return KeyView(
-        id=key.id,
-        key_id=key.key_id,
-        display_name=key.display_name,
-        kind=key.kind,
-        created_at=rfc3339(key.created_at),
-        expires_at=_iso(key.expires_at),
-        last_used_at=_iso(key.last_used_at),
-        revoked_at=_iso(key.revoked_at),
-        live=key_live(key, now),
-    ).body()
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return rfc3339(moment) if moment is not None else None
+def key_view(key: ApiKey, now: datetime) -> ApiKeyView:
+    """No field of a key view can carry a secret; an optional moment that never happened is absent."""
+    moments = {"expires_at": key.expires_at, "last_used_at": key.last_used_at, "revoked_at": key.revoked_at}
+    return ApiKeyView.of({
+        "id": key.id,
+        "key_id": key.key_id,
+        "display_name": key.display_name,
+        "kind": key.kind,
+        "created_at": rfc3339(key.created_at),
+        **{name: rfc3339(moment) for name, moment in moments.items() if moment is not None},
+        "live": key_live(key, now),
+    })
 
 
 def key_live(key: ApiKey, now: datetime) -> bool:
     return key.revoked_at is None and (key.expires_at is None or key.expires_at > now)
 
 
-def parse_key_body(body: dict[str, Any], now: datetime) -> tuple[str, datetime | None]:
-    """`{display_name, expires_in_days}`: 0 or absent never expires, otherwise 1 to 3650 days."""
-    name = body.get("display_name", body.get("description", ""))
-    if name is None:
-        name = ""
-    if not isinstance(name, str) or len(name) > DISPLAY_NAME_MAX:
-        raise BadRequest(f"display_name must be a string of at most {DISPLAY_NAME_MAX} characters")
-    days = body.get("expires_in_days")
-    if days is None:
-        days = 0
-    if isinstance(days, bool) or not isinstance(days, int | float) or int(days) != days:
-        raise BadRequest(EXPIRY_MESSAGE)
-    days = int(days)
-    if days != 0 and not 1 <= days <= MAX_KEY_DAYS:
-        raise BadRequest(EXPIRY_MESSAGE)
-    return name.strip(), (now + timedelta(days=days)) if days else None
+def key_expiry(body: ApiKeyCreate, now: datetime) -> datetime | None:
+    """`expires_in_days`: 0 never expires, otherwise 1 to 3650 days from now (the model checked the range)."""
+    return now + timedelta(days=body.expires_in_days) if body.expires_in_days else None
 
 
 def new_key(session: Session, now: datetime, *, kind: str, display_name: str, expires_at: datetime | None, **owner: Any) -> tuple[ApiKey, str]:
@@ -113,11 +93,11 @@ class PersonalKeyService:
             raise Forbidden(PERSONAL_ONLY)
         return principal.user_id
 
-    async def list(self, principal: Principal) -> dict[str, Any]:
+    async def list(self, principal: Principal) -> ApiKeyList:
         user_id = self._user(principal)
         now = self.clock.now()
 
-        def fetch(session: Session) -> list[dict[str, Any]]:
+        def fetch(session: Session) -> list[ApiKeyView]:
             rows = session.scalars(
                 select(ApiKey)
                 .where(ApiKey.user_id == user_id, ApiKey.kind == "personal")
@@ -125,29 +105,30 @@ class PersonalKeyService:
             )
             return [key_view(k, now) for k in rows]
 
-        return {"keys": await self.db.run(fetch)}
+        return ApiKeyList(keys=await self.db.run(fetch))
 
-    async def create(self, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
+    async def create(self, principal: Principal, body: ApiKeyCreate | None = None) -> ApiKeyCreated:
         user_id = self._user(principal)
         now = self.clock.now()
-        display_name, expires_at = parse_key_body(body, now)
+        body = body or ApiKeyCreate()
+        display_name, expires_at = body.display_name, key_expiry(body, now)
 
-        def create(session: Session) -> dict[str, Any]:
+        def create(session: Session) -> ApiKeyCreated:
             row, secret = new_key(session, now, kind="personal", display_name=display_name, expires_at=expires_at, user_id=user_id)
             self.audit.record(session, None, principal, "apikey.create", row.key_id, {"display_name": display_name})
-            return {"key": key_view(row, now), "secret": secret, "note": KEY_NOTE}
+            return ApiKeyCreated(key=key_view(row, now), secret=secret, note=KEY_NOTE)
 
         return await self.db.run(create)
 
-    async def revoke(self, principal: Principal, key_ref: str) -> dict[str, Any]:
+    async def revoke(self, principal: Principal, key_ref: str) -> ApiKeyRevoked:
         user_id = self._user(principal)
         now = self.clock.now()
 
-        def revoke(session: Session) -> dict[str, Any]:
+        def revoke(session: Session) -> ApiKeyRevoked:
             key = find_key(session, key_ref, user_id=user_id, kind="personal")
             if key.revoked_at is None:
                 key.revoked_at = now
                 self.audit.record(session, None, principal, "apikey.revoke", key.key_id)
-            return {"revoked": key.key_id, "note": REVOKE_NOTE}
+            return ApiKeyRevoked(revoked=key.key_id, note=REVOKE_NOTE)
 
         return await self.db.run(revoke)

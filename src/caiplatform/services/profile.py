@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from caiplatform.db import Database
 from caiplatform.db.models import PlatformSetting, Project
 from caiplatform.domain.identity import MODEL_KEY_SETTING
-from caiplatform.errors import BadRequest
+from caiplatform.models.accounts import CacheAclBackfill, ModelKeySet, Profile
 from caiplatform.ports.projects import ProjectProvisioner
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access
@@ -53,11 +53,11 @@ class ProfileService:
             "scope": "platform",
         }
 
-    async def profile(self, principal: Principal) -> dict[str, Any]:
+    async def profile(self, principal: Principal) -> Profile:
         self.access.require_management(principal)
-        return self._view(await self.model_key() is not None)
+        return Profile.of(self._view(await self.model_key() is not None))
 
-    async def _resync(self, key: str | None, body: dict[str, Any]) -> dict[str, Any]:
+    async def _resync(self, key: str | None, body: dict[str, Any]) -> Profile:
         if self.on_model_key_change is not None:
             try:
                 missed = await self.on_model_key_change(key)
@@ -66,29 +66,27 @@ class ProfileService:
             else:
                 if missed:
                     body["warning"] = "these namespaces missed the resync: " + ", ".join(missed)
-        return body
+        return Profile.of(body)
 
-    async def set_model_key(self, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
+    async def set_model_key(self, principal: Principal, body: ModelKeySet) -> Profile:
         await self.access.require_platform_admin(principal)
-        key = body.get("api_key")
-        if not isinstance(key, str) or not key.strip():
-            raise BadRequest("missing 'api_key': the platform-wide default model key")
+        key = body.api_key
 
         def save(session: Session) -> None:
             row = session.get(PlatformSetting, MODEL_KEY_SETTING)
             if row is None:
-                session.add(PlatformSetting(key=MODEL_KEY_SETTING, value=key.strip()))
+                session.add(PlatformSetting(key=MODEL_KEY_SETTING, value=key))
             else:
-                row.value = key.strip()
+                row.value = key
 
         await self.db.run(save)
         body_out = {
             **self._view(True),
             "note": "rotation lands at each agent's next cold start; a per-agent MODEL_API_KEY secret overrides it",
         }
-        return await self._resync(key.strip(), body_out)
+        return await self._resync(key, body_out)
 
-    async def delete_model_key(self, principal: Principal) -> dict[str, Any]:
+    async def delete_model_key(self, principal: Principal) -> Profile:
         await self.access.require_platform_admin(principal)
 
         def remove(session: Session) -> None:
@@ -100,11 +98,12 @@ class ProfileService:
         body_out = {**self._view(False), "note": "removed; agents without their own MODEL_API_KEY lose model access at the next cold start"}
         return await self._resync(None, body_out)
 
-    async def backfill_cache_acl(self, principal: Principal) -> dict[str, Any]:
+    async def backfill_cache_acl(self, principal: Principal) -> CacheAclBackfill:
         """Re-run the cache-access-user provisioning step for every project (operator repair)."""
         await self.access.require_platform_admin(principal)
         projects = await self.db.run(lambda s: list(s.scalars(select(Project).order_by(Project.slug))))
-        done, failed = [], {}
+        done: list[str] = []
+        failed: dict[str, str] = {}
         for project in projects:
             try:
                 await self.provisioner.cache_access_user(ProjectService.spec(project))
@@ -115,9 +114,9 @@ class ProfileService:
         await self.db.run(
             lambda s: self.audit.record(s, None, principal, "valkey-acl.backfill", "", {"projects": len(done), "failed": len(failed)})
         )
-        return {
-            "projects": len(projects),
-            "backfilled": done,
-            "failed": failed,
-            "note": "every project's cache access user exists now" if not failed else "some projects failed; see failed",
-        }
+        return CacheAclBackfill(
+            projects=len(projects),
+            backfilled=done,
+            failed=failed,
+            note="every project's cache access user exists now" if not failed else "some projects failed; see failed",
+        )

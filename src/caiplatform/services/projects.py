@@ -28,33 +28,24 @@ from caiplatform.domain.identity import (
     PLATFORM_CLOUD_KEY,
     QUOTA_KEY,
     QUOTA_LABELS,
-    AuditEntryView,
-    InvitationView,
-    ProjectMemberView,
-    ProjectView,
-    QuotaEntry,
     default_cloud_mapping,
 )
 from caiplatform.errors import BadRequest, Conflict, Forbidden, Gone, NotFound
+from caiplatform.models import projects as api
+from caiplatform.models.accounts import BODY_ORG_ID_MESSAGE
 from caiplatform.pagination import Page, Pager
 from caiplatform.ports.projects import ProjectProvisioner, ProjectSpec
 from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.quantity import format_quantity, parse_quantity
 from caiplatform.services.access import Access, Axis, ProjectGrant, Role
-from caiplatform.services.accounts import BODY_ORG_ID_MESSAGE, AgentHooks, org_uuid
+from caiplatform.services.accounts import AgentHooks
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.auth import DEFAULT_SLUG, new_short
 
 log = logging.getLogger(__name__)
 
-MEMBER_ROLES = ("admin", "member")
-ROLE_MESSAGE = "role must be admin or member"
 LAST_ADMIN_MESSAGE = "this is the project's only admin - promote someone else first"
 INVITATION_DAYS = 7
-BREAK_GLASS_DEFAULT_MINUTES = 240
-BREAK_GLASS_MAX_MINUTES = 1440
-BREAK_GLASS_REASON_MIN = 8
-SLUG_MESSAGE = "invalid slug (must be a lowercase DNS label, at most 63 characters)"
 RESERVED_SLUG_MESSAGE = "the slug default is reserved for the default project"
 
 UsageFn = Callable[[str], Awaitable[dict[str, int]]]
@@ -68,22 +59,13 @@ class SignInGuard(Protocol):
     async def record_failed_sign_in(self, client_ip: str | None, email: str | None) -> None: ...
 
 
-def parse_role(raw: Any, default: str | None = None) -> str:
-    role = raw if raw not in (None, "") else default
-    if role not in MEMBER_ROLES:
-        raise BadRequest(ROLE_MESSAGE)
-    return role
+def present(**fields: Any) -> dict[str, Any]:
+    """The fields of a view whose value is not None: the spec's "absent" is absent on the wire."""
+    return {name: value for name, value in fields.items() if value is not None}
 
 
-def parse_slug(raw: Any) -> str:
-    slug = raw.strip().lower() if isinstance(raw, str) else ""
-    if not validation.SLUG.match(slug):
-        raise BadRequest(SLUG_MESSAGE)
-    return slug
-
-
-def project_view(project: Project, grant: ProjectGrant | None) -> dict[str, Any]:
-    return ProjectView(
+def project_view(project: Project, grant: ProjectGrant | None) -> api.Project:
+    return api.Project.of(present(
         id=project.id,
         org_id=project.org_id,
         slug=project.slug,
@@ -91,9 +73,9 @@ def project_view(project: Project, grant: ProjectGrant | None) -> dict[str, Any]
         short=project.short,
         namespace=project.namespace,
         created_at=rfc3339(project.created_at),
-        your_role=grant.resource_role if grant else None,
-        your_metadata_role=grant.metadata_role if grant else None,
-    ).body()
+        your_role=(grant.resource_role or None) if grant else None,
+        your_metadata_role=(grant.metadata_role or None) if grant else None,
+    ))
 
 
 def service_account_email(sa: ServiceAccount, short: str) -> str:
@@ -155,36 +137,31 @@ class ProjectService:
 
     # -- projects ---------------------------------------------------------------------------------
 
-    async def list(self, principal: Principal, page_size: Any = None, page_token: str | None = None) -> dict[str, Any]:
+    async def list(self, principal: Principal, page_size: int | str | None = None, page_token: str | None = None) -> api.ProjectList:
         self.access.require_management(principal)
         request = self.pager.request("projects", page_size, page_token)
 
-        def fetch(session: Session) -> Page[dict[str, Any]]:
+        def fetch(session: Session) -> Page[api.Project]:
             grants = self.access.visible_projects_sync(session, principal)
             page = self.pager.page(grants, request)
             return Page([project_view(self._project(session, g), g) for g in page.items], page.next_page_token)
 
         page = await self.db.run(fetch)
-        return {"projects": page.items, "next_page_token": page.next_page_token}
+        return api.ProjectList(projects=page.items, next_page_token=page.next_page_token)
 
-    async def get(self, principal: Principal, project_id: str) -> dict[str, Any]:
+    async def get(self, principal: Principal, project_id: str) -> api.Project:
         grant = await self._grant(principal, project_id, None)
         return await self.db.run(lambda s: project_view(self._project(s, grant), grant))
 
-    async def create(self, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
+    async def create(self, principal: Principal, body: api.ProjectCreate) -> api.ProjectCreated:
         self.access.require_management(principal)
-        slug = parse_slug(body.get("slug"))
-        name = body.get("name")
-        if name is not None and not isinstance(name, str):
-            raise BadRequest("name must be a string")
-        name = (name or "").strip() or slug
+        slug, name = body.slug, body.name
         now = self.clock.now()
 
         def create(session: Session) -> tuple[Project, ProjectGrant, str | None]:
             authority = self.access.org_authority_sync(session, principal)
-            raw_org = body.get("org_id")
-            if raw_org not in (None, ""):
-                org = session.get(Org, org_uuid(raw_org, BODY_ORG_ID_MESSAGE))
+            if body.org_id is not None:
+                org = session.get(Org, body.org_id)
                 if org is None:
                     raise BadRequest(f"{BODY_ORG_ID_MESSAGE} (no such organization)")
             else:
@@ -223,12 +200,7 @@ class ProjectService:
 
         project, grant, note = await self.db.run(create)
         warning = await self._provision(project)
-        result: dict[str, Any] = {"project": project_view(project, grant)}
-        if warning:
-            result["warning"] = warning
-        if note:
-            result["note"] = note
-        return result
+        return api.ProjectCreated.of(present(project=project_view(project, grant), warning=warning or None, note=note))
 
     async def provision_unrecorded(self) -> int:
         """Provision projects that have no provisioning record (the bootstrap default project, or a
@@ -255,14 +227,11 @@ class ProjectService:
             log.exception("could not record provisioning of project %s", project.slug)
         return report.warning
 
-    async def update(self, principal: Principal, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def update(self, principal: Principal, project_id: str, body: api.ProjectPatch) -> api.ProjectUpdated:
         grant = await self._grant(principal, project_id, Role.ADMIN, Axis.METADATA, human=True)
-        slug = parse_slug(body["slug"]) if body.get("slug") not in (None, "") else None
-        name = body.get("name")
-        if name is not None and (not isinstance(name, str) or not name.strip()):
-            raise BadRequest("name must be a non-empty string")
+        slug, name = body.slug, body.name
 
-        def update(session: Session) -> dict[str, Any]:
+        def update(session: Session) -> api.ProjectUpdated:
             project = self._project(session, grant)
             changes: dict[str, Any] = {}
             if slug is not None and slug != project.slug:
@@ -272,21 +241,21 @@ class ProjectService:
                     raise Conflict(f"a project with slug {slug} already exists")
                 changes["slug"] = [project.slug, slug]
                 project.slug = slug
-            if name is not None and name.strip() != project.name:
-                changes["name"] = [project.name, name.strip()]
-                project.name = name.strip()
+            if name is not None and name != project.name:
+                changes["name"] = [project.name, name]
+                project.name = name
             if not changes:
-                return {"project": project_view(project, grant), "note": "nothing changed"}
+                return api.ProjectUpdated(project=project_view(project, grant), note="nothing changed")
             session.flush()
             self.audit.record(session, project.id, principal, "project.rename", project.slug, changes)
-            return {
-                "project": project_view(project, grant),
-                "note": "renamed; short and namespace never change, so running workloads are unaffected",
-            }
+            return api.ProjectUpdated(
+                project=project_view(project, grant),
+                note="renamed; short and namespace never change, so running workloads are unaffected",
+            )
 
         return await self.db.run(update)
 
-    async def delete(self, principal: Principal, project_id: str) -> dict[str, Any]:
+    async def delete(self, principal: Principal, project_id: str) -> api.ProjectDeleted:
         grant = await self._grant(principal, project_id, Role.ADMIN, Axis.METADATA, human=True)
         if grant.project.slug == DEFAULT_SLUG:
             raise Forbidden("the default project cannot be deleted")
@@ -310,7 +279,7 @@ class ProjectService:
 
         spec = await self.db.run(delete)
         await self._best_effort(lambda pid: self.provisioner.deprovision(spec), spec.id, spec.slug)
-        return {"deleted": True, "project": spec.slug}
+        return api.ProjectDeleted(deleted=True, project=spec.slug)
 
     @staticmethod
     async def _best_effort(cleanup: Callable[[str], Awaitable[Any]], project_id: str, slug: str) -> None:
@@ -322,34 +291,23 @@ class ProjectService:
     # -- cloud-credential mapping -----------------------------------------------------------------
 
     @staticmethod
-    def _cloud_body(project: Project, note: str | None = None) -> dict[str, Any]:
+    def _cloud_body(project: Project, note: str | None = None) -> api.CloudMapping:
         settings = project.settings or {}
         mapping = settings.get(PLATFORM_CLOUD_KEY)
         body: dict[str, Any] = {"project": project.slug, "mapped": mapping is not None, "mapping": mapping}
         if note:
             body["note"] = note
-        return body
+        return api.CloudMapping.of(body)
 
-    async def get_cloud(self, principal: Principal, project_id: str) -> dict[str, Any]:
+    async def get_cloud(self, principal: Principal, project_id: str) -> api.CloudMapping:
         grant = await self._grant(principal, project_id, None)
         return await self.db.run(lambda s: self._cloud_body(self._project(s, grant)))
 
-    async def map_cloud(self, principal: Principal, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def map_cloud(self, principal: Principal, project_id: str, body: api.CloudMappingPut) -> api.CloudMapping:
         grant = await self._grant(principal, project_id, Role.ADMIN, Axis.METADATA, human=True)
-        provider = body.get("provider")
-        if not isinstance(provider, str) or not provider.strip():
-            raise BadRequest("missing 'provider': name the cloud whose credential deploys use (e.g. \"local\")")
-        mapping: dict[str, Any] = {"provider": provider.strip()}
-        for field in ("credential", "registry", "region", "account", "bucket", "repository"):
-            value = body.get(field)
-            if value is None:
-                continue
-            if not isinstance(value, str):
-                raise BadRequest(f"'{field}' must be a string")
-            mapping[field] = value
-        mapping.setdefault("credential", "")
+        mapping = body.mapping()
 
-        def save(session: Session) -> dict[str, Any]:
+        def save(session: Session) -> api.CloudMapping:
             project = self._project(session, grant)
             project.settings = {**(project.settings or {}), PLATFORM_CLOUD_KEY: mapping}
             self.audit.record(session, project.id, principal, "project.platform-cloud.map", project.slug, mapping)
@@ -357,10 +315,10 @@ class ProjectService:
 
         return await self.db.run(save)
 
-    async def unmap_cloud(self, principal: Principal, project_id: str) -> dict[str, Any]:
+    async def unmap_cloud(self, principal: Principal, project_id: str) -> api.CloudMapping:
         grant = await self._grant(principal, project_id, Role.ADMIN, Axis.METADATA, human=True)
 
-        def clear(session: Session) -> dict[str, Any]:
+        def clear(session: Session) -> api.CloudMapping:
             project = self._project(session, grant)
             project.settings = {**(project.settings or {}), PLATFORM_CLOUD_KEY: None}
             self.audit.record(session, project.id, principal, "project.platform-cloud.unmap", project.slug)
@@ -370,7 +328,7 @@ class ProjectService:
 
     # -- members ----------------------------------------------------------------------------------
 
-    def _member_view(self, row: ProjectMember, user: User | None, sa: ServiceAccount | None, short: str) -> dict[str, Any]:
+    def _member_view(self, row: ProjectMember, user: User | None, sa: ServiceAccount | None, short: str) -> api.ProjectMember:
         if sa is not None:
             who: dict[str, Any] = dict(
                 user_id=sa.id, email=service_account_email(sa, short), kind="service_account", service_account_id=sa.id, external=False
@@ -387,9 +345,9 @@ class ProjectService:
                 granted_by=row.granted_by or "",
                 expired=True if row.expires_at is None or row.expires_at <= self.clock.now() else None,
             )
-        return ProjectMemberView(role=row.role, created_at=rfc3339(row.created_at), **who, **glass).body()
+        return api.ProjectMember.of(present(role=row.role, created_at=rfc3339(row.created_at), **who, **glass))
 
-    def _members_sync(self, session: Session, project: Project) -> builtins.list[dict[str, Any]]:
+    def _members_sync(self, session: Session, project: Project) -> builtins.list[api.ProjectMember]:
         rows = session.execute(
             select(ProjectMember, User, ServiceAccount)
             .outerjoin(User, User.id == ProjectMember.user_id)
@@ -400,13 +358,13 @@ class ProjectService:
         return [self._member_view(m, u, sa, project.short) for m, u, sa in rows]
 
     async def list_members(
-        self, principal: Principal, project_id: str, page_size: Any = None, page_token: str | None = None
-    ) -> dict[str, Any]:
+        self, principal: Principal, project_id: str, page_size: int | str | None = None, page_token: str | None = None
+    ) -> api.ProjectMemberList:
         grant = await self._grant(principal, project_id, None)
         request = self.pager.request(f"members:{grant.project.id}", page_size, page_token)
         items = await self.db.run(lambda s: self._members_sync(s, self._project(s, grant)))
         page = self.pager.page(items, request)
-        return {"members": page.items, "next_page_token": page.next_page_token}
+        return api.ProjectMemberList(members=page.items, next_page_token=page.next_page_token)
 
     @staticmethod
     def _real_admins(session: Session, project_id: str) -> int:
@@ -425,13 +383,12 @@ class ProjectService:
             or 0
         )
 
-    async def add_member(self, principal: Principal, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def add_member(self, principal: Principal, project_id: str, body: api.MemberAdd) -> api.MemberAdded:
         grant = await self._grant(principal, project_id, Role.ADMIN, Axis.METADATA, human=True)
-        email = validation.email(body.get("email"))
-        role = parse_role(body.get("role"), "member")
+        email, role = body.email, body.role
         now = self.clock.now()
 
-        def add(session: Session) -> dict[str, Any]:
+        def add(session: Session) -> api.MemberAdded:
             project = self._project(session, grant)
             user = session.scalar(select(User).where(User.email == email))
             if user is None:
@@ -440,7 +397,9 @@ class ProjectService:
 
         return await self.db.run(add)
 
-    def _grant_user(self, session: Session, principal: Principal | None, project: Project, user: User, role: str, now: Any) -> dict[str, Any]:
+    def _grant_user(
+        self, session: Session, principal: Principal | None, project: Project, user: User, role: str, now: Any, note: str | None = None
+    ) -> api.MemberAdded:
         existing = session.scalar(
             select(ProjectMember).where(
                 ProjectMember.project_id == project.id,
@@ -454,10 +413,10 @@ class ProjectService:
         session.add(row)
         session.flush()
         self.audit.record(session, project.id, principal, "project.member.add", user.email, {"role": role})
-        return {
-            "member": self._member_view(row, user, None, project.short),
-            "note": f"{user.email} now holds the {role} role on {project.slug}",
-        }
+        return api.MemberAdded(
+            member=self._member_view(row, user, None, project.short),
+            note=note or f"{user.email} now holds the {role} role on {project.slug}",
+        )
 
     def _user_rows(self, session: Session, project: Project, user_id: str) -> builtins.list[ProjectMember]:
         rows = list(
@@ -467,11 +426,13 @@ class ProjectService:
             raise NotFound("not a member of this project")
         return rows
 
-    async def set_member_role(self, principal: Principal, project_id: str, user_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def set_member_role(
+        self, principal: Principal, project_id: str, user_id: str, body: api.MemberRolePatch
+    ) -> api.MemberRoleChanged:
         grant = await self._grant(principal, project_id, Role.ADMIN, Axis.METADATA, human=True)
-        role = parse_role(body.get("role"))
+        role = body.role
 
-        def update(session: Session) -> dict[str, Any]:
+        def update(session: Session) -> api.MemberRoleChanged:
             project = self._project(session, grant)
             rows = self._user_rows(session, project, user_id)
             real = [r for r in rows if not r.break_glass]
@@ -482,14 +443,14 @@ class ProjectService:
                 target.role = role
                 user = session.get(User, user_id)
                 self.audit.record(session, project.id, principal, "project.member.role", user.email if user else user_id, {"role": role})
-            return {"user_id": user_id, "role": role}
+            return api.MemberRoleChanged(user_id=user_id, role=role)
 
         return await self.db.run(update)
 
-    async def remove_member(self, principal: Principal, project_id: str, user_id: str) -> dict[str, Any]:
+    async def remove_member(self, principal: Principal, project_id: str, user_id: str) -> api.MemberRemoved:
         grant = await self._grant(principal, project_id, Role.ADMIN, Axis.METADATA, human=True)
 
-        def remove(session: Session) -> dict[str, Any]:
+        def remove(session: Session) -> api.MemberRemoved:
             project = self._project(session, grant)
             rows = self._user_rows(session, project, user_id)
             removes_real_admin = any(r.role == "admin" and not r.break_glass for r in rows)
@@ -499,7 +460,7 @@ class ProjectService:
                 session.delete(row)
             user = session.get(User, user_id)
             self.audit.record(session, project.id, principal, "project.member.remove", user.email if user else user_id)
-            return {"deleted": True, "user_id": user_id, "note": "the grant is gone; it stops working on the next request"}
+            return api.MemberRemoved(deleted=True, user_id=user_id, note="the grant is gone; it stops working on the next request")
 
         return await self.db.run(remove)
 
@@ -514,57 +475,49 @@ class ProjectService:
             raise NotFound("no such service account grant in this project")
         return sa, row
 
-    async def set_sa_role(self, principal: Principal, project_id: str, sa_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def set_sa_role(
+        self, principal: Principal, project_id: str, sa_id: str, body: api.MemberRolePatch
+    ) -> api.ServiceAccountRole:
         grant = await self._grant(principal, project_id, Role.ADMIN, Axis.METADATA, human=True)
-        role = parse_role(body.get("role"))
+        role = body.role
 
-        def update(session: Session) -> dict[str, Any]:
+        def update(session: Session) -> api.ServiceAccountRole:
             project = self._project(session, grant)
             sa, row = self._sa_row(session, project, sa_id)
             if row.role != role:
                 row.role = role
                 self.audit.record(session, project.id, principal, "project.member.sa.role", service_account_email(sa, project.short), {"role": role})
-            return {"service_account_id": sa.id, "role": role}
+            return api.ServiceAccountRole(service_account_id=sa.id, role=role)
 
         return await self.db.run(update)
 
-    async def remove_sa_grant(self, principal: Principal, project_id: str, sa_id: str) -> dict[str, Any]:
+    async def remove_sa_grant(self, principal: Principal, project_id: str, sa_id: str) -> api.ServiceAccountGrantRemoved:
         grant = await self._grant(principal, project_id, Role.ADMIN, Axis.METADATA, human=True)
 
-        def remove(session: Session) -> dict[str, Any]:
+        def remove(session: Session) -> api.ServiceAccountGrantRemoved:
             project = self._project(session, grant)
             sa, row = self._sa_row(session, project, sa_id)
             session.delete(row)
             self.audit.record(session, project.id, principal, "project.member.sa.remove", service_account_email(sa, project.short))
-            return {
-                "deleted": True,
-                "service_account_id": sa.id,
-                "note": "only the grant was removed; the service account and its keys remain, without authority",
-            }
+            return api.ServiceAccountGrantRemoved(
+                deleted=True,
+                service_account_id=sa.id,
+                note="only the grant was removed; the service account and its keys remain, without authority",
+            )
 
         return await self.db.run(remove)
 
     # -- break-glass ------------------------------------------------------------------------------
 
-    async def break_glass(self, principal: Principal, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def break_glass(self, principal: Principal, project_id: str, body: api.BreakGlassRequest) -> api.BreakGlassGrant:
         self.access.require_human(principal)
         if principal.kind is not PrincipalKind.USER:
             raise Forbidden("break-glass needs a person's credentials (a session or a personal key)")
         grant = await self.access.project(principal, project_id, need=None)
-        reason = body.get("reason")
-        if not isinstance(reason, str) or len(reason.strip()) < BREAK_GLASS_REASON_MIN:
-            raise BadRequest(f"reason is required (at least {BREAK_GLASS_REASON_MIN} characters, shown to project members)")
-        role = parse_role(body.get("role"), "admin")
-        minutes = body.get("minutes")
-        if minutes is None:
-            minutes = BREAK_GLASS_DEFAULT_MINUTES
-        if isinstance(minutes, bool) or not isinstance(minutes, int | float) or int(minutes) != minutes or minutes < 1:
-            raise BadRequest("minutes must be a positive whole number")
-        if minutes > BREAK_GLASS_MAX_MINUTES:
-            raise BadRequest("a break-glass grant may last at most 24 hours (1440 minutes)")
+        reason, role, minutes = body.reason, body.role, body.minutes
         now = self.clock.now()
 
-        def grant_it(session: Session) -> dict[str, Any]:
+        def grant_it(session: Session) -> api.BreakGlassGrant:
             if not self.access.is_platform_admin(session, principal):
                 raise Forbidden(
                     "you hold no platform admin role to escalate from (break-glass is for a platform admin "
@@ -574,14 +527,14 @@ class ProjectService:
                 raise Forbidden("you already hold a grant on this project; break-glass is for projects you are not a member of")
             project = self._project(session, grant)
             user = session.get(User, principal.user_id)
-            expires_at = now + timedelta(minutes=int(minutes))
+            expires_at = now + timedelta(minutes=minutes)
             row = ProjectMember(
                 project_id=project.id,
                 user_id=principal.user_id,
                 role=role,
                 break_glass=True,
                 expires_at=expires_at,
-                reason=reason.strip(),
+                reason=reason,
                 granted_by=user.email if user else "",
                 created_at=now,
             )
@@ -589,15 +542,15 @@ class ProjectService:
             session.flush()
             self.audit.record(
                 session, project.id, principal, "project.break-glass", user.email if user else "",
-                {"role": role, "minutes": int(minutes), "reason": reason.strip()},
+                {"role": role, "minutes": minutes, "reason": reason},
             )
-            return {
-                "grant": self._member_view(row, user, None, project.short),
-                "note": (
+            return api.BreakGlassGrant(
+                grant=self._member_view(row, user, None, project.short),
+                note=(
                     f"break-glass {role} grant until {rfc3339(expires_at)}; it is visible to project members, "
                     "audited, and stays listed as history after it expires; remove it early with the member delete route"
                 ),
-            }
+            )
 
         return await self.db.run(grant_it)
 
@@ -608,8 +561,8 @@ class ProjectService:
             return "expired"
         return inv.state
 
-    def _invitation_view(self, inv: Invitation, token: str | None = None) -> dict[str, Any]:
-        return InvitationView(
+    def _invitation_view(self, inv: Invitation, token: str | None = None) -> api.Invitation:
+        return api.Invitation.of(present(
             id=inv.id,
             email=inv.email,
             role=inv.role,
@@ -618,36 +571,37 @@ class ProjectService:
             expires_at=rfc3339(inv.expires_at),
             accept_url=f"/invite/{token}" if token else None,
             token=token,
-        ).body()
+        ))
 
     async def list_invitations(
-        self, principal: Principal, project_id: str, page_size: Any = None, page_token: str | None = None
-    ) -> dict[str, Any]:
+        self, principal: Principal, project_id: str, page_size: int | str | None = None, page_token: str | None = None
+    ) -> api.InvitationList:
         grant = await self._grant(principal, project_id, None)
         request = self.pager.request(f"invitations:{grant.project.id}", page_size, page_token)
 
-        def fetch(session: Session) -> list[dict[str, Any]]:
+        def fetch(session: Session) -> builtins.list[api.Invitation]:
             rows = session.scalars(
                 select(Invitation).where(Invitation.project_id == grant.project.id).order_by(Invitation.created_at.desc(), Invitation.id)
             )
             return [self._invitation_view(i) for i in rows]
 
         page = self.pager.page(await self.db.run(fetch), request)
-        return {"invitations": page.items, "next_page_token": page.next_page_token}
+        return api.InvitationList(invitations=page.items, next_page_token=page.next_page_token)
 
-    async def invite(self, principal: Principal, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def invite(self, principal: Principal, project_id: str, body: api.InvitationCreate) -> api.InvitationSent:
         grant = await self._grant(principal, project_id, Role.ADMIN, Axis.METADATA, human=True)
-        email = validation.email(body.get("email"))
-        role = parse_role(body.get("role"), "member")
+        email, role = body.email, body.role
         now = self.clock.now()
 
-        def invite(session: Session) -> dict[str, Any]:
+        def invite(session: Session) -> api.InvitationSent:
             project = self._project(session, grant)
             user = session.scalar(select(User).where(User.email == email))
             if user is not None:
-                granted = self._grant_user(session, principal, project, user, role, now)
-                granted["note"] = f"{email} already has an account, so the role was granted directly; no invitation was sent"
-                return granted
+                granted = self._grant_user(
+                    session, principal, project, user, role, now,
+                    note=f"{email} already has an account, so the role was granted directly; no invitation was sent",
+                )
+                return api.InvitationSent(member=granted.member, note=granted.note)
             token = token_source.token_urlsafe(32)
             inv = Invitation(
                 project_id=project.id,
@@ -662,17 +616,17 @@ class ProjectService:
             session.add(inv)
             session.flush()
             self.audit.record(session, project.id, principal, "project.invite", email, {"role": role})
-            return {
-                "invitation": self._invitation_view(inv, token),
-                "note": f"send the accept link to {email}; the token is shown only once and expires in {INVITATION_DAYS} days",
-            }
+            return api.InvitationSent(
+                invitation=self._invitation_view(inv, token),
+                note=f"send the accept link to {email}; the token is shown only once and expires in {INVITATION_DAYS} days",
+            )
 
         return await self.db.run(invite)
 
-    async def revoke_invitation(self, principal: Principal, project_id: str, invitation_id: str) -> dict[str, Any]:
+    async def revoke_invitation(self, principal: Principal, project_id: str, invitation_id: str) -> api.InvitationRevoked:
         grant = await self._grant(principal, project_id, Role.ADMIN, Axis.METADATA, human=True)
 
-        def revoke(session: Session) -> dict[str, Any]:
+        def revoke(session: Session) -> api.InvitationRevoked:
             inv = session.get(Invitation, invitation_id) if validation.is_uuid(invitation_id) else None
             if inv is None or inv.project_id != grant.project.id:
                 raise NotFound("invitation not found")
@@ -681,7 +635,7 @@ class ProjectService:
                 raise Gone(f"this invitation is already {state}")
             inv.state = "revoked"
             self.audit.record(session, grant.project.id, principal, "project.invite.revoke", inv.email)
-            return {"invitation": self._invitation_view(inv), "note": "the link no longer works"}
+            return api.InvitationRevoked(invitation=self._invitation_view(inv), note="the link no longer works")
 
         return await self.db.run(revoke)
 
@@ -700,23 +654,23 @@ class ProjectService:
             raise Gone("this invitation has expired; ask for a new one")
         return inv
 
-    async def preview_invitation(self, token: str) -> dict[str, Any]:
-        def preview(session: Session) -> dict[str, Any]:
+    async def preview_invitation(self, token: str) -> api.InvitationPreview:
+        def preview(session: Session) -> api.InvitationPreview:
             inv = self._open_invitation(session, token)
             project = session.get(Project, inv.project_id)
             exists = session.scalar(select(User).where(User.email == inv.email)) is not None
-            return {
-                "project_name": project.name if project else "",
-                "project_slug": project.slug if project else "",
-                "email": inv.email,
-                "role": inv.role,
-                "expires_at": rfc3339(inv.expires_at),
-                "account_exists": exists,
-            }
+            return api.InvitationPreview(
+                project_name=project.name if project else "",
+                project_slug=project.slug if project else "",
+                email=inv.email,
+                role=inv.role,
+                expires_at=rfc3339(inv.expires_at),
+                account_exists=exists,
+            )
 
         return await self.db.run(preview)
 
-    async def accept_invitation(self, body: dict[str, Any], client_ip: str | None = None) -> dict[str, Any]:
+    async def accept_invitation(self, body: api.InvitationAccept, client_ip: str | None = None) -> api.InvitationAccepted:
         if self.sign_in_guard is not None:
             await self.sign_in_guard.throttle_sign_in(client_ip, None)
         try:
@@ -726,11 +680,11 @@ class ProjectService:
                 await self.sign_in_guard.record_failed_sign_in(client_ip, None)
             raise
 
-    async def _accept(self, body: dict[str, Any]) -> dict[str, Any]:
-        token, password = body.get("token"), body.get("password")
+    async def _accept(self, body: api.InvitationAccept) -> api.InvitationAccepted:
+        token, password = body.token, body.password
         now = self.clock.now()
 
-        def accept(session: Session) -> dict[str, Any]:
+        def accept(session: Session) -> api.InvitationAccepted:
             inv = self._open_invitation(session, token)
             project = session.get(Project, inv.project_id)
             user = session.scalar(select(User).where(User.email == inv.email))
@@ -759,13 +713,13 @@ class ProjectService:
             inv.state = "accepted"
             actor = Principal(kind=PrincipalKind.USER, user_id=user.id, email=user.email)
             self.audit.record(session, inv.project_id, actor, "invitation.accept", inv.email, {"role": inv.role})
-            return {"accepted": True, "project_id": inv.project_id, "role": inv.role, "email": inv.email, "note": note}
+            return api.InvitationAccepted(accepted=True, project_id=inv.project_id, role=inv.role, email=inv.email, note=note)
 
         return await self.db.run(accept)
 
     # -- quota and audit --------------------------------------------------------------------------
 
-    async def quota(self, principal: Principal, project_id: str) -> dict[str, Any]:
+    async def quota(self, principal: Principal, project_id: str) -> api.ProjectQuota:
         grant = await self._grant(principal, project_id, Role.MEMBER)
         project = await self.db.run(lambda s: self._project(s, grant))
         hard = (project.settings or {}).get(QUOTA_KEY) or FALLBACK_QUOTA
@@ -780,17 +734,17 @@ class ProjectService:
             hard_text = str(hard[resource])
             # Document 2: `display` is the resource's label; the numbers stay in used, hard and used_pct.
             display = QUOTA_LABELS.get(resource, resource)
-            quotas.append(QuotaEntry(resource=resource, used=used_text, hard=hard_text, used_pct=pct, display=display).body())
+            quotas.append(api.QuotaEntry(resource=resource, used=used_text, hard=hard_text, used_pct=pct, display=display))
         note = "live from enforcement; read-only" if self.usage else "usage is not reported by this platform's workload runtime, so used reads 0"
-        return {"project": project.slug, "namespace": project.namespace, "quotas": quotas, "note": note}
+        return api.ProjectQuota(project=project.slug, namespace=project.namespace, quotas=quotas, note=note)
 
     async def audit_log(
-        self, principal: Principal, project_id: str, page_size: Any = None, page_token: str | None = None
-    ) -> dict[str, Any]:
+        self, principal: Principal, project_id: str, page_size: int | str | None = None, page_token: str | None = None
+    ) -> api.AuditEntryList:
         grant = await self._grant(principal, project_id, Role.MEMBER)
         request = self.pager.request(f"audit:{grant.project.id}", page_size, page_token)
 
-        def fetch(session: Session) -> Page[dict[str, Any]]:
+        def fetch(session: Session) -> Page[api.AuditEntry]:
             rows = list(
                 session.scalars(
                     select(AuditEntry)
@@ -802,10 +756,10 @@ class ProjectService:
             )
             page = self.pager.page_from_probe(rows, request)
             items = [
-                AuditEntryView(ts=rfc3339(e.ts), actor=e.actor, action=e.action, target=e.target, detail=e.detail).body()
+                api.AuditEntry(ts=rfc3339(e.ts), actor=e.actor, action=e.action, target=e.target, detail=e.detail)
                 for e in page.items
             ]
             return Page(items, page.next_page_token)
 
         page = await self.db.run(fetch)
-        return {"entries": page.items, "next_page_token": page.next_page_token}
+        return api.AuditEntryList(entries=page.items, next_page_token=page.next_page_token)

@@ -19,21 +19,21 @@ from sqlalchemy.orm import Session
 
 from caiplatform.db import Database
 from caiplatform.db.models import McpServer, ServiceAccount
-from caiplatform.domain.identity import SearchResult
+from caiplatform.models.accounts import SearchResult, SearchResults
 from caiplatform.pagination import Pager
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access, ProjectGrant
 
 log = logging.getLogger(__name__)
 
-SearchFn = Callable[[Principal, str, list[ProjectGrant]], Awaitable[list[dict[str, Any]]]]
+SearchFn = Callable[[Principal, str, list[ProjectGrant]], Awaitable[list[SearchResult]]]
 KIND_ORDER = ("project", "agent", "function", "service", "mcp_server", "service_account", "secret")
 
 
-def result(kind: str, name: str, grant: ProjectGrant, route: str, subtitle: str = "") -> dict[str, Any]:
-    return SearchResult(
-        kind=kind, name=name, project=grant.project.slug, project_short=grant.project.short, route=route, subtitle=subtitle
-    ).body()
+def result(kind: str, name: str, grant: ProjectGrant, route: str, subtitle: str = "") -> SearchResult:
+    """One result; `kind` is one of `SearchKind` (a source of another kind is a bug, refused here)."""
+    return SearchResult.of({"kind": kind, "name": name, "project": grant.project.slug,
+                            "project_short": grant.project.short, "route": route, "subtitle": subtitle})
 
 
 @dataclass(frozen=True)
@@ -54,15 +54,20 @@ class SearchService:
         self.sources[kind] = SearchSource(kind, search, contents)
 
     async def search(
-        self, principal: Principal, q: str | None, project: str | None = None, page_size: Any = None, page_token: str | None = None
-    ) -> dict[str, Any]:
+        self,
+        principal: Principal,
+        q: str | None,
+        project: str | None = None,
+        page_size: int | str | None = None,
+        page_token: str | None = None,
+    ) -> SearchResults:
         self.access.require_management(principal)
         query = (q or "").strip().lower()
         request = self.pager.request(f"search:{query}:{project or ''}", page_size, page_token)
         grants = await self.db.run(lambda s: self.access.visible_projects_sync(s, principal))
         if project:
             grants = [g for g in grants if project in (g.project.slug, g.project.short, g.project.id)]
-        results: list[dict[str, Any]] = []
+        results: list[SearchResult] = []
         if query:
             for source in self.sources.values():
                 allowed = [g for g in grants if g.resource_role] if source.contents else grants
@@ -73,16 +78,16 @@ class SearchService:
                 except Exception:  # noqa: BLE001 - one unreachable source must not hide the others
                     log.exception("search source %s failed", source.kind)
         rank = {k: i for i, k in enumerate(KIND_ORDER)}
-        results.sort(key=lambda r: (rank.get(r["kind"], len(rank)), r["project"], r["name"]))
+        results.sort(key=lambda r: (rank.get(r.kind, len(rank)), r.project, r.name))
         page = self.pager.page(results, request)
-        return {"results": page.items, "next_page_token": page.next_page_token}
+        return SearchResults(results=page.items, next_page_token=page.next_page_token)
 
 
 # -- the sources of the identity area and of tables that exist today --------------------------------
 
 
 def project_source(db: Database) -> SearchFn:
-    async def search(_principal: Principal, query: str, grants: list[ProjectGrant]) -> list[dict[str, Any]]:
+    async def search(_principal: Principal, query: str, grants: list[ProjectGrant]) -> list[SearchResult]:
         return [
             result("project", g.project.slug, g, f"/projects/{g.project.slug}", g.project.name)
             for g in grants
@@ -93,10 +98,10 @@ def project_source(db: Database) -> SearchFn:
 
 
 def service_account_source(db: Database) -> SearchFn:
-    async def search(_principal: Principal, query: str, grants: list[ProjectGrant]) -> list[dict[str, Any]]:
+    async def search(_principal: Principal, query: str, grants: list[ProjectGrant]) -> list[SearchResult]:
         by_id = {g.project.id: g for g in grants}
 
-        def fetch(session: Session) -> list[dict[str, Any]]:
+        def fetch(session: Session) -> list[SearchResult]:
             rows = session.scalars(
                 select(ServiceAccount).where(ServiceAccount.project_id.in_(by_id), ServiceAccount.deleted_at.is_(None))
             )
@@ -122,10 +127,10 @@ def rows_source(
     """A content source over one table whose rows have `project_id` and `name` (MCP servers, agents,
     functions, serverless services): a row matches when the query is part of its name."""
 
-    async def search(_principal: Principal, query: str, grants: list[ProjectGrant]) -> list[dict[str, Any]]:
+    async def search(_principal: Principal, query: str, grants: list[ProjectGrant]) -> list[SearchResult]:
         by_id = {g.project.id: g for g in grants}
 
-        def fetch(session: Session) -> list[dict[str, Any]]:
+        def fetch(session: Session) -> list[SearchResult]:
             rows = session.scalars(select(model).where(model.project_id.in_(by_id), *where))
             return [
                 result(
@@ -148,8 +153,8 @@ def mcp_server_source(db: Database) -> SearchFn:
 def secret_source(list_names: Callable[[str], Awaitable[list[str]]]) -> SearchFn:
     """Secrets match by name only; the values never leave the store."""
 
-    async def search(_principal: Principal, query: str, grants: list[ProjectGrant]) -> list[dict[str, Any]]:
-        found = []
+    async def search(_principal: Principal, query: str, grants: list[ProjectGrant]) -> list[SearchResult]:
+        found: list[SearchResult] = []
         for grant in grants:
             for name in await list_names(grant.project.id):
                 if query in name.lower():

@@ -15,12 +15,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from caiplatform import validation
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models import ApiKey, Project, ProjectMember, ServiceAccount
-from caiplatform.domain.identity import ServiceAccountView
-from caiplatform.errors import BadRequest, Conflict, NotFound
+from caiplatform.errors import Conflict, NotFound
+from caiplatform.models import projects as api
+from caiplatform.models.accounts import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyRevoked
 from caiplatform.pagination import Pager
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access, ProjectGrant, Role
@@ -29,13 +29,11 @@ from caiplatform.services.credentials import (
     KEY_NOTE,
     REVOKE_NOTE,
     find_key,
+    key_expiry,
     key_view,
     new_key,
-    parse_key_body,
 )
-from caiplatform.services.projects import parse_role, service_account_email
-
-NAME_MESSAGE = "missing or invalid 'name' (must be a DNS-1035 label: lowercase letters, digits and '-', at most 63)"
+from caiplatform.services.projects import service_account_email
 
 
 class ServiceAccountService:
@@ -55,17 +53,19 @@ class ServiceAccountService:
         return await self.access.project(principal, project_id, need=need)
 
     @staticmethod
-    def _view(sa: ServiceAccount, short: str, role: str | None) -> dict[str, Any]:
-        return ServiceAccountView(
-            id=sa.id,
-            project_id=sa.project_id,
-            name=sa.name,
-            email=service_account_email(sa, short),
-            display_name=sa.display_name,
-            role=role or None,
-            disabled=sa.disabled,
-            created_at=rfc3339(sa.created_at),
-        ).body()
+    def _view(sa: ServiceAccount, short: str, role: str | None) -> api.ServiceAccount:
+        view: dict[str, Any] = {
+            "id": sa.id,
+            "project_id": sa.project_id,
+            "name": sa.name,
+            "email": service_account_email(sa, short),
+            "display_name": sa.display_name,
+            "disabled": sa.disabled,
+            "created_at": rfc3339(sa.created_at),
+        }
+        if role:
+            view["role"] = role
+        return api.ServiceAccount.of(view)
 
     @staticmethod
     def _role(session: Session, sa: ServiceAccount) -> str | None:
@@ -87,11 +87,13 @@ class ServiceAccountService:
             raise NotFound(f"service account not found: {ref}")
         return sa
 
-    async def list(self, principal: Principal, project_id: str, page_size: Any = None, page_token: str | None = None) -> dict[str, Any]:
+    async def list(
+        self, principal: Principal, project_id: str, page_size: int | str | None = None, page_token: str | None = None
+    ) -> api.ServiceAccountList:
         grant = await self._grant(principal, project_id, Role.MEMBER, manage=False)
         request = self.pager.request(f"service-accounts:{grant.project.id}", page_size, page_token)
 
-        def fetch(session: Session) -> list[dict[str, Any]]:
+        def fetch(session: Session) -> list[api.ServiceAccount]:
             rows = session.scalars(
                 select(ServiceAccount)
                 .where(ServiceAccount.project_id == grant.project.id, ServiceAccount.deleted_at.is_(None))
@@ -100,20 +102,14 @@ class ServiceAccountService:
             return [self._view(sa, grant.project.short, self._role(session, sa)) for sa in rows]
 
         page = self.pager.page(await self.db.run(fetch), request)
-        return {"service_accounts": page.items, "next_page_token": page.next_page_token}
+        return api.ServiceAccountList(service_accounts=page.items, next_page_token=page.next_page_token)
 
-    async def create(self, principal: Principal, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def create(self, principal: Principal, project_id: str, body: api.ServiceAccountCreate) -> api.ServiceAccountCreated:
         grant = await self._grant(principal, project_id, Role.ADMIN, manage=True)
-        name = body.get("name")
-        if not isinstance(name, str) or not validation.SERVICE_ACCOUNT_NAME.match(name):
-            raise BadRequest(NAME_MESSAGE)
-        display = body.get("display_name") or body.get("description") or ""
-        if not isinstance(display, str):
-            raise BadRequest("display_name must be a string")
-        role = parse_role(body.get("role"), "member")
+        name, display, role = body.name, body.display_name, body.role
         now = self.clock.now()
 
-        def create(session: Session) -> dict[str, Any]:
+        def create(session: Session) -> api.ServiceAccountCreated:
             taken = session.scalar(
                 select(ServiceAccount).where(ServiceAccount.project_id == grant.project.id, ServiceAccount.name == name)
             )
@@ -125,18 +121,18 @@ class ServiceAccountService:
             session.add(ProjectMember(project_id=grant.project.id, service_account_id=sa.id, role=role, created_at=now))
             email = service_account_email(sa, grant.project.short)
             self.audit.record(session, grant.project.id, principal, "serviceaccount.create", email, {"role": role})
-            return {
-                "service_account": self._view(sa, grant.project.short, role),
-                "note": f"create a key with POST .../service-accounts/{sa.name}/keys; it acts with the {role} role on this project's contents",
-            }
+            return api.ServiceAccountCreated(
+                service_account=self._view(sa, grant.project.short, role),
+                note=f"create a key with POST .../service-accounts/{sa.name}/keys; it acts with the {role} role on this project's contents",
+            )
 
         return await self.db.run(create)
 
-    async def delete(self, principal: Principal, project_id: str, ref: str) -> dict[str, Any]:
+    async def delete(self, principal: Principal, project_id: str, ref: str) -> api.ServiceAccountDeleted:
         grant = await self._grant(principal, project_id, Role.ADMIN, manage=True)
         now = self.clock.now()
 
-        def delete(session: Session) -> dict[str, Any]:
+        def delete(session: Session) -> api.ServiceAccountDeleted:
             sa = self._find(session, grant.project.id, ref)
             sa.deleted_at = now
             sa.disabled = True
@@ -148,33 +144,34 @@ class ServiceAccountService:
                 session.delete(row)
             email = service_account_email(sa, grant.project.short)
             self.audit.record(session, grant.project.id, principal, "serviceaccount.delete", email, {"keys_revoked": revoked})
-            return {
-                "deleted": True,
-                "service_account": email,
-                "note": f"{revoked} key(s) revoked; the name stays reserved and cannot be reused",
-            }
+            return api.ServiceAccountDeleted(
+                deleted=True, service_account=email, note=f"{revoked} key(s) revoked; the name stays reserved and cannot be reused"
+            )
 
         return await self.db.run(delete)
 
-    async def list_keys(self, principal: Principal, project_id: str, ref: str) -> dict[str, Any]:
+    async def list_keys(self, principal: Principal, project_id: str, ref: str) -> ApiKeyList:
         grant = await self._grant(principal, project_id, Role.MEMBER, manage=False)
         now = self.clock.now()
 
-        def fetch(session: Session) -> dict[str, Any]:
+        def fetch(session: Session) -> ApiKeyList:
             sa = self._find(session, grant.project.id, ref)
             rows = session.scalars(
                 select(ApiKey).where(ApiKey.service_account_id == sa.id).order_by(ApiKey.created_at.desc(), ApiKey.key_id)
             )
-            return {"keys": [key_view(k, now) for k in rows]}
+            return ApiKeyList(keys=[key_view(k, now) for k in rows])
 
         return await self.db.run(fetch)
 
-    async def create_key(self, principal: Principal, project_id: str, ref: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def create_key(
+        self, principal: Principal, project_id: str, ref: str, body: ApiKeyCreate | None = None
+    ) -> ApiKeyCreated:
         grant = await self._grant(principal, project_id, Role.ADMIN, manage=True)
         now = self.clock.now()
-        display_name, expires_at = parse_key_body(body, now)
+        body = body or ApiKeyCreate()
+        display_name, expires_at = body.display_name, key_expiry(body, now)
 
-        def create(session: Session) -> dict[str, Any]:
+        def create(session: Session) -> ApiKeyCreated:
             # A soft-deleted account is disabled, not gone: the spec answers a key for it with 409
             # "service account disabled (a key would not authenticate)", so it is looked up here too.
             sa = self._find(session, grant.project.id, ref, include_deleted=True)
@@ -188,15 +185,15 @@ class ServiceAccountService:
                 session, grant.project.id, principal, "serviceaccount.key.create",
                 service_account_email(sa, grant.project.short), {"key_id": row.key_id},
             )
-            return {"key": key_view(row, now), "secret": secret, "note": KEY_NOTE}
+            return ApiKeyCreated(key=key_view(row, now), secret=secret, note=KEY_NOTE)
 
         return await self.db.run(create)
 
-    async def revoke_key(self, principal: Principal, project_id: str, ref: str, key_ref: str) -> dict[str, Any]:
+    async def revoke_key(self, principal: Principal, project_id: str, ref: str, key_ref: str) -> ApiKeyRevoked:
         grant = await self._grant(principal, project_id, Role.ADMIN, manage=True)
         now = self.clock.now()
 
-        def revoke(session: Session) -> dict[str, Any]:
+        def revoke(session: Session) -> ApiKeyRevoked:
             sa = self._find(session, grant.project.id, ref)
             key = find_key(session, key_ref, service_account_id=sa.id)
             if key.revoked_at is None:
@@ -205,7 +202,7 @@ class ServiceAccountService:
                     session, grant.project.id, principal, "serviceaccount.key.revoke",
                     service_account_email(sa, grant.project.short), {"key_id": key.key_id},
                 )
-            return {"revoked": key.key_id, "note": REVOKE_NOTE}
+            return ApiKeyRevoked(revoked=key.key_id, note=REVOKE_NOTE)
 
         return await self.db.run(revoke)
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from caiplatform.db.models import Project, ProjectMember, User
+from caiplatform.models.projects import ProjectCreate, ProjectDeleted
 from caiplatform.principal import CredentialKind, Principal, PrincipalKind
 from caiplatform.services.access import ProjectRef
 
@@ -65,11 +66,11 @@ async def bootstrap_admin(platform) -> Principal:
 
 async def new_project(platform, slug: str) -> ProjectRef:
     """A project of the default org, created by the bootstrap admin."""
-    created = await platform.projects.create(await bootstrap_admin(platform), {"slug": slug})
-    view = created["project"]
-    return ProjectRef(view["id"], view["org_id"], view["slug"], view["name"], view["short"])
+    created = await platform.projects.create(await bootstrap_admin(platform), ProjectCreate(slug=slug))
+    view = created.project
+    return ProjectRef(view.id, view.org_id, view.slug, view.name, view.short)
 
 
-async def delete_project(platform, project_id: str) -> dict:
-    """Delete a project as the bootstrap admin (a person: the automation token may not)."""
+async def delete_project(platform, project_id: str) -> ProjectDeleted:
+    """Delete a project as the bootstrap admin (a person: the automation token may not): its `ProjectDeleted`."""
     return await platform.projects.delete(await bootstrap_admin(platform), project_id)

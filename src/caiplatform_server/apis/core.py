@@ -5,40 +5,52 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
 
+from caiplatform.models.auth import CoreHealth, LoginRequest, Me, PasswordChange, SignIn
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform_server.app_deps import platform_of, principal_of
+from caiplatform_server.contract import (
+    ANONYMOUS,
+    AUTOMATION_TOKEN,
+    CALLERS,
+    PEOPLE,
+    WORKLOAD_KEY,
+    operation,
+    reply,
+)
 from caiplatform_server.http import json_body
 
 router = APIRouter(tags=["auth"])
 
 
-@router.post("/v1/auth/login", summary="Sign in with e-mail and password")
-async def login(request: Request, platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    body = await json_body(request)
+@router.post("/v1/auth/login", summary="Sign in with e-mail and password",
+             **operation(body=LoginRequest, response=SignIn, security=ANONYMOUS, errors=(401,)))
+async def login(request: Request, platform: Platform = Depends(platform_of)) -> JSONResponse:
+    body = LoginRequest.parse(await json_body(request))
     ip = request.client.host if request.client else None
-    result = await platform.auth.login(body.get("email"), body.get("password"), ip)
-    return result.body()
+    return reply(await platform.auth.login(body.email, body.password, ip))
 
 
-@router.get("/v1/auth/me", summary="The signed-in principal")
-async def me(principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.auth.me(principal)
+@router.get("/v1/auth/me", summary="The signed-in principal",
+            **operation(response=Me, security=(*CALLERS, WORKLOAD_KEY, AUTOMATION_TOKEN)))
+async def me(principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.auth.me(principal))
 
 
-@router.post("/v1/auth/change-password", summary="Change the password and get a fresh token")
+@router.post("/v1/auth/change-password", summary="Change the password and get a fresh token",
+             **operation(body=PasswordChange, response=SignIn, security=PEOPLE))
 async def change_password(
     request: Request, principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of)
-) -> dict[str, Any]:
-    body = await json_body(request)
-    result = await platform.auth.change_password(principal, body.get("current_password"), body.get("new_password"))
-    return result.body()
+) -> JSONResponse:
+    body = PasswordChange.parse(await json_body(request))
+    return reply(await platform.auth.change_password(principal, body.current_password, body.new_password))
 
 
 async def health(platform: Platform) -> tuple[int, dict[str, Any]]:
     ok, detail = platform.database_health()
-    body: dict[str, Any] = {"status": "ok" if ok else "degraded", "database": "ok" if ok else "unreachable"}
+    body = CoreHealth(status="ok" if ok else "degraded", database="ok" if ok else "unreachable")
     if detail:
-        body["database_detail"] = detail
-    return (200 if ok else 503), body
+        body.database_detail = detail
+    return (200 if ok else 503), body.to_json()
