@@ -220,7 +220,16 @@ def render_method(method: Method) -> str:
 
 
 def class_name(resource: str) -> str:
-    return "Async" + "".join(part.title() for part in resource.split("_"))
+    """`AsyncIndexesResource`: the suffix keeps resources apart from the models they return (`Profile`)."""
+    return "Async" + "".join(part.title() for part in resource.split("_")) + "Resource"
+
+
+def import_line(module: str, names: list[str]) -> str:
+    """One `from ... import ...`, wrapped as the project's import sorter writes it."""
+    line = f"from {module} import {', '.join(names)}\n"
+    if len(line) <= 111:
+        return line
+    return f"from {module} import (\n" + "".join(f"    {name},\n" for name in names) + ")\n"
 
 
 def render(document: dict[str, Any]) -> dict[str, str]:
@@ -257,7 +266,7 @@ def render(document: dict[str, Any]) -> dict[str, str]:
         lines.append("from caiplatform.client._async.resources.base import AsyncResource\n")
         lines.append(f"from caiplatform.client._base import {', '.join(used)}\n")
         for module, names in sorted(imports.items()):
-            lines.append(f"from {module} import {', '.join(sorted(names))}\n")
+            lines.append(import_line(module, sorted(names)))
         sources[resource] = "".join(lines) + body
     return sources
 

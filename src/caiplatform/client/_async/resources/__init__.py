@@ -5,85 +5,85 @@ from its `custom_<resource>.py`."""
 
 from __future__ import annotations
 
-from caiplatform.client._async.resources.admin import AsyncAdmin
-from caiplatform.client._async.resources.custom_agents import AsyncAgents
-from caiplatform.client._async.resources.custom_auth import AsyncAuth
-from caiplatform.client._async.resources.embed import AsyncEmbed
-from caiplatform.client._async.resources.health import AsyncHealth
-from caiplatform.client._async.resources.indexes import AsyncIndexes
-from caiplatform.client._async.resources.invitations import AsyncInvitations
-from caiplatform.client._async.resources.keys import AsyncKeys
-from caiplatform.client._async.resources.mcp_servers import AsyncMcpServers
-from caiplatform.client._async.resources.members import AsyncMembers
-from caiplatform.client._async.resources.memory_stores import AsyncMemoryStores
-from caiplatform.client._async.resources.orgs import AsyncOrgs
-from caiplatform.client._async.resources.profile import AsyncProfile
-from caiplatform.client._async.resources.projects import AsyncProjects
-from caiplatform.client._async.resources.sandbox import AsyncSandbox
-from caiplatform.client._async.resources.search import AsyncSearch
-from caiplatform.client._async.resources.secret_maps import AsyncSecretMaps
-from caiplatform.client._async.resources.secrets import AsyncSecrets
-from caiplatform.client._async.resources.service_accounts import AsyncServiceAccounts
-from caiplatform.client._async.resources.services import AsyncServices
-from caiplatform.client._async.resources.sessions import AsyncSessions
-from caiplatform.client._async.resources.subscriptions import AsyncSubscriptions
-from caiplatform.client._async.resources.topics import AsyncTopics
-from caiplatform.client._async.resources.triggers import AsyncTriggers
-from caiplatform.client._async.resources.users import AsyncUsers
+from caiplatform.client._async.resources.admin import AsyncAdminResource
+from caiplatform.client._async.resources.custom_agents import AsyncAgentsResource
+from caiplatform.client._async.resources.custom_auth import AsyncAuthResource
+from caiplatform.client._async.resources.embed import AsyncEmbedResource
+from caiplatform.client._async.resources.health import AsyncHealthResource
+from caiplatform.client._async.resources.indexes import AsyncIndexesResource
+from caiplatform.client._async.resources.invitations import AsyncInvitationsResource
+from caiplatform.client._async.resources.keys import AsyncKeysResource
+from caiplatform.client._async.resources.mcp_servers import AsyncMcpServersResource
+from caiplatform.client._async.resources.members import AsyncMembersResource
+from caiplatform.client._async.resources.memory_stores import AsyncMemoryStoresResource
+from caiplatform.client._async.resources.orgs import AsyncOrgsResource
+from caiplatform.client._async.resources.profile import AsyncProfileResource
+from caiplatform.client._async.resources.projects import AsyncProjectsResource
+from caiplatform.client._async.resources.sandbox import AsyncSandboxResource
+from caiplatform.client._async.resources.search import AsyncSearchResource
+from caiplatform.client._async.resources.secret_maps import AsyncSecretMapsResource
+from caiplatform.client._async.resources.secrets import AsyncSecretsResource
+from caiplatform.client._async.resources.service_accounts import AsyncServiceAccountsResource
+from caiplatform.client._async.resources.services import AsyncServicesResource
+from caiplatform.client._async.resources.sessions import AsyncSessionsResource
+from caiplatform.client._async.resources.subscriptions import AsyncSubscriptionsResource
+from caiplatform.client._async.resources.topics import AsyncTopicsResource
+from caiplatform.client._async.resources.triggers import AsyncTriggersResource
+from caiplatform.client._async.resources.users import AsyncUsersResource
 
 
 class AsyncResources:
     """One attribute per resource."""
 
-    admin: AsyncAdmin
-    agents: AsyncAgents
-    auth: AsyncAuth
-    embed: AsyncEmbed
-    health: AsyncHealth
-    indexes: AsyncIndexes
-    invitations: AsyncInvitations
-    keys: AsyncKeys
-    mcp_servers: AsyncMcpServers
-    members: AsyncMembers
-    memory_stores: AsyncMemoryStores
-    orgs: AsyncOrgs
-    profile: AsyncProfile
-    projects: AsyncProjects
-    sandbox: AsyncSandbox
-    search: AsyncSearch
-    secret_maps: AsyncSecretMaps
-    secrets: AsyncSecrets
-    service_accounts: AsyncServiceAccounts
-    services: AsyncServices
-    sessions: AsyncSessions
-    subscriptions: AsyncSubscriptions
-    topics: AsyncTopics
-    triggers: AsyncTriggers
-    users: AsyncUsers
+    admin: AsyncAdminResource
+    agents: AsyncAgentsResource
+    auth: AsyncAuthResource
+    embed: AsyncEmbedResource
+    health: AsyncHealthResource
+    indexes: AsyncIndexesResource
+    invitations: AsyncInvitationsResource
+    keys: AsyncKeysResource
+    mcp_servers: AsyncMcpServersResource
+    members: AsyncMembersResource
+    memory_stores: AsyncMemoryStoresResource
+    orgs: AsyncOrgsResource
+    profile: AsyncProfileResource
+    projects: AsyncProjectsResource
+    sandbox: AsyncSandboxResource
+    search: AsyncSearchResource
+    secret_maps: AsyncSecretMapsResource
+    secrets: AsyncSecretsResource
+    service_accounts: AsyncServiceAccountsResource
+    services: AsyncServicesResource
+    sessions: AsyncSessionsResource
+    subscriptions: AsyncSubscriptionsResource
+    topics: AsyncTopicsResource
+    triggers: AsyncTriggersResource
+    users: AsyncUsersResource
 
     def _attach_resources(self) -> None:
-        self.admin = AsyncAdmin(self)  # type: ignore[arg-type]
-        self.agents = AsyncAgents(self)  # type: ignore[arg-type]
-        self.auth = AsyncAuth(self)  # type: ignore[arg-type]
-        self.embed = AsyncEmbed(self)  # type: ignore[arg-type]
-        self.health = AsyncHealth(self)  # type: ignore[arg-type]
-        self.indexes = AsyncIndexes(self)  # type: ignore[arg-type]
-        self.invitations = AsyncInvitations(self)  # type: ignore[arg-type]
-        self.keys = AsyncKeys(self)  # type: ignore[arg-type]
-        self.mcp_servers = AsyncMcpServers(self)  # type: ignore[arg-type]
-        self.members = AsyncMembers(self)  # type: ignore[arg-type]
-        self.memory_stores = AsyncMemoryStores(self)  # type: ignore[arg-type]
-        self.orgs = AsyncOrgs(self)  # type: ignore[arg-type]
-        self.profile = AsyncProfile(self)  # type: ignore[arg-type]
-        self.projects = AsyncProjects(self)  # type: ignore[arg-type]
-        self.sandbox = AsyncSandbox(self)  # type: ignore[arg-type]
-        self.search = AsyncSearch(self)  # type: ignore[arg-type]
-        self.secret_maps = AsyncSecretMaps(self)  # type: ignore[arg-type]
-        self.secrets = AsyncSecrets(self)  # type: ignore[arg-type]
-        self.service_accounts = AsyncServiceAccounts(self)  # type: ignore[arg-type]
-        self.services = AsyncServices(self)  # type: ignore[arg-type]
-        self.sessions = AsyncSessions(self)  # type: ignore[arg-type]
-        self.subscriptions = AsyncSubscriptions(self)  # type: ignore[arg-type]
-        self.topics = AsyncTopics(self)  # type: ignore[arg-type]
-        self.triggers = AsyncTriggers(self)  # type: ignore[arg-type]
-        self.users = AsyncUsers(self)  # type: ignore[arg-type]
+        self.admin = AsyncAdminResource(self)  # type: ignore[arg-type]
+        self.agents = AsyncAgentsResource(self)  # type: ignore[arg-type]
+        self.auth = AsyncAuthResource(self)  # type: ignore[arg-type]
+        self.embed = AsyncEmbedResource(self)  # type: ignore[arg-type]
+        self.health = AsyncHealthResource(self)  # type: ignore[arg-type]
+        self.indexes = AsyncIndexesResource(self)  # type: ignore[arg-type]
+        self.invitations = AsyncInvitationsResource(self)  # type: ignore[arg-type]
+        self.keys = AsyncKeysResource(self)  # type: ignore[arg-type]
+        self.mcp_servers = AsyncMcpServersResource(self)  # type: ignore[arg-type]
+        self.members = AsyncMembersResource(self)  # type: ignore[arg-type]
+        self.memory_stores = AsyncMemoryStoresResource(self)  # type: ignore[arg-type]
+        self.orgs = AsyncOrgsResource(self)  # type: ignore[arg-type]
+        self.profile = AsyncProfileResource(self)  # type: ignore[arg-type]
+        self.projects = AsyncProjectsResource(self)  # type: ignore[arg-type]
+        self.sandbox = AsyncSandboxResource(self)  # type: ignore[arg-type]
+        self.search = AsyncSearchResource(self)  # type: ignore[arg-type]
+        self.secret_maps = AsyncSecretMapsResource(self)  # type: ignore[arg-type]
+        self.secrets = AsyncSecretsResource(self)  # type: ignore[arg-type]
+        self.service_accounts = AsyncServiceAccountsResource(self)  # type: ignore[arg-type]
+        self.services = AsyncServicesResource(self)  # type: ignore[arg-type]
+        self.sessions = AsyncSessionsResource(self)  # type: ignore[arg-type]
+        self.subscriptions = AsyncSubscriptionsResource(self)  # type: ignore[arg-type]
+        self.topics = AsyncTopicsResource(self)  # type: ignore[arg-type]
+        self.triggers = AsyncTriggersResource(self)  # type: ignore[arg-type]
+        self.users = AsyncUsersResource(self)  # type: ignore[arg-type]

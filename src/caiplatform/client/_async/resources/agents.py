@@ -10,7 +10,7 @@ from caiplatform.client._async.resources.base import AsyncResource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class AsyncAgents(AsyncResource):
+class AsyncAgentsResource(AsyncResource):
     """Agents and functions."""
 
     async def list(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

@@ -7,20 +7,23 @@ from __future__ import annotations
 from typing import Any
 
 from caiplatform.client._async.resources.base import AsyncResource
-from caiplatform.client._base import NOT_GIVEN, NotGiven
+from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
+from caiplatform.models.auth import LoginRequest, Me, PasswordChange, SignIn
 
 
-class AsyncAuth(AsyncResource):
+class AsyncAuthResource(AsyncResource):
     """Sign-in and the calling principal."""
 
-    async def login(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    async def login(self, body: LoginRequest | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> SignIn:
         """Sign in with e-mail and password"""
-        return await self._client.request_json("POST", "/v1/auth/login", timeout=timeout)
+        model = body if body is not None else LoginRequest.parse(fields)
+        return await self._client.request("POST", "/v1/auth/login", SignIn, timeout=timeout, json=body_of(model))
 
-    async def me(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    async def me(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Me:
         """The signed-in principal"""
-        return await self._client.request_json("GET", "/v1/auth/me", timeout=timeout)
+        return await self._client.request("GET", "/v1/auth/me", Me, timeout=timeout)
 
-    async def change_password(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    async def change_password(self, body: PasswordChange | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> SignIn:
         """Change the password and get a fresh token"""
-        return await self._client.request_json("POST", "/v1/auth/change-password", timeout=timeout)
+        model = body if body is not None else PasswordChange.parse(fields)
+        return await self._client.request("POST", "/v1/auth/change-password", SignIn, timeout=timeout, json=body_of(model))

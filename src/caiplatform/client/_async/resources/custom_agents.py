@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from caiplatform.client._async.resources.agents import AsyncAgents as GeneratedAgents
+from caiplatform.client._async.resources.agents import AsyncAgentsResource as GeneratedAgents
 from caiplatform.client.source import detect_framework, tar_directory
 
 READY_TIMEOUT = 600.0
 
 
-class AsyncAgents(GeneratedAgents):
+class AsyncAgentsResource(GeneratedAgents):
     async def deploy_source(self, source: str | Path | bytes, *, name: str, framework: str | None = None,
                             project: str | None = None, runtime: str | None = None) -> Any:
         """Deploy from a directory (tarred here, `.caiignore` honoured, the framework read off its entry

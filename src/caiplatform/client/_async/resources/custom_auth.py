@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from caiplatform.client._async.resources.auth import AsyncAuth as GeneratedAuth
+from caiplatform.client._async.resources.auth import AsyncAuthResource as GeneratedAuth
 
 
-class AsyncAuth(GeneratedAuth):
+class AsyncAuthResource(GeneratedAuth):
     async def login(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """Sign in with e-mail and password; the session token answers every later call of this client."""
         signed_in = await super().login(*args, **kwargs)

@@ -10,7 +10,7 @@ from caiplatform.client._async.resources.base import AsyncResource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class AsyncEmbed(AsyncResource):
+class AsyncEmbedResource(AsyncResource):
     """The chat widget's public routes."""
 
     async def config(self, key: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

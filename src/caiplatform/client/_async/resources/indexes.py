@@ -12,7 +12,7 @@ from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
 from caiplatform.models.vector import Index, IndexCreate, IndexCredential, IndexList, IndexPatch
 
 
-class AsyncIndexes(AsyncResource):
+class AsyncIndexesResource(AsyncResource):
     """Vector indexes and their data verbs."""
 
     def list(self, project_id: str, /, *, page_size: int | None = None) -> AsyncIterator[Index]:

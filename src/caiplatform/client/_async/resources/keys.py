@@ -7,20 +7,22 @@ from __future__ import annotations
 from typing import Any
 
 from caiplatform.client._async.resources.base import AsyncResource
-from caiplatform.client._base import NOT_GIVEN, NotGiven
+from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
+from caiplatform.models.accounts import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyRevoked
 
 
-class AsyncKeys(AsyncResource):
+class AsyncKeysResource(AsyncResource):
     """Your personal API keys."""
 
-    async def list(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    async def list(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> ApiKeyList:
         """Your personal API keys"""
-        return await self._client.request_json("GET", "/v1/users/me/keys", timeout=timeout)
+        return await self._client.request("GET", "/v1/users/me/keys", ApiKeyList, timeout=timeout)
 
-    async def create(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    async def create(self, body: ApiKeyCreate | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> ApiKeyCreated:
         """Create a personal API key (secret shown once)"""
-        return await self._client.request_json("POST", "/v1/users/me/keys", timeout=timeout)
+        model = body if body is not None else ApiKeyCreate.parse(fields)
+        return await self._client.request("POST", "/v1/users/me/keys", ApiKeyCreated, timeout=timeout, json=body_of(model))
 
-    async def revoke(self, key_id: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    async def revoke(self, key_id: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> ApiKeyRevoked:
         """Revoke a personal API key"""
-        return await self._client.request_json("DELETE", f"/v1/users/me/keys/{key_id}", timeout=timeout)
+        return await self._client.request("DELETE", f"/v1/users/me/keys/{key_id}", ApiKeyRevoked, timeout=timeout)

@@ -7,20 +7,22 @@ from __future__ import annotations
 from typing import Any
 
 from caiplatform.client._async.resources.base import AsyncResource
-from caiplatform.client._base import NOT_GIVEN, NotGiven
+from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
+from caiplatform.models.accounts import ModelKeySet, Profile
 
 
-class AsyncProfile(AsyncResource):
+class AsyncProfileResource(AsyncResource):
     """Your profile and the platform's model key."""
 
-    async def get(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    async def get(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Profile:
         """Your profile and the platform model key's presence"""
-        return await self._client.request_json("GET", "/v1/profile", timeout=timeout)
+        return await self._client.request("GET", "/v1/profile", Profile, timeout=timeout)
 
-    async def set_model_key(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    async def set_model_key(self, body: ModelKeySet | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> Profile:
         """Set the platform-wide default model key"""
-        return await self._client.request_json("PUT", "/v1/profile/model-key", timeout=timeout)
+        model = body if body is not None else ModelKeySet.parse(fields)
+        return await self._client.request("PUT", "/v1/profile/model-key", Profile, timeout=timeout, json=body_of(model))
 
-    async def delete_model_key(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    async def delete_model_key(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Profile:
         """Remove the platform-wide default model key"""
-        return await self._client.request_json("DELETE", "/v1/profile/model-key", timeout=timeout)
+        return await self._client.request("DELETE", "/v1/profile/model-key", Profile, timeout=timeout)

@@ -10,7 +10,7 @@ from caiplatform.client._async.resources.base import AsyncResource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class AsyncSandbox(AsyncResource):
+class AsyncSandboxResource(AsyncResource):
     """The code sandbox (a workload's own credential)."""
 
     async def execute(self, project_id: str, body: dict[str, Any] | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

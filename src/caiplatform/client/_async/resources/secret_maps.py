@@ -10,7 +10,7 @@ from caiplatform.client._async.resources.base import AsyncResource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class AsyncSecretMaps(AsyncResource):
+class AsyncSecretMapsResource(AsyncResource):
     """Bindings of project secrets to agents."""
 
     async def list(self, project_id: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

@@ -10,7 +10,7 @@ from caiplatform.client._async.resources.base import AsyncResource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class AsyncServices(AsyncResource):
+class AsyncServicesResource(AsyncResource):
     """Serverless services."""
 
     async def list(self, project_id: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

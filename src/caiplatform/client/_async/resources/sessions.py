@@ -10,7 +10,7 @@ from caiplatform.client._async.resources.base import AsyncResource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class AsyncSessions(AsyncResource):
+class AsyncSessionsResource(AsyncResource):
     """Agents' sessions and long-term memory."""
 
     async def users(self, name: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

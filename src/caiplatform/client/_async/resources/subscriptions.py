@@ -10,7 +10,7 @@ from caiplatform.client._async.resources.base import AsyncResource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class AsyncSubscriptions(AsyncResource):
+class AsyncSubscriptionsResource(AsyncResource):
     """Subscriptions: pull and acknowledge."""
 
     async def list(self, project_id: str, topic: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

@@ -10,7 +10,7 @@ from caiplatform.client._async.resources.base import AsyncResource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class AsyncTopics(AsyncResource):
+class AsyncTopicsResource(AsyncResource):
     """Topics, publishing, and the project's messaging quota, usage and credential."""
 
     async def list(self, project_id: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

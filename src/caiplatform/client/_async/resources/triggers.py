@@ -10,7 +10,7 @@ from caiplatform.client._async.resources.base import AsyncResource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class AsyncTriggers(AsyncResource):
+class AsyncTriggersResource(AsyncResource):
     """Triggers of serverless services."""
 
     async def list(self, project_id: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

@@ -6,85 +6,85 @@ from its `custom_<resource>.py`."""
 
 from __future__ import annotations
 
-from caiplatform.client._sync.resources.admin import Admin
-from caiplatform.client._sync.resources.custom_agents import Agents
-from caiplatform.client._sync.resources.custom_auth import Auth
-from caiplatform.client._sync.resources.embed import Embed
-from caiplatform.client._sync.resources.health import Health
-from caiplatform.client._sync.resources.indexes import Indexes
-from caiplatform.client._sync.resources.invitations import Invitations
-from caiplatform.client._sync.resources.keys import Keys
-from caiplatform.client._sync.resources.mcp_servers import McpServers
-from caiplatform.client._sync.resources.members import Members
-from caiplatform.client._sync.resources.memory_stores import MemoryStores
-from caiplatform.client._sync.resources.orgs import Orgs
-from caiplatform.client._sync.resources.profile import Profile
-from caiplatform.client._sync.resources.projects import Projects
-from caiplatform.client._sync.resources.sandbox import Sandbox
-from caiplatform.client._sync.resources.search import Search
-from caiplatform.client._sync.resources.secret_maps import SecretMaps
-from caiplatform.client._sync.resources.secrets import Secrets
-from caiplatform.client._sync.resources.service_accounts import ServiceAccounts
-from caiplatform.client._sync.resources.services import Services
-from caiplatform.client._sync.resources.sessions import Sessions
-from caiplatform.client._sync.resources.subscriptions import Subscriptions
-from caiplatform.client._sync.resources.topics import Topics
-from caiplatform.client._sync.resources.triggers import Triggers
-from caiplatform.client._sync.resources.users import Users
+from caiplatform.client._sync.resources.admin import AdminResource
+from caiplatform.client._sync.resources.custom_agents import AgentsResource
+from caiplatform.client._sync.resources.custom_auth import AuthResource
+from caiplatform.client._sync.resources.embed import EmbedResource
+from caiplatform.client._sync.resources.health import HealthResource
+from caiplatform.client._sync.resources.indexes import IndexesResource
+from caiplatform.client._sync.resources.invitations import InvitationsResource
+from caiplatform.client._sync.resources.keys import KeysResource
+from caiplatform.client._sync.resources.mcp_servers import McpServersResource
+from caiplatform.client._sync.resources.members import MembersResource
+from caiplatform.client._sync.resources.memory_stores import MemoryStoresResource
+from caiplatform.client._sync.resources.orgs import OrgsResource
+from caiplatform.client._sync.resources.profile import ProfileResource
+from caiplatform.client._sync.resources.projects import ProjectsResource
+from caiplatform.client._sync.resources.sandbox import SandboxResource
+from caiplatform.client._sync.resources.search import SearchResource
+from caiplatform.client._sync.resources.secret_maps import SecretMapsResource
+from caiplatform.client._sync.resources.secrets import SecretsResource
+from caiplatform.client._sync.resources.service_accounts import ServiceAccountsResource
+from caiplatform.client._sync.resources.services import ServicesResource
+from caiplatform.client._sync.resources.sessions import SessionsResource
+from caiplatform.client._sync.resources.subscriptions import SubscriptionsResource
+from caiplatform.client._sync.resources.topics import TopicsResource
+from caiplatform.client._sync.resources.triggers import TriggersResource
+from caiplatform.client._sync.resources.users import UsersResource
 
 
 class Resources:
     """One attribute per resource."""
 
-    admin: Admin
-    agents: Agents
-    auth: Auth
-    embed: Embed
-    health: Health
-    indexes: Indexes
-    invitations: Invitations
-    keys: Keys
-    mcp_servers: McpServers
-    members: Members
-    memory_stores: MemoryStores
-    orgs: Orgs
-    profile: Profile
-    projects: Projects
-    sandbox: Sandbox
-    search: Search
-    secret_maps: SecretMaps
-    secrets: Secrets
-    service_accounts: ServiceAccounts
-    services: Services
-    sessions: Sessions
-    subscriptions: Subscriptions
-    topics: Topics
-    triggers: Triggers
-    users: Users
+    admin: AdminResource
+    agents: AgentsResource
+    auth: AuthResource
+    embed: EmbedResource
+    health: HealthResource
+    indexes: IndexesResource
+    invitations: InvitationsResource
+    keys: KeysResource
+    mcp_servers: McpServersResource
+    members: MembersResource
+    memory_stores: MemoryStoresResource
+    orgs: OrgsResource
+    profile: ProfileResource
+    projects: ProjectsResource
+    sandbox: SandboxResource
+    search: SearchResource
+    secret_maps: SecretMapsResource
+    secrets: SecretsResource
+    service_accounts: ServiceAccountsResource
+    services: ServicesResource
+    sessions: SessionsResource
+    subscriptions: SubscriptionsResource
+    topics: TopicsResource
+    triggers: TriggersResource
+    users: UsersResource
 
     def _attach_resources(self) -> None:
-        self.admin = Admin(self)  # type: ignore[arg-type]
-        self.agents = Agents(self)  # type: ignore[arg-type]
-        self.auth = Auth(self)  # type: ignore[arg-type]
-        self.embed = Embed(self)  # type: ignore[arg-type]
-        self.health = Health(self)  # type: ignore[arg-type]
-        self.indexes = Indexes(self)  # type: ignore[arg-type]
-        self.invitations = Invitations(self)  # type: ignore[arg-type]
-        self.keys = Keys(self)  # type: ignore[arg-type]
-        self.mcp_servers = McpServers(self)  # type: ignore[arg-type]
-        self.members = Members(self)  # type: ignore[arg-type]
-        self.memory_stores = MemoryStores(self)  # type: ignore[arg-type]
-        self.orgs = Orgs(self)  # type: ignore[arg-type]
-        self.profile = Profile(self)  # type: ignore[arg-type]
-        self.projects = Projects(self)  # type: ignore[arg-type]
-        self.sandbox = Sandbox(self)  # type: ignore[arg-type]
-        self.search = Search(self)  # type: ignore[arg-type]
-        self.secret_maps = SecretMaps(self)  # type: ignore[arg-type]
-        self.secrets = Secrets(self)  # type: ignore[arg-type]
-        self.service_accounts = ServiceAccounts(self)  # type: ignore[arg-type]
-        self.services = Services(self)  # type: ignore[arg-type]
-        self.sessions = Sessions(self)  # type: ignore[arg-type]
-        self.subscriptions = Subscriptions(self)  # type: ignore[arg-type]
-        self.topics = Topics(self)  # type: ignore[arg-type]
-        self.triggers = Triggers(self)  # type: ignore[arg-type]
-        self.users = Users(self)  # type: ignore[arg-type]
+        self.admin = AdminResource(self)  # type: ignore[arg-type]
+        self.agents = AgentsResource(self)  # type: ignore[arg-type]
+        self.auth = AuthResource(self)  # type: ignore[arg-type]
+        self.embed = EmbedResource(self)  # type: ignore[arg-type]
+        self.health = HealthResource(self)  # type: ignore[arg-type]
+        self.indexes = IndexesResource(self)  # type: ignore[arg-type]
+        self.invitations = InvitationsResource(self)  # type: ignore[arg-type]
+        self.keys = KeysResource(self)  # type: ignore[arg-type]
+        self.mcp_servers = McpServersResource(self)  # type: ignore[arg-type]
+        self.members = MembersResource(self)  # type: ignore[arg-type]
+        self.memory_stores = MemoryStoresResource(self)  # type: ignore[arg-type]
+        self.orgs = OrgsResource(self)  # type: ignore[arg-type]
+        self.profile = ProfileResource(self)  # type: ignore[arg-type]
+        self.projects = ProjectsResource(self)  # type: ignore[arg-type]
+        self.sandbox = SandboxResource(self)  # type: ignore[arg-type]
+        self.search = SearchResource(self)  # type: ignore[arg-type]
+        self.secret_maps = SecretMapsResource(self)  # type: ignore[arg-type]
+        self.secrets = SecretsResource(self)  # type: ignore[arg-type]
+        self.service_accounts = ServiceAccountsResource(self)  # type: ignore[arg-type]
+        self.services = ServicesResource(self)  # type: ignore[arg-type]
+        self.sessions = SessionsResource(self)  # type: ignore[arg-type]
+        self.subscriptions = SubscriptionsResource(self)  # type: ignore[arg-type]
+        self.topics = TopicsResource(self)  # type: ignore[arg-type]
+        self.triggers = TriggersResource(self)  # type: ignore[arg-type]
+        self.users = UsersResource(self)  # type: ignore[arg-type]

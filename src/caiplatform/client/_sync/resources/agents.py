@@ -11,7 +11,7 @@ from caiplatform.client._sync.resources.base import Resource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class Agents(Resource):
+class AgentsResource(Resource):
     """Agents and functions."""
 
     def list(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from caiplatform.client._sync.resources.agents import Agents as GeneratedAgents
+from caiplatform.client._sync.resources.agents import AgentsResource as GeneratedAgents
 from caiplatform.client.source import detect_framework, tar_directory
 
 READY_TIMEOUT = 600.0
 
 
-class Agents(GeneratedAgents):
+class AgentsResource(GeneratedAgents):
     def deploy_source(self, source: str | Path | bytes, *, name: str, framework: str | None = None,
                             project: str | None = None, runtime: str | None = None) -> Any:
         """Deploy from a directory (tarred here, `.caiignore` honoured, the framework read off its entry

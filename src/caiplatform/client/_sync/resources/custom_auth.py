@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from caiplatform.client._sync.resources.auth import Auth as GeneratedAuth
+from caiplatform.client._sync.resources.auth import AuthResource as GeneratedAuth
 
 
-class Auth(GeneratedAuth):
+class AuthResource(GeneratedAuth):
     def login(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """Sign in with e-mail and password; the session token answers every later call of this client."""
         signed_in = super().login(*args, **kwargs)

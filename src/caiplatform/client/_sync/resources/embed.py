@@ -11,7 +11,7 @@ from caiplatform.client._sync.resources.base import Resource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class Embed(Resource):
+class EmbedResource(Resource):
     """The chat widget's public routes."""
 
     def config(self, key: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

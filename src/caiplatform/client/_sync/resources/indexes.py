@@ -13,7 +13,7 @@ from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
 from caiplatform.models.vector import Index, IndexCreate, IndexCredential, IndexList, IndexPatch
 
 
-class Indexes(Resource):
+class IndexesResource(Resource):
     """Vector indexes and their data verbs."""
 
     def list(self, project_id: str, /, *, page_size: int | None = None) -> Iterator[Index]:

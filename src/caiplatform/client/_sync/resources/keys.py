@@ -8,20 +8,22 @@ from __future__ import annotations
 from typing import Any
 
 from caiplatform.client._sync.resources.base import Resource
-from caiplatform.client._base import NOT_GIVEN, NotGiven
+from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
+from caiplatform.models.accounts import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyRevoked
 
 
-class Keys(Resource):
+class KeysResource(Resource):
     """Your personal API keys."""
 
-    def list(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    def list(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> ApiKeyList:
         """Your personal API keys"""
-        return self._client.request_json("GET", "/v1/users/me/keys", timeout=timeout)
+        return self._client.request("GET", "/v1/users/me/keys", ApiKeyList, timeout=timeout)
 
-    def create(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    def create(self, body: ApiKeyCreate | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> ApiKeyCreated:
         """Create a personal API key (secret shown once)"""
-        return self._client.request_json("POST", "/v1/users/me/keys", timeout=timeout)
+        model = body if body is not None else ApiKeyCreate.parse(fields)
+        return self._client.request("POST", "/v1/users/me/keys", ApiKeyCreated, timeout=timeout, json=body_of(model))
 
-    def revoke(self, key_id: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    def revoke(self, key_id: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> ApiKeyRevoked:
         """Revoke a personal API key"""
-        return self._client.request_json("DELETE", f"/v1/users/me/keys/{key_id}", timeout=timeout)
+        return self._client.request("DELETE", f"/v1/users/me/keys/{key_id}", ApiKeyRevoked, timeout=timeout)

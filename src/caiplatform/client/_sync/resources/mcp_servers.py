@@ -11,7 +11,7 @@ from caiplatform.client._sync.resources.base import Resource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class McpServers(Resource):
+class McpServersResource(Resource):
     """Hosted MCP servers."""
 
     def create(self, project_id: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

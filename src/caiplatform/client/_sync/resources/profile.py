@@ -8,20 +8,22 @@ from __future__ import annotations
 from typing import Any
 
 from caiplatform.client._sync.resources.base import Resource
-from caiplatform.client._base import NOT_GIVEN, NotGiven
+from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
+from caiplatform.models.accounts import ModelKeySet, Profile
 
 
-class Profile(Resource):
+class ProfileResource(Resource):
     """Your profile and the platform's model key."""
 
-    def get(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    def get(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Profile:
         """Your profile and the platform model key's presence"""
-        return self._client.request_json("GET", "/v1/profile", timeout=timeout)
+        return self._client.request("GET", "/v1/profile", Profile, timeout=timeout)
 
-    def set_model_key(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    def set_model_key(self, body: ModelKeySet | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> Profile:
         """Set the platform-wide default model key"""
-        return self._client.request_json("PUT", "/v1/profile/model-key", timeout=timeout)
+        model = body if body is not None else ModelKeySet.parse(fields)
+        return self._client.request("PUT", "/v1/profile/model-key", Profile, timeout=timeout, json=body_of(model))
 
-    def delete_model_key(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    def delete_model_key(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Profile:
         """Remove the platform-wide default model key"""
-        return self._client.request_json("DELETE", "/v1/profile/model-key", timeout=timeout)
+        return self._client.request("DELETE", "/v1/profile/model-key", Profile, timeout=timeout)

@@ -11,7 +11,7 @@ from caiplatform.client._sync.resources.base import Resource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class Sandbox(Resource):
+class SandboxResource(Resource):
     """The code sandbox (a workload's own credential)."""
 
     def execute(self, project_id: str, body: dict[str, Any] | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

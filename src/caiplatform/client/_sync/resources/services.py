@@ -11,7 +11,7 @@ from caiplatform.client._sync.resources.base import Resource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class Services(Resource):
+class ServicesResource(Resource):
     """Serverless services."""
 
     def list(self, project_id: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

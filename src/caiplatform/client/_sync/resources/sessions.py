@@ -11,7 +11,7 @@ from caiplatform.client._sync.resources.base import Resource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class Sessions(Resource):
+class SessionsResource(Resource):
     """Agents' sessions and long-term memory."""
 
     def users(self, name: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

@@ -11,7 +11,7 @@ from caiplatform.client._sync.resources.base import Resource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class Subscriptions(Resource):
+class SubscriptionsResource(Resource):
     """Subscriptions: pull and acknowledge."""
 
     def list(self, project_id: str, topic: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:

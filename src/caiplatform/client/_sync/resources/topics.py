@@ -11,7 +11,7 @@ from caiplatform.client._sync.resources.base import Resource
 from caiplatform.client._base import NOT_GIVEN, NotGiven
 
 
-class Topics(Resource):
+class TopicsResource(Resource):
     """Topics, publishing, and the project's messaging quota, usage and credential."""
 
     def list(self, project_id: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
