@@ -81,14 +81,14 @@ async def create_topic(project_id: str, request: Request, principal: Principal =
     return reply(await platform.topics.create_topic(principal, project_id, body), status=201)
 
 
-@router.get(TOPIC, summary="Read a topic", **operation(response=views.Topic, errors=(403, 404)))
+@router.get(TOPIC, summary="Read a topic", **operation(response=views.Topic, errors=(403, 404, 405)))
 async def get_topic(project_id: str, topic: str, principal: Principal = Depends(principal_of),
                     platform: Platform = Depends(platform_of)) -> JSONResponse:
     return reply(await platform.topics.get_topic(principal, project_id, _topic_name(topic)))
 
 
 @router.patch(TOPIC, summary="Edit a topic (admin)",
-              **operation(body=TopicPatch, response=views.Topic, errors=(403, 404, 409, 413, 500)))
+              **operation(body=TopicPatch, response=views.Topic, errors=(403, 404, 405, 409, 413, 500)))
 async def update_topic(project_id: str, topic: str, request: Request, principal: Principal = Depends(principal_of),
                        platform: Platform = Depends(platform_of)) -> JSONResponse:
     name = _topic_name(topic)
@@ -97,7 +97,7 @@ async def update_topic(project_id: str, topic: str, request: Request, principal:
 
 
 @router.delete(TOPIC, summary="Delete a topic and every subscription (admin)",
-               **operation(response=views.PubsubDeletion, status=202, errors=(403, 404)))
+               **operation(response=views.PubsubDeletion, status=202, errors=(403, 404, 405)))
 async def delete_topic(project_id: str, topic: str, principal: Principal = Depends(principal_of),
                        platform: Platform = Depends(platform_of)) -> JSONResponse:
     return reply(await platform.topics.delete_topic(principal, project_id, _topic_name(topic)), status=202)
@@ -136,7 +136,8 @@ async def create_subscription(project_id: str, topic: str, request: Request,
     return reply(await platform.topics.create_subscription(principal, project_id, topic, body), status=201)
 
 
-@router.get(SUBSCRIPTION, summary="Read a subscription", **operation(response=views.Subscription, errors=(403, 404)))
+@router.get(SUBSCRIPTION, summary="Read a subscription",
+            **operation(response=views.Subscription, errors=(403, 404, 405)))
 async def get_subscription(project_id: str, topic: str, subscription: str,
                            principal: Principal = Depends(principal_of),
                            platform: Platform = Depends(platform_of)) -> JSONResponse:
@@ -144,7 +145,7 @@ async def get_subscription(project_id: str, topic: str, subscription: str,
 
 
 @router.patch(SUBSCRIPTION, summary="Edit a subscription (admin)",
-              **operation(body=SubscriptionPatch, response=views.Subscription, errors=(403, 404, 413, 500)))
+              **operation(body=SubscriptionPatch, response=views.Subscription, errors=(403, 404, 405, 413, 500)))
 async def update_subscription(project_id: str, topic: str, subscription: str, request: Request,
                               principal: Principal = Depends(principal_of),
                               platform: Platform = Depends(platform_of)) -> JSONResponse:
@@ -154,7 +155,7 @@ async def update_subscription(project_id: str, topic: str, subscription: str, re
 
 
 @router.delete(SUBSCRIPTION, summary="Delete a subscription (admin)",
-               **operation(response=views.PubsubDeletion, status=202, errors=(403, 404)))
+               **operation(response=views.PubsubDeletion, status=202, errors=(403, 404, 405)))
 async def delete_subscription(project_id: str, topic: str, subscription: str,
                               principal: Principal = Depends(principal_of),
                               platform: Platform = Depends(platform_of)) -> JSONResponse:
