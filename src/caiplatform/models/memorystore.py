@@ -26,7 +26,7 @@ from caiplatform.domain.memorystore import (
 from caiplatform.errors import BadRequest
 from caiplatform.models.base import ListPage, RequestModel, ResponseModel
 
-SizeClass = Literal["small", "medium", "large"]
+SizeClass = Literal["small", "medium", "large"]  # the default: DEFAULT_SIZE_CLASS
 EvictionPolicy = Literal["noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru",
                          "volatile-lfu", "volatile-random", "volatile-ttl"]
 InstanceState = Literal["Provisioning", "Ready", "Degraded", "Unknown", "Deleting"]
@@ -65,9 +65,9 @@ class MemoryStoreCreate(RequestModel):
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
     name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN.pattern)
-    size_class: SizeClass = DEFAULT_SIZE_CLASS
+    size_class: SizeClass = "small"
     version: str = Field("", description="blank means the platform default")
-    maxmemory_policy: EvictionPolicy = DEFAULT_EVICTION_POLICY
+    maxmemory_policy: EvictionPolicy = "noeviction"
     external_exposure: bool = Field(False, description="a TLS endpoint reachable only inside the cloud network")
     persistence: MemoryStorePersistence | None = None
 

@@ -389,8 +389,7 @@ class TopicService:
         name = body.name
         max_text = body.max_bytes or m.DEFAULT_MAX_BYTES
         max_value = m.parse_bytes(max_text) or 0
-        limits = {"display_name": body.display_name or "", "max_age": body.max_age_seconds or 0.0,
-                  "discard": body.discard or "old"}
+        max_age, discard = body.max_age_seconds or 0.0, body.discard or "old"
         now = self.clock.now()
 
         def insert(session: Session) -> MessagingTopic:
@@ -403,14 +402,14 @@ class TopicService:
                 raise Conflict(m.TOPIC_LIMIT)
             self._check_budget(session, project.id, max_value)
             row = MessagingTopic(
-                project_id=project.id, name=name, display_name=limits["display_name"], max_bytes=max_text,
-                max_bytes_value=max_value, max_age_seconds=limits["max_age"], discard=limits["discard"],
+                project_id=project.id, name=name, display_name=body.display_name or "", max_bytes=max_text,
+                max_bytes_value=max_value, max_age_seconds=max_age, discard=discard,
                 phase=m.PHASE_PENDING, created_at=now, updated_at=now,
             )
             session.add(row)
             session.flush()
             self.audit.record(session, project.id, principal, "pubsub.topic.create", name,
-                              {"max_bytes": max_text, "discard": limits["discard"]})
+                              {"max_bytes": max_text, "discard": discard})
             return row
 
         try:
@@ -421,7 +420,7 @@ class TopicService:
         created = topic.to_json(await self._topic_state(topic, 0))
         try:
             await self.broker.create_stream(
-                StreamConfig(topic.stream, topic.subject, max_value, limits["max_age"], limits["discard"])
+                StreamConfig(topic.stream, topic.subject, max_value, max_age, discard)
             )
         except BrokerError as exc:
             await self.db.run(lambda s: s.delete(s.get(MessagingTopic, row.id)))
@@ -650,7 +649,7 @@ class TopicService:
         problem = push_url_problem(url, project.namespace)
         if problem:
             raise BadRequest(f"deliver.push.url is not allowed: {problem}")
-        content_mode = push.content_mode if push is not None else None
+        content_mode: str | None = push.content_mode if push is not None else None
         if not content_mode:
             content_mode = sub.content_mode if was_push else "cloudevents-structured"
         sub.deliver_mode, sub.push_url, sub.content_mode = "push", url, content_mode
