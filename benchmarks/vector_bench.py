@@ -30,6 +30,7 @@ import uvicorn
 from sqlalchemy import select
 
 from caiplatform.db.models import Project
+from caiplatform.models.vector import IndexCreate, IndexQuery, IndexUpsert
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.settings import Settings
@@ -118,13 +119,13 @@ async def main() -> None:
                 lambda s: s.scalar(select(Project.id).where(Project.slug == "default")))
             lib, http_index = "bench-lib", "bench-http"
             for name in (lib, http_index):
-                await platform.indexes.create(admin, project_id, {"name": name, "dimensions": args.dims})
+                await platform.indexes.create(admin, project_id, IndexCreate(name=name, dimensions=args.dims))
             await platform.indexes.wait_reconciled()
 
             # ---- upsert: through the library into one index, through HTTP into the other
             start = time.perf_counter()
             for body in batches(data, 0):
-                await platform.indexes.upsert(admin, project_id, lib, body)
+                await platform.indexes.upsert(admin, project_id, lib, IndexUpsert.parse(body))
             lib_upsert = len(data) / (time.perf_counter() - start)
 
             headers = {"Authorization": f"Bearer {signed_in.token}"}
@@ -146,7 +147,7 @@ async def main() -> None:
                     numpy_times.append(numpy_scan(rows, q))
                     body = {"vector": q.tolist(), "top_k": TOP_K}
                     t = time.perf_counter()
-                    await platform.indexes.query(admin, project_id, lib, body)
+                    await platform.indexes.query(admin, project_id, lib, IndexQuery.parse(body))
                     lib_times.append(time.perf_counter() - t)
                     # An authenticated request the server answers without work (an unrouted path).
                     empty_times.append(await asyncio.to_thread(timed_request, client, "GET", "/v1/nothing-here", None))

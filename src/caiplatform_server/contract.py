@@ -100,9 +100,18 @@ def _schema_ref(model: type[BaseModel]) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{model.__name__}"}
 
 
+def one_of(models: Sequence[type[BaseModel]]) -> dict[str, Any]:
+    """The schema of a body that is one of several models (a verb route: one model per verb)."""
+    return {"oneOf": [_schema_ref(model) for model in models]}
+
+
+def _body_schema(body: type[BaseModel] | Sequence[type[BaseModel]]) -> dict[str, Any]:
+    return one_of(body) if isinstance(body, Sequence) else _schema_ref(body)
+
+
 def operation(
     *,
-    body: type[BaseModel] | None = None,
+    body: type[BaseModel] | Sequence[type[BaseModel]] | None = None,
     body_required: bool = True,
     no_body: bool = False,
     multipart: type[BaseModel] | None = None,
@@ -113,12 +122,14 @@ def operation(
     paginated: bool = False,
     query: Sequence[dict[str, Any]] = (),
     content_type: str | None = None,
+    other_success: dict[int, type[BaseModel]] | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of a route decorator that declare its contract.
 
     `response`: the model of the success body (None: no body, as a 204). `content_type`: a success answer
     that is not JSON (a script, a stream). `errors`: the statuses the route may answer besides the common
-    ones."""
+    ones. A tuple of models as `body` or `response` declares one of them (a verb route: one model per
+    verb); `other_success`: more success statuses with their models (a 207 partial success)."""
     statuses = sorted(set(errors) | (set(COMMON_ERRORS) if security else {400, 429, 503}))
     responses: dict[int | str, dict[str, Any]] = {
         code: {"model": ErrorEnvelope, "description": STATUS_TEXT.get(code, "Error")} for code in statuses
@@ -126,7 +137,7 @@ def operation(
     extra: dict[str, Any] = {"security": [{name: []} for name in security]}
     if body is not None:
         extra["requestBody"] = {"required": body_required,
-                                "content": {"application/json": {"schema": _schema_ref(body)}}}
+                                "content": {"application/json": {"schema": _body_schema(body)}}}
     if no_body:
         extra["x-cai-no-body"] = True  # a write that reads no body (a rotate, a rollback)
     if multipart is not None:
@@ -138,11 +149,17 @@ def operation(
     if content_type is not None:
         responses[status] = {"description": "Success", "content": {content_type: {"schema": {"type": "string"}}}}
         kwargs["response_model"] = None
+    elif isinstance(response, tuple):
+        responses[status] = {"description": "Success: the verb's result",
+                             "content": {"application/json": {"schema": one_of(response)}}}
+        kwargs["response_model"] = None
     elif response is None:
         kwargs["response_model"] = None
         responses[status] = {"description": "Success, no body"}
     else:
         kwargs["response_model"] = response
+    for code, model in (other_success or {}).items():
+        responses[code] = {"description": "Partial success", "content": {"application/json": {"schema": _schema_ref(model)}}}
     return kwargs
 
 

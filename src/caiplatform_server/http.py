@@ -61,7 +61,14 @@ async def json_body(
     lenient: bool = False,
 ) -> dict[str, Any]:
     """Decode a JSON object body. `optional`: an empty body is `{}`. `lenient`: a malformed body is `{}`."""
-    raw = await read_body(request, limit)
+    return decode_object(await read_body(request, limit), optional=optional, invalid_prefix=invalid_prefix,
+                         lenient=lenient)
+
+
+def decode_object(
+    raw: bytes, *, optional: bool = False, invalid_prefix: str = "invalid JSON body: ", lenient: bool = False
+) -> dict[str, Any]:
+    """`json_body` for a body already read (a route that reads it before the caller's checks)."""
     if not raw.strip():
         if optional or lenient:
             return {}

@@ -13,6 +13,7 @@ import redis
 
 from caiplatform.adapters.local.memorystore import LocalValkeyProvisioner
 from caiplatform.domain.memorystore import State, stats_from_info
+from caiplatform.models.memorystore import MemoryStoreCreate
 from caiplatform.testing.conformance.memorystore import client, password, refused, spec, wait_ready
 
 pytestmark = pytest.mark.anyio
@@ -219,17 +220,17 @@ async def test_the_platform_restarts_the_instance_after_a_rotation(tmp_path):
 
     pid = await platform.db.run(lambda s: s.scalar(select(Project.id).where(Project.slug == "default")))
     try:
-        created = await service.create(admin, pid, {"name": "rot", "persistence": {"enabled": False}})
-        old = created["credential"]["password"]
+        created = await service.create(admin, pid, MemoryStoreCreate.parse({"name": "rot", "persistence": {"enabled": False}}))
+        old = created.credential.password
         with anyio.fail_after(30):
-            while not (await service.get(admin, pid, "rot"))["ready"]:
+            while not (await service.get(admin, pid, "rot")).ready:
                 await anyio.sleep(0.1)
         rotated = await service.rotate_credential(admin, pid, "rot")
         instance = await provisioner.get(pid, "rot")
         assert not refused(instance, old)  # still in force until the restart
         await service.wait_restarts()
         instance = await wait_ready(provisioner, instance.spec)
-        assert refused(instance, old) and not refused(instance, rotated["password"])
+        assert refused(instance, old) and not refused(instance, rotated.password)
     finally:
         await provisioner.close()
         await platform.aclose()
@@ -249,8 +250,8 @@ async def test_deleting_a_project_stops_its_servers_and_destroys_their_data(tmp_
         provisioner = platform.memorystores.provisioner
         passwords = {}
         for project, name in ((doomed, "cache"), (doomed, "queue"), (kept, "cache")):
-            created = await platform.memorystores.create(admin, project.id, {"name": name})
-            passwords[project.id, name] = created["credential"]["password"]
+            created = await platform.memorystores.create(admin, project.id, MemoryStoreCreate(name=name))
+            passwords[project.id, name] = created.credential.password
         running = {key: await wait_ready(provisioner, (await provisioner.get(*key)).spec) for key in passwords}
         assert not any(refused(inst, passwords[key]) for key, inst in running.items())
         assert LocalValkeyProvisioner.records_project(tmp_path, doomed.id)

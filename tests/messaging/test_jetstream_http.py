@@ -8,6 +8,7 @@ import secrets
 
 import pytest
 
+from caiplatform.models.messaging import PublishRequest, SubscriptionCreate, TopicCreate
 from caiplatform.platform import Platform
 from caiplatform.testing.http import asgi_client
 from caiplatform.testing.polling import eventually
@@ -80,11 +81,12 @@ async def test_deleting_a_project_removes_its_streams_consumers_and_push_deliver
         project = await new_project(platform, f"doomed-{secrets.token_hex(3)}")
         topics = platform.topics
         for name in ("events", "audit"):
-            await topics.create_topic(admin, project.id, {"name": name})
-        await topics.create_subscription(admin, project.id, "events", {"name": "reader"})
-        await topics.create_subscription(admin, project.id, "events", {"name": "pusher", "deliver": {
-            "mode": "push", "push": {"url": f"http://hook.{project.namespace}/in"}}})
-        await topics.publish(admin, project.id, "events", {"messages": [{"text": "kept until the project goes"}]})
+            await topics.create_topic(admin, project.id, TopicCreate(name=name))
+        await topics.create_subscription(admin, project.id, "events", SubscriptionCreate(name="reader"))
+        await topics.create_subscription(admin, project.id, "events", SubscriptionCreate.parse({
+            "name": "pusher", "deliver": {"mode": "push", "push": {"url": f"http://hook.{project.namespace}/in"}}}))
+        await topics.publish(admin, project.id, "events",
+                             PublishRequest.parse({"messages": [{"text": "kept until the project goes"}]}))
         streams = [f"cai-{project.short}-{name}" for name in ("events", "audit")]
         broker, worker = topics.broker, platform.components["push_worker"]
         assert all([await broker.stream_stats(s) for s in streams])

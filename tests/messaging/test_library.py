@@ -7,6 +7,16 @@ from sqlalchemy import select
 
 from caiplatform.db.models import Project
 from caiplatform.errors import BadRequest, Conflict, NotFound, Unauthenticated
+from caiplatform.models.messaging import (
+    AcknowledgeRequest,
+    PublishRequest,
+    PubsubDeletion,
+    PullRequest,
+    PullResult,
+    SubscriptionCreate,
+    Topic,
+    TopicCreate,
+)
 from caiplatform.principal import Principal
 
 
@@ -16,21 +26,25 @@ async def test_library_roundtrip(platform):
         lambda s: tuple(s.execute(select(Project.id, Project.short).where(Project.slug == "default")).one())
     )
     topics = platform.topics
-    await topics.create_topic(who, pid, {"name": "jobs", "max_bytes": "1Mi"})
-    await topics.create_subscription(who, pid, "jobs", {"name": "workers", "type": "key-shared"})
-    status, body = await topics.publish(who, pid, "jobs", {"messages": [{"text": "a", "key": "k"}]})
-    assert status == 200 and len(body["message_ids"]) == 1
-    status, pulled = await topics.pull(who, pid, "jobs", "workers", {"timeout_ms": 100})
-    assert status == 200 and pulled["messages"][0]["key"] == "k"
-    acked = await topics.acknowledge(who, pid, "jobs", "workers", {"ack_ids": [pulled["messages"][0]["ack_id"]]})
-    assert acked == {"acknowledged": 1}
+    topic = await topics.create_topic(who, pid, TopicCreate(name="jobs", max_bytes="1Mi"))
+    assert isinstance(topic, Topic) and topic.max_bytes == "1Mi" and topic.discard == "old"
+    sub = await topics.create_subscription(who, pid, "jobs", SubscriptionCreate(name="workers", type="key-shared"))
+    assert sub.type == "key-shared" and sub.deliver.mode == "pull" and sub.state.ready
+    status, body = await topics.publish(who, pid, "jobs", PublishRequest.parse({"messages": [{"text": "a", "key": "k"}]}))
+    assert status == 200 and len(body.message_ids) == 1
+    status, pulled = await topics.pull(who, pid, "jobs", "workers", PullRequest(timeout_ms=100))
+    assert status == 200 and isinstance(pulled, PullResult) and pulled.messages[0].key == "k"
+    ack_id = pulled.messages[0].ack_id
+    assert ack_id is not None
+    acked = await topics.acknowledge(who, pid, "jobs", "workers", AcknowledgeRequest(ack_ids=[ack_id]))
+    assert acked.acknowledged == 1
     with pytest.raises(Conflict):
-        await topics.create_topic(who, pid, {"name": "jobs"})
-    with pytest.raises(BadRequest):
-        await topics.publish(who, pid, "jobs", {"messages": []})
+        await topics.create_topic(who, pid, TopicCreate(name="jobs"))
+    with pytest.raises(BadRequest, match="^messages must contain at least one message$"):
+        PublishRequest.parse({"messages": []})
     with pytest.raises(NotFound):
         await topics.get_topic(who, pid, "nope")
     with pytest.raises(Unauthenticated):
         await topics.list_topics(Principal.anonymous(None), pid)
-    assert (await topics.delete_topic(who, pid, "jobs")) == {"name": "jobs", "status": "deleting"}
+    assert (await topics.delete_topic(who, pid, "jobs")) == PubsubDeletion(name="jobs", status="deleting")
     assert await platform.topics.broker.stream_stats(f"cai-{short}-jobs") is None  # the stream went with it

@@ -381,9 +381,9 @@ class FakeTopics:
         assert principal.kind.value == "internal"
         if not self.ready:
             raise Conflict("the topic is not ready yet; poll it until state.ready is true, then retry")
-        if any(name == body["name"] for _, name, _ in self.created):
+        if any(name == body.name for _, name, _ in self.created):  # body: a SubscriptionCreate
             raise Conflict("a subscription with that name already exists on this topic")
-        self.created.append((topic, body["name"], body))
+        self.created.append((topic, body.name, body.model_dump(exclude_none=True)))
         return {}
 
     async def delete_subscription(self, principal, project_id, topic, name):
@@ -417,7 +417,8 @@ async def test_pubsub_trigger_waits_for_its_topic_through_the_messaging_adapter(
     assert sub["deliver"] == {"mode": "push", "push": {"url": created["delivery_url"],
                                                        "content_mode": "cloudevents-binary"}}
     # Set up again (e.g. after a PATCH): an existing subscription is fine.
-    await TopicPushSubscriptions(topics).ensure_push_subscription(pid, "events", "trigger-on-event", "u", "m")
+    await TopicPushSubscriptions(topics).ensure_push_subscription(pid, "events", "trigger-on-event",
+                                                                  created["delivery_url"], "cloudevents-binary")
     assert (await c.delete(f"{triggers(pid)}/on-event", headers=member)).status_code == 204
     assert topics.deleted == [("events", "trigger-on-event")]
     await TopicPushSubscriptions(topics).delete_push_subscription(pid, "events", "gone")  # idempotent

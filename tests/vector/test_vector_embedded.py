@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from caiplatform.models.vector import IndexCreate
+from caiplatform.models.vector import IndexCreate, IndexUpsert
 from caiplatform.platform import Platform
 from caiplatform.testing.http import asgi_client
 
@@ -79,7 +79,7 @@ async def test_engine_choice(tmp_path, settings, env, engine, where):
         else:
             assert platform.vector_engine.url == "http://127.0.0.1:1"
             status, body = await platform.indexes.health()  # nothing listens there
-            assert status == 503 and body["dependencies"]["vector_store"]["ok"] is False
+            assert status == 503 and body.dependencies.vector_store.ok is False
     finally:
         await platform.aclose()
 
@@ -98,7 +98,7 @@ async def test_deleting_a_project_drops_its_collections_even_before_start(tmp_pa
         projects = [await new_project(first, slug) for slug in ("gone-now", "gone-later", "kept")]
         for project in projects:
             await first.indexes.create(admin, project.id, IndexCreate(name="docs", dimensions=2))
-            await first.indexes.upsert(admin, project.id, "docs", {"points": [{"id": 1, "vector": [1, 0]}]})
+            await first.indexes.upsert(admin, project.id, "docs", IndexUpsert.parse({"points": [{"id": 1, "vector": [1, 0]}]}))
         collections = [collection_name(p.short, "docs") for p in projects]
         assert all([await first.vector_engine.collection_info(c) for c in collections])
 

@@ -7,7 +7,15 @@ from sqlalchemy import select
 
 from caiplatform.db.models import Project
 from caiplatform.errors import BadRequest, Conflict, NotFound
-from caiplatform.models.vector import IndexCreate
+from caiplatform.models.vector import (
+    IndexCreate,
+    IndexDeletePoints,
+    IndexQuery,
+    IndexQueryResult,
+    IndexScroll,
+    IndexUpsert,
+    data_request,
+)
 from caiplatform.ports.vector import CollectionConfig, Point
 
 
@@ -20,11 +28,24 @@ async def test_library_calls_enforce_the_api_rules(platform):
     assert created.state == "pending" and created.distance == "euclid"
     with pytest.raises(Conflict, match="^an index with that name already exists$"):
         await indexes.create(admin, project_id, IndexCreate(name="notes"))
-    await indexes.upsert(admin, project_id, "notes", {"points": [{"id": 1, "vector": [0, 0]}, {"id": 2, "vector": [1, 1]}]})
-    found = await indexes.query(admin, project_id, "notes", {"vector": [1, 1], "top_k": 1})
-    assert found == {"index": "notes", "results": [{"id": 2, "score": 0.0, "payload": {}}]}
+    upserted = await indexes.upsert(admin, project_id, "notes", IndexUpsert.parse(
+        {"points": [{"id": 1, "vector": [0, 0]}, {"id": 2, "vector": [1, 1]}]}))
+    assert (upserted.index, upserted.upserted_count) == ("notes", 2)
+    found = await indexes.query(admin, project_id, "notes", IndexQuery(vector=[1, 1], top_k=1))
+    assert isinstance(found, IndexQueryResult) and found.index == "notes"
+    assert [(hit.id, hit.score, hit.payload) for hit in found.results] == [(2, 0.0, {})]
+    assert found.to_json() == {"index": "notes", "results": [{"id": 2, "score": 0.0, "payload": {}}]}
     with pytest.raises(BadRequest, match=r'^point 0 has 3 dimensions; index "notes" expects 2$'):
-        await indexes.upsert(admin, project_id, "notes", {"points": [{"vector": [1, 2, 3]}]})
+        await indexes.upsert(admin, project_id, "notes", IndexUpsert.parse({"points": [{"vector": [1, 2, 3]}]}))
+    page = await indexes.data(admin, project_id, "notes", data_request("scroll", {"limit": 1}))
+    assert page.to_json() == {"index": "notes", "points": [{"id": 1, "payload": {}}], "next_offset": 2}
+    assert isinstance(data_request("scroll", {}), IndexScroll)
+    deleted = await indexes.delete_points(admin, project_id, "notes", IndexDeletePoints(ids=[1]))
+    assert deleted.ids_requested == 1 and deleted.status == "ok"
+    with pytest.raises(BadRequest, match="^provide exactly one of ids or filter$"):
+        IndexDeletePoints.parse({})
+    with pytest.raises(BadRequest, match='^unknown field "top_kk"$'):
+        IndexQuery.parse({"vector": [1, 1], "top_kk": 1})
     with pytest.raises(NotFound):
         await indexes.get(admin, project_id, "absent")
     await indexes.delete(admin, project_id, "notes")

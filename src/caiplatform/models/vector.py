@@ -6,11 +6,13 @@ them before its own fields are checked, so a caller sees the spec's message and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SkipValidation, model_validator
 
 from caiplatform.domain import vector as rules
+from caiplatform.errors import BadRequest
 from caiplatform.models.base import ListPage, RequestModel, ResponseModel
 
 PointId = int | str
@@ -82,6 +84,132 @@ class IndexPatch(RequestModel):
                 if value is not None}
 
 
+# ------------------------------------------------------------------------------------------ data verbs
+#
+# The rules of :upsert and :query need the index (its dimensions) and the service's limits, so they run in
+# `IndexService` with `caiplatform.domain.vector`'s messages; these models declare the fields, refuse
+# unknown ones and carry the values. Vectors are not validated here (`SkipValidation`): the domain checks
+# and converts each one once, in C, which keeps a 1,000-point upsert off a per-coordinate Python path.
+
+Vector = SkipValidation[list[float]]
+
+
+class IndexPoint(RequestModel):
+    id: SkipValidation[PointId | None] = Field(None, description="an unsigned integer or a UUID; omitted: a new UUID")
+    vector: Vector = Field(description="as many numbers as the index has dimensions")
+    payload: SkipValidation[dict[str, Any] | None] = None
+
+
+class IndexUpsert(RequestModel):
+    """`:upsert`: 1 to 1000 points, all or nothing."""
+
+    verb: ClassVar[str] = "upsert"
+    # the service's limit (1000 by default) is checked there, with the spec's message
+    points: list[IndexPoint] = Field(min_length=1, json_schema_extra={"maxItems": rules.MAX_POINTS_PER_REQUEST})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spec_rules(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        points = data.get("points")
+        if points is None or (isinstance(points, list) and not points):
+            raise BadRequest(rules.POINTS_EMPTY)
+        if not isinstance(points, list):
+            raise BadRequest("points must be an array of point objects")
+        for i, point in enumerate(points):
+            if isinstance(point, IndexPoint):
+                continue
+            if not isinstance(point, Mapping):
+                raise BadRequest(f"point {i} must be an object with a vector")
+            if point.get("id") is not None:
+                rules.parse_point_id(point["id"], message=f"point {i}: id must be an unsigned integer or a UUID string")
+            if point.get("vector") is None:
+                raise BadRequest(f"point {i}: vector is required")
+        return data
+
+    def as_body(self) -> dict[str, Any]:
+        """The body the domain's rules read (the vectors by reference, not copied)."""
+        return {"points": [{"id": p.id, "vector": p.vector, "payload": p.payload} for p in self.points]}
+
+
+class IndexQuery(RequestModel):
+    """`:query`: the nearest points to `vector`."""
+
+    verb: ClassVar[str] = "query"
+    vector: Vector
+    top_k: SkipValidation[int | None] = Field(None, ge=1, le=rules.MAX_TOP_K, description="default 10")
+    filter: SkipValidation[dict[str, Any] | None] = Field(None, description="the engine's payload filter, max 64 KiB")
+    with_payload: SkipValidation[bool | None] = Field(None, description="default true")
+    with_vector: SkipValidation[bool | None] = Field(None, description="default false")
+    score_threshold: SkipValidation[float | None] = None
+    offset: SkipValidation[int | None] = Field(None, ge=0, description="default 0")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spec_rules(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("vector") is None:
+            raise BadRequest("vector is required")
+        return data
+
+    def as_body(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in self.model_fields_set}
+
+
+class IndexScroll(RequestModel):
+    """`:scroll`: points in id order, without vectors."""
+
+    verb: ClassVar[str] = "scroll"
+    limit: int = Field(rules.DEFAULT_SCROLL_LIMIT, ge=1, le=rules.MAX_SCROLL_LIMIT)
+    offset: PointId | None = Field(None, description="the previous page's next_offset")
+    filter: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spec_rules(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        limit, offset, scroll_filter = rules.parse_scroll(data)
+        return {**data, "limit": limit, "offset": offset, "filter": scroll_filter}
+
+
+class IndexDeletePoints(RequestModel):
+    """`:delete-points`: exactly one of `ids` or a non-empty `filter`."""
+
+    verb: ClassVar[str] = "delete-points"
+    ids: list[PointId] | None = Field(None, min_length=1, max_length=rules.MAX_DELETE_IDS)
+    filter: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spec_rules(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        ids, delete_filter = rules.parse_delete(data)
+        return {**data, "ids": ids, "filter": delete_filter}
+
+
+IndexDataRequest = IndexUpsert | IndexQuery | IndexScroll | IndexDeletePoints
+DATA_VERBS: dict[str, type[IndexUpsert] | type[IndexQuery] | type[IndexScroll] | type[IndexDeletePoints]] = {
+    "upsert": IndexUpsert, "query": IndexQuery, "scroll": IndexScroll, "delete-points": IndexDeletePoints,
+}
+UNKNOWN_VERB = "unknown verb ':{verb}'; the supported verbs are :upsert, :query, :scroll and :delete-points"
+MISSING_VERB = (
+    "missing verb: data operations are POSTs to the index path with a verb suffix: "
+    ":upsert, :query, :scroll or :delete-points"
+)
+
+
+def data_request(verb: str | None, body: Any) -> IndexDataRequest:
+    """The request model of `POST .../indexes/{name}:{verb}`, or 400 for a missing or unknown verb."""
+    if verb is None:
+        raise BadRequest(MISSING_VERB)
+    model = DATA_VERBS.get(verb)
+    if model is None:
+        raise BadRequest(UNKNOWN_VERB.format(verb=verb))
+    return model.parse(body)
+
+
 # ------------------------------------------------------------------------------------------ views
 
 
@@ -124,3 +252,59 @@ class IndexCredential(ResponseModel):
     collections: list[str]
     truncated: bool
     note: str
+
+
+class IndexUpsertResult(ResponseModel):
+    index: str
+    upserted_count: int
+
+
+class IndexQueryHit(ResponseModel):
+    id: PointId
+    score: float
+    payload: dict[str, Any] | None = Field(None, description="present unless with_payload is false")
+    vector: list[float] | None = Field(None, description="present with with_vector")
+
+
+class IndexQueryResult(ResponseModel):
+    index: str
+    results: list[IndexQueryHit]
+
+
+class IndexScrollPoint(ResponseModel):
+    id: PointId
+    payload: dict[str, Any] | None
+
+
+class IndexScrollResult(ResponseModel):
+    index: str
+    points: list[IndexScrollPoint]
+    next_offset: PointId | None = Field(None, description="omitted when the index is exhausted")
+
+
+class IndexDeletePointsResult(ResponseModel):
+    index: str
+    status: Literal["ok"]
+    ids_requested: int | None = Field(None, description="omitted for a filter delete")
+
+
+IndexDataResult = IndexUpsertResult | IndexQueryResult | IndexScrollResult | IndexDeletePointsResult
+
+
+class VectorDependency(ResponseModel):
+    ok: bool
+    latency_ms: float
+    error: str | None = None
+    status: Literal["not configured"] | None = None
+    detail: str | None = None
+
+
+class VectorDependencies(ResponseModel):
+    vector_store: VectorDependency
+    kubernetes: VectorDependency
+    database: VectorDependency
+
+
+class VectorHealth(ResponseModel):
+    status: Literal["ok", "degraded"]
+    dependencies: VectorDependencies

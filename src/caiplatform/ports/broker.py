@@ -10,8 +10,11 @@ from any connection to the broker, so any API replica can acknowledge what anoth
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+
+from caiplatform.domain.projects import ProjectRef
 
 
 class BrokerError(Exception):
@@ -28,6 +31,20 @@ class StreamFull(BrokerError):
 
 class StreamNotFound(BrokerError):
     pass
+
+
+@dataclass(frozen=True)
+class BrokerCredential:
+    """The direct broker credential of one project, minted by the platform (the credential route's body)."""
+
+    token: str
+    service_url: str
+    external_endpoint: str | None = None
+    note: str = ""
+
+
+#: mints a project's broker credential (the embedded NATS server's users, an external server's, ...)
+CredentialIssuer = Callable[[ProjectRef], Awaitable[BrokerCredential]]
 
 
 @dataclass(frozen=True)

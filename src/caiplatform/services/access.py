@@ -44,6 +44,7 @@ from sqlalchemy.orm import Session
 from caiplatform.clock import Clock
 from caiplatform.db import Database
 from caiplatform.db.models import OrgMember, Project, ProjectMember, ServiceAccount, User
+from caiplatform.domain.projects import ProjectRef as ProjectRef  # re-exported: services import it from here
 from caiplatform.errors import BadRequest, Forbidden, NotFound, PlatformError, Unauthenticated
 from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.validation import project_uuid
@@ -67,23 +68,6 @@ class Role(StrEnum):
 
 
 _RANK = {None: 0, "member": 1, "admin": 2}
-
-
-@dataclass(frozen=True)
-class ProjectRef:
-    id: str
-    org_id: str
-    slug: str
-    name: str
-    short: str
-
-    @property
-    def namespace(self) -> str:
-        return f"cai-p-{self.short}"
-
-    @classmethod
-    def of(cls, project: Project) -> ProjectRef:
-        return cls(project.id, project.org_id, project.slug, project.name, project.short)
 
 
 @dataclass(frozen=True)

@@ -15,25 +15,18 @@ from typing import Any
 
 import anyio
 
-from caiplatform import json_input
 from caiplatform.clock import Clock
 from caiplatform.db import Database
 from caiplatform.domain.memorystore import (
-    DEFAULT_EVICTION_POLICY,
-    DEFAULT_PERSISTENCE_SIZE,
-    DEFAULT_SIZE_CLASS,
-    EVICTION_POLICIES,
     MAX_CREATE_BODY_BYTES,
     NAME_MAX,
     NAME_PATTERN,
-    SIZE_CLASSES,
     STATS_BUDGET_SECONDS,
     USERNAME,
     Instance,
     InstanceSpec,
     State,
     connection_uri,
-    parse_quantity,
     stats_from_info,
 )
 from caiplatform.errors import (
@@ -41,11 +34,15 @@ from caiplatform.errors import (
     BadRequest,
     Conflict,
     NotFound,
-    PayloadTooLarge,
     PlatformError,
     Unauthenticated,
     Unavailable,
 )
+from caiplatform.models import memorystore as views
+from caiplatform.models.memorystore import NAME_RULE as NAME_RULE
+from caiplatform.models.memorystore import POLICY_RULE as POLICY_RULE
+from caiplatform.models.memorystore import SIZE_CLASS_RULE as SIZE_CLASS_RULE
+from caiplatform.models.memorystore import MemoryStoreCreate
 from caiplatform.pagination import Pager, page_body
 from caiplatform.ports.memorystore import MemoryStoreProvisioner, ProvisionerHealth
 from caiplatform.principal import Principal
@@ -60,12 +57,6 @@ AUTH_REQUIRED = (
 NOT_FOUND = "memorystore not found"
 NAME_TAKEN = "a memorystore with that name already exists in this project"
 NOT_PROVISIONED = "the memorystore is not provisioned yet; poll it until ready is true, then retry"
-NAME_RULE = (
-    "name must be 1 to 40 characters of lowercase letters, digits and hyphens, "
-    "starting with a letter and ending with a letter or digit"
-)
-SIZE_CLASS_RULE = "sizeClass must be one of small, medium, large"
-POLICY_RULE = "maxmemoryPolicy must be one of " + ", ".join(EVICTION_POLICIES)
 BODY_TOO_LARGE = f"request body too large (limit {MAX_CREATE_BODY_BYTES} bytes)"
 STATS_UNREACHABLE = "could not reach this memorystore to read its stats; "
 
@@ -131,6 +122,10 @@ class MemoryStoreService:
         )
         return grant.project
 
+    async def require_member(self, principal: Principal, project_id: str) -> None:
+        """The member gate alone, so that a route can refuse a stranger before it reads the body."""
+        await self._project(principal, project_id)
+
     async def _instance(self, principal: Principal, project_id: str, name: str, *, admin: bool = False):
         project = await self._project(principal, project_id, admin=admin)
         if not isinstance(name, str) or len(name) > NAME_MAX or not NAME_PATTERN.match(name):
@@ -160,48 +155,9 @@ class MemoryStoreService:
 
     # ------------------------------------------------------------------------------------ create
 
-    def parse_create(self, project: ProjectRef, body: bytes | Mapping[str, Any] | None) -> InstanceSpec:
-        if body is None or isinstance(body, bytes | bytearray | str):
-            raw = body.encode() if isinstance(body, str) else (body or b"")
-            if len(raw) > MAX_CREATE_BODY_BYTES:
-                raise PayloadTooLarge(BODY_TOO_LARGE)
-            try:
-                body = json_input.decode(raw) if raw.strip() else None
-            except json_input.JSONInputError as exc:
-                raise BadRequest(f"invalid JSON body: {exc}") from None
-        if not isinstance(body, Mapping):
-            raise BadRequest("invalid JSON body: expected a JSON object")
-
-        def pick(*keys: str) -> Any:
-            for key in keys:
-                if key in body and body[key] is not None:
-                    return body[key]
-            return None
-
-        name = pick("name")
-        if name is None or name == "":
-            raise BadRequest("name is required")
-        if not isinstance(name, str) or len(name) > NAME_MAX or not NAME_PATTERN.match(name):
-            raise BadRequest(NAME_RULE)
-
-        size_class = pick("size_class", "sizeClass")
-        if size_class is None or size_class == "":
-            size_class = DEFAULT_SIZE_CLASS
-        if not isinstance(size_class, str) or size_class not in SIZE_CLASSES:
-            raise BadRequest(SIZE_CLASS_RULE)
-
-        policy = pick("maxmemory_policy", "maxmemoryPolicy")
-        if policy is None or policy == "":
-            policy = DEFAULT_EVICTION_POLICY
-        if not isinstance(policy, str) or policy not in EVICTION_POLICIES:
-            raise BadRequest(POLICY_RULE)
-
-        version = pick("version")
-        if version is None:
-            version = ""
-        if not isinstance(version, str):
-            raise BadRequest("version must be a string; leave it blank for the platform default")
-        version = version.strip()
+    def parse_create(self, project: ProjectRef, body: MemoryStoreCreate) -> InstanceSpec:
+        """The instance spec of a create; the version must be one the provisioner runs."""
+        version = body.version
         if version:
             supported = self.provisioner.versions()
             if not any(v == version or v.startswith(version + ".") for v in supported):
@@ -209,48 +165,20 @@ class MemoryStoreService:
                     f"version {version!r} is not available; leave it blank for the platform default "
                     f"or choose one of: {', '.join(supported)}"
                 )
-
-        exposure = pick("external_exposure", "externalExposure")
-        if exposure is None:
-            exposure = False
-        if not isinstance(exposure, bool):
-            raise BadRequest("external_exposure must be true or false")
-
-        persistence = pick("persistence")
-        if persistence is None:
-            persistence = {}
-        if not isinstance(persistence, Mapping):
-            raise BadRequest("persistence must be an object")
-        enabled = persistence.get("enabled")
-        if enabled is None:
-            enabled = True  # off only when `enabled: false` is sent explicitly
-        if not isinstance(enabled, bool):
-            raise BadRequest("persistence.enabled must be true or false")
-        size = persistence.get("size")
-        if size is None or size == "":
-            size = DEFAULT_PERSISTENCE_SIZE
-        if not isinstance(size, str) or not parse_quantity(size):
-            raise BadRequest(f"persistence.size {size!r} is not a valid quantity (for example 2Gi)")
-        storage_class = persistence.get("storage_class_name", persistence.get("storageClassName")) or ""
-        if not isinstance(storage_class, str):
-            raise BadRequest("persistence.storage_class_name must be a string")
-
         return InstanceSpec(
             project_id=project.id,
             project_short=project.short,
-            name=name,
-            size_class=size_class,
+            name=body.name,
+            size_class=body.size_class,
             version=version,
-            maxmemory_policy=policy,
-            external_exposure=exposure,
-            persistence_enabled=enabled,
-            persistence_size=size,
-            storage_class_name=storage_class,
+            maxmemory_policy=body.maxmemory_policy,
+            external_exposure=body.external_exposure,
+            persistence_enabled=body.persistence_enabled,
+            persistence_size=body.persistence_size,
+            storage_class_name=body.storage_class_name,
         )
 
-    async def create(
-        self, principal: Principal, project_id: str, body: bytes | Mapping[str, Any] | None
-    ) -> dict[str, Any]:
+    async def create(self, principal: Principal, project_id: str, body: MemoryStoreCreate) -> views.MemoryStoreCreated:
         """201 body: `{memorystore: {name, state, ready}, credential, note}`; the password is shown here once."""
         project = await self._project(principal, project_id)
         spec = self.parse_create(project, body)
@@ -265,29 +193,29 @@ class MemoryStoreService:
             raise BadGateway(f"could not create the memorystore: {exc}") from exc
         await self._audit(project.id, principal, "memorystore.create", spec.name,
                           {"size_class": spec.size_class, "persistence": spec.persistence_enabled})
-        return {
+        return views.MemoryStoreCreated.of({
             "memorystore": self._summary(instance),
             "credential": self._credential(instance, password),
             "note": CREATE_NOTE,
-        }
+        })
 
     # ------------------------------------------------------------------------------------ reads
 
     async def list(
         self, principal: Principal, project_id: str, *, page_size: Any = None, page_token: str | None = None
-    ) -> dict[str, Any]:
+    ) -> views.MemoryStoreList:
         """200 `{memorystores, next_page_token}`; the token is always present, empty on the last page."""
         project = await self._project(principal, project_id)
         request = self.pager.request(f"memorystores:{project.id}", page_size, page_token)
         instances = await self.provisioner.list(project.id)
         page = self.pager.page([i.to_json() for i in instances], request)
-        return page_body("memorystores", page)
+        return views.MemoryStoreList.of(page_body("memorystores", page))
 
-    async def get(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def get(self, principal: Principal, project_id: str, name: str) -> views.MemoryStore:
         _, instance = await self._instance(principal, project_id, name)
-        return instance.to_json()
+        return views.MemoryStore.of(instance.to_json())
 
-    async def stats(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def stats(self, principal: Principal, project_id: str, name: str) -> views.MemoryStoreStats:
         project, instance = await self._instance(principal, project_id, name)
         if instance.state is State.PROVISIONING:
             raise Conflict(NOT_PROVISIONED)
@@ -306,19 +234,15 @@ class MemoryStoreService:
             if _is_connection_error(exc):
                 raise Unavailable(STATS_UNREACHABLE + f"{exc}; retry shortly") from exc
             raise BadGateway(f"could not read the memorystore stats: {exc}") from exc
-        return stats_from_info(instance.spec, raw)
+        return views.MemoryStoreStats.of(stats_from_info(instance.spec, raw))
 
     # ------------------------------------------------------------------------------------ admin
 
-    async def delete(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def delete(self, principal: Principal, project_id: str, name: str) -> views.MemoryStoreDeletion:
         project, instance = await self._instance(principal, project_id, name, admin=True)
         await self._remove(project.id, name, principal)
-        return {
-            "name": instance.spec.name,
-            "resource_path": instance.spec.resource_path,
-            "state": State.DELETING.value,
-            "note": DELETE_NOTE,
-        }
+        return views.MemoryStoreDeletion(name=instance.spec.name, resource_path=instance.spec.resource_path,
+                                         state="Deleting", note=DELETE_NOTE)
 
     async def _remove(self, project_id: str, name: str, principal: Principal | None) -> None:
         """Stop the instance and destroy its data. `principal` None: the platform acts (a project delete)."""
@@ -339,7 +263,7 @@ class MemoryStoreService:
         return await remove_each("memorystore", [i.spec.name for i in instances], str,
                                  lambda name: self._remove(project_id, name, None))
 
-    async def rotate_credential(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def rotate_credential(self, principal: Principal, project_id: str, name: str) -> views.MemoryStoreRotated:
         """200: the new credential (top level and under `credential`) and a note; applies at restart."""
         project, instance = await self._instance(principal, project_id, name, admin=True)
         if instance.state is State.PROVISIONING:
@@ -357,12 +281,12 @@ class MemoryStoreService:
             self._restarts.add(task)
             task.add_done_callback(self._restarts.discard)
         credential = self._credential(instance, password)
-        return {
+        return views.MemoryStoreRotated.of({
             "memorystore": self._summary(instance),
             **credential,
             "credential": credential,
             "note": ROTATE_NOTE,
-        }
+        })
 
     async def _restart_after_rotation(self, project_id: str, name: str) -> None:
         await asyncio.sleep(self._rotation_restart_delay or 0)
@@ -376,7 +300,7 @@ class MemoryStoreService:
         while self._restarts:
             await asyncio.gather(*list(self._restarts), return_exceptions=True)
 
-    async def restart(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def restart(self, principal: Principal, project_id: str, name: str) -> views.MemoryStore:
         """Library-only admin action: restart the instance now, applying a rotated password."""
         project, _ = await self._instance(principal, project_id, name, admin=True)
         try:
@@ -386,11 +310,11 @@ class MemoryStoreService:
         except Exception as exc:
             raise BadGateway(f"could not restart the memorystore: {exc}") from exc
         await self._audit(project.id, principal, "memorystore.restart", name)
-        return instance.to_json()
+        return views.MemoryStore.of(instance.to_json())
 
     # ------------------------------------------------------------------------------------ health
 
-    async def health(self) -> tuple[int, dict[str, Any]]:
+    async def health(self) -> tuple[int, views.MemoryStoreHealth]:
         """`/healthz`: (200 or 503, `{status, checks}`); a failing check carries `detail`."""
         results: dict[str, ProvisionerHealth] = {}
         try:
@@ -409,7 +333,8 @@ class MemoryStoreService:
             if not result.ok or result.detail:
                 checks[key]["detail"] = result.detail
         healthy = all(c["status"] == "ok" for c in checks.values())
-        return (200 if healthy else 503), {"status": "ok" if healthy else "degraded", "checks": checks}
+        return (200 if healthy else 503), views.MemoryStoreHealth.of({"status": "ok" if healthy else "degraded",
+                                                                     "checks": checks})
 
 
 def _is_connection_error(exc: BaseException) -> bool:

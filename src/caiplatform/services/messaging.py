@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import func, select
@@ -28,12 +25,25 @@ from caiplatform.db.models import MessagingSubscription, MessagingTopic, Project
 from caiplatform.domain import messaging as m
 from caiplatform.domain.messaging import Subscription, Topic, TopicCounters
 from caiplatform.errors import BadRequest, Conflict, InternalError, NotFound, Unavailable
+from caiplatform.models import messaging as views
+from caiplatform.models.messaging import (
+    AcknowledgeRequest,
+    PublishRequest,
+    PullRequest,
+    SubscriptionCreate,
+    SubscriptionDeliver,
+    SubscriptionPatch,
+    TopicCreate,
+    TopicPatch,
+    is_int,
+)
 from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.broker import (
     Broker,
     BrokerError,
     BrokerUnavailable,
     ConsumerConfig,
+    CredentialIssuer,
     OutgoingMessage,
     PublishFailed,
     StreamConfig,
@@ -46,20 +56,6 @@ from caiplatform.services.purge import remove_each
 
 log = logging.getLogger(__name__)
 
-_UNSET = object()
-
-
-@dataclass(frozen=True)
-class BrokerCredential:
-    """What the credential route hands out; minted by the platform for one project."""
-
-    token: str
-    service_url: str
-    external_endpoint: str | None = None
-    note: str = ""
-
-
-CredentialIssuer = Callable[[ProjectRef], Awaitable[BrokerCredential]]
 HealthCheck = Callable[[], Awaitable[tuple[str, str | None]]]  # ("ok" | "down" | "not configured", error)
 
 
@@ -72,70 +68,6 @@ def _unb64url(text: str) -> str | None:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
     except (binascii.Error, ValueError, UnicodeDecodeError):
         return None
-
-
-_URLSAFE_B64 = re.compile(r"^[A-Za-z0-9_-]*={0,2}$")
-
-
-def _decode_base64(text: str) -> bytes | None:
-    """Standard base64 (padded), or its URL-safe alphabet with or without padding."""
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        pass
-    if not _URLSAFE_B64.match(text) or len(text.rstrip("=")) % 4 == 1:
-        return None
-    try:
-        return base64.urlsafe_b64decode(text.rstrip("=") + "=" * (-len(text.rstrip("=")) % 4))
-    except (binascii.Error, ValueError):
-        return None
-
-
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _checked_name(kind: str, value: Any) -> str:
-    """A valid topic or subscription name, or BadRequest with the message `m.name_error` gives."""
-    problem = m.name_error(kind, value)
-    if problem:
-        raise BadRequest(problem)
-    if not isinstance(value, str):  # name_error refuses every non-string; this narrows the type
-        raise BadRequest(f"{kind} name must be a string")
-    return value
-
-
-# Counts the broker and the database hold as 32-bit integers; larger values are refused, never stored.
-_INT_MAX = 2**31 - 1
-
-
-def _int_field(body: Mapping[str, Any], key: str, message: str, *, stored: str | None = None) -> Any:
-    """An optional integer field: `_UNSET` when absent or null, else the int (or 400 with `message`). A
-    value `stored` (named so in messages) above 2147483647 is 400 `<stored> must be at most 2147483647`."""
-    value = body.get(key)
-    if value is None:
-        return _UNSET
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not _is_int(value):
-        raise BadRequest(message)
-    if stored is not None and value > _INT_MAX:
-        raise BadRequest(f"{stored} must be at most {_INT_MAX}")
-    return value
-
-
-def _shown(value: Any) -> str:
-    """A refused value as the caller wrote it: a string as is, anything else as its JSON text."""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def _text_field(body: Mapping[str, Any], key: str) -> Any:
-    value = body.get(key)
-    if value is None:
-        return _UNSET
-    if not isinstance(value, str):
-        raise BadRequest(f"{key} must be a string")
-    return value
 
 
 def broker_failure(what: str, exc: BrokerError) -> InternalError | Unavailable:
@@ -351,7 +283,7 @@ class TopicService:
     def _budget_of(self, session: Session, project_id: str) -> int:
         project = session.get(Project, project_id)
         configured = (project.settings or {}).get("pubsub_budget_bytes") if project is not None else None
-        return int(configured) if _is_int(configured) and configured > 0 else self.budget_bytes
+        return int(configured) if is_int(configured) and configured > 0 else self.budget_bytes
 
     def _check_budget(self, session: Session, project_id: str, extra: int, *, excluding: str | None = None) -> None:
         limit = self._budget_of(session, project_id)
@@ -434,47 +366,9 @@ class TopicService:
 
     # ------------------------------------------------------------------------------------ topics
 
-    @staticmethod
-    def _parse_limits(body: Mapping[str, Any], *, defaults: bool) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        display = _text_field(body, "display_name")
-        if display is not _UNSET:
-            out["display_name"] = display
-        elif defaults:
-            out["display_name"] = ""
-        raw_max = body.get("max_bytes")
-        if _is_int(raw_max):
-            raw_max = str(raw_max)
-        if raw_max is None or raw_max == "":
-            if defaults:
-                out["max_bytes"] = (m.DEFAULT_MAX_BYTES, m.parse_bytes(m.DEFAULT_MAX_BYTES))
-        else:
-            value = m.parse_bytes(raw_max)
-            if value is None:
-                raise BadRequest(f'max_bytes "{_shown(raw_max)}" is not a valid quantity')
-            out["max_bytes"] = (raw_max.strip(), value)
-        if "max_age" in body and body["max_age"] is not None or defaults:
-            raw_age = body.get("max_age")
-            if raw_age is None or raw_age == "":
-                out["max_age"] = 0.0
-            else:
-                seconds = m.parse_duration(raw_age) if isinstance(raw_age, str) else None
-                if seconds is None:
-                    raise BadRequest(f'max_age "{_shown(raw_age)}" is not a valid duration')
-                out["max_age"] = seconds
-        raw_discard = body.get("discard")
-        if raw_discard is None or raw_discard == "":
-            if defaults:
-                out["discard"] = "old"
-        elif raw_discard not in ("old", "new"):
-            raise BadRequest(f'discard must be old or new (got "{_shown(raw_discard)}")')
-        else:
-            out["discard"] = raw_discard
-        return out
-
     async def list_topics(
         self, principal: Principal, project_id: str, *, page_size: Any = None, page_token: str | None = None
-    ) -> dict[str, Any]:
+    ) -> views.TopicList:
         project = await self._project(principal, project_id)
         request = self.pager.request(f"topics:{project.id}", page_size, page_token)
         rows = await self.db.run(
@@ -486,14 +380,16 @@ class TopicService:
         )
         page = self.pager.page(rows, request)
         items = [await self._topic_json(_topic_of(row, project)) for row in page.items]
-        return page_body("topics", Page(items, page.next_page_token, page.extra), omit_empty_token=True)
+        return views.TopicList.of(page_body("topics", Page(items, page.next_page_token, page.extra),
+                                            omit_empty_token=True))
 
-    async def create_topic(self, principal: Principal, project_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def create_topic(self, principal: Principal, project_id: str, body: TopicCreate) -> views.Topic:
         """201: the topic, `Pending` until the broker has its stream (which `create` waits for)."""
         project = await self._project(principal, project_id, admin=True)
-        name = _checked_name("topic", body.get("name"))
-        limits = self._parse_limits(body, defaults=True)
-        max_text, max_value = limits["max_bytes"]
+        name = body.name
+        max_text = body.max_bytes or m.DEFAULT_MAX_BYTES
+        max_value = m.parse_bytes(max_text) or 0
+        max_age, discard = body.max_age_seconds or 0.0, body.discard or "old"
         now = self.clock.now()
 
         def insert(session: Session) -> MessagingTopic:
@@ -506,14 +402,14 @@ class TopicService:
                 raise Conflict(m.TOPIC_LIMIT)
             self._check_budget(session, project.id, max_value)
             row = MessagingTopic(
-                project_id=project.id, name=name, display_name=limits["display_name"], max_bytes=max_text,
-                max_bytes_value=max_value, max_age_seconds=limits["max_age"], discard=limits["discard"],
+                project_id=project.id, name=name, display_name=body.display_name or "", max_bytes=max_text,
+                max_bytes_value=max_value, max_age_seconds=max_age, discard=discard,
                 phase=m.PHASE_PENDING, created_at=now, updated_at=now,
             )
             session.add(row)
             session.flush()
             self.audit.record(session, project.id, principal, "pubsub.topic.create", name,
-                              {"max_bytes": max_text, "discard": limits["discard"]})
+                              {"max_bytes": max_text, "discard": discard})
             return row
 
         try:
@@ -524,7 +420,7 @@ class TopicService:
         created = topic.to_json(await self._topic_state(topic, 0))
         try:
             await self.broker.create_stream(
-                StreamConfig(topic.stream, topic.subject, max_value, limits["max_age"], limits["discard"])
+                StreamConfig(topic.stream, topic.subject, max_value, max_age, discard)
             )
         except BrokerError as exc:
             await self.db.run(lambda s: s.delete(s.get(MessagingTopic, row.id)))
@@ -538,18 +434,26 @@ class TopicService:
         await self.db.run(ready)
         self._counters[(project.id, name)] = TopicCounters()
         await self._topics_changed()
-        return created
+        return views.Topic.of(created)
 
-    async def get_topic(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def get_topic(self, principal: Principal, project_id: str, name: str) -> views.Topic:
         project = await self._project(principal, project_id)
-        return await self._topic_json(await self._topic(project, name))
+        return views.Topic.of(await self._topic_json(await self._topic(project, name)))
 
-    async def update_topic(self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def update_topic(self, principal: Principal, project_id: str, name: str, body: TopicPatch) -> views.Topic:
         project = await self._project(principal, project_id, admin=True)
         await self._topic(project, name)
-        if body.get("name") not in (None, name):
+        if body.name not in (None, name):
             raise BadRequest("topic name is immutable")
-        changes = self._parse_limits(body, defaults=False)
+        changes: dict[str, Any] = {}
+        if body.display_name is not None:
+            changes["display_name"] = body.display_name
+        if body.max_bytes is not None:
+            changes["max_bytes"] = (body.max_bytes, body.max_bytes_value)
+        if body.max_age_seconds is not None:
+            changes["max_age"] = body.max_age_seconds
+        if body.discard is not None:
+            changes["discard"] = body.discard
 
         def apply(session: Session) -> tuple[MessagingTopic, dict[str, Any]]:
             row = self._topic_row(session, project.id, name)
@@ -592,15 +496,15 @@ class TopicService:
 
             await self.db.run(revert)
             raise InternalError(f"could not update the topic on the broker: {exc}") from exc
-        return await self._topic_json(topic)
+        return views.Topic.of(await self._topic_json(topic))
 
-    async def delete_topic(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def delete_topic(self, principal: Principal, project_id: str, name: str) -> views.PubsubDeletion:
         """202 `{name, status: deleting}`: the stream and every subscription go with it."""
         project = await self._project(principal, project_id, admin=True)
         await self._remove_topic(await self._topic(project, name), principal)
         await self._topics_changed()
         await self._subscriptions_changed()
-        return {"name": name, "status": "deleting"}
+        return views.PubsubDeletion(name=name, status="deleting")
 
     async def _remove_topic(self, topic: Topic, principal: Principal | None) -> None:
         """The records of the topic and its subscriptions, then its stream (the consumers go with it);
@@ -644,58 +548,20 @@ class TopicService:
 
     # ------------------------------------------------------------------------------------ publish
 
-    @staticmethod
-    def parse_messages(body: Mapping[str, Any]) -> list[OutgoingMessage]:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise BadRequest(m.NO_MESSAGES)
-        if len(messages) > m.MAX_PUBLISH_MESSAGES:
-            raise BadRequest(f"a publish carries at most {m.MAX_PUBLISH_MESSAGES} messages (got {len(messages)})")
-        out = []
-        for i, raw in enumerate(messages):
-            if not isinstance(raw, Mapping):
-                raise BadRequest(f"messages[{i}] must be an object")
-            text, data = raw.get("text"), raw.get("data")
-            if text not in (None, "") and data not in (None, ""):
-                raise BadRequest(f"messages[{i}]: set either data (base64) or text, not both")
-            if data not in (None, ""):
-                if not isinstance(data, str):
-                    raise BadRequest(f"messages[{i}]: data is not valid base64")
-                payload = _decode_base64(data)
-                if payload is None:
-                    raise BadRequest(f"messages[{i}]: data is not valid base64")
-            elif text not in (None, ""):
-                if not isinstance(text, str):
-                    raise BadRequest(f"messages[{i}]: text must be a string")
-                payload = text.encode()
-            else:
-                payload = b""
-            attributes = raw.get("attributes") or {}
-            if not isinstance(attributes, Mapping):
-                raise BadRequest(f"messages[{i}]: attributes must be an object of strings")
-            for key, value in attributes.items():
-                if not key or "\n" in key or "\r" in key:
-                    raise BadRequest(f"messages[{i}]: attribute names must be non-empty and single-line")
-                if not isinstance(value, str):
-                    raise BadRequest(f"messages[{i}]: attribute values must be strings")
-            key = raw.get("key")
-            if key is not None and not isinstance(key, str):
-                raise BadRequest(f"messages[{i}]: key must be a string")
-            out.append(OutgoingMessage(payload, dict(attributes), key or None))
-        return out
-
     async def publish(
-        self, principal: Principal, project_id: str, topic_name: str, body: Mapping[str, Any]
-    ) -> tuple[int, dict[str, Any]]:
+        self, principal: Principal, project_id: str, topic_name: str, body: PublishRequest
+    ) -> tuple[int, views.PublishResult | views.PublishPartial]:
         """200 `{message_ids}` in request order; 207 `{message_ids, error, published, requested}` after a
         partial write; 409 when a `discard: new` topic is full before the first message."""
         project, topic = await self._project_topic(principal, project_id, topic_name)
-        messages = self.parse_messages(body)
+        messages = body.outgoing()
         if topic.phase != m.PHASE_READY:
             raise Conflict(m.TOPIC_NOT_READY)
         return await self.publish_to(topic, messages)
 
-    async def publish_to(self, topic: Topic, messages: list[OutgoingMessage]) -> tuple[int, dict[str, Any]]:
+    async def publish_to(
+        self, topic: Topic, messages: list[OutgoingMessage]
+    ) -> tuple[int, views.PublishResult | views.PublishPartial]:
         counters = self.counters(topic.project_id, topic.name)
         try:
             sequences = await self.broker.publish(topic.stream, topic.subject, messages)
@@ -708,17 +574,13 @@ class TopicService:
                     raise Conflict(m.TOPIC_FULL) from failed
                 raise broker_failure("publish", failed.cause) from failed
             error = m.TOPIC_FULL if isinstance(failed.cause, StreamFull) else f"publish failed: {failed.cause}"
-            return 207, {
-                "message_ids": [m.message_id(seq) for seq in done],
-                "error": error,
-                "published": len(done),
-                "requested": len(messages),
-            }
+            return 207, views.PublishPartial(message_ids=[m.message_id(seq) for seq in done], error=error,
+                                             published=len(done), requested=len(messages))
         except BrokerError as exc:
             raise broker_failure("publish", exc) from exc
         counters.published += len(sequences)
         counters.published_bytes += sum(len(msg.data) for msg in messages)
-        return 200, {"message_ids": [m.message_id(seq) for seq in sequences]}
+        return 200, views.PublishResult(message_ids=[m.message_id(seq) for seq in sequences])
 
     # ------------------------------------------------------------------------------------ subscriptions
 
@@ -726,115 +588,76 @@ class TopicService:
         return await self.db.run(lambda s: self._topic_row(s, project.id, topic) is not None)
 
     async def _apply_subscription_fields(
-        self, project: ProjectRef, sub: Subscription, body: Mapping[str, Any], *, creating: bool
+        self, project: ProjectRef, sub: Subscription, body: SubscriptionCreate | SubscriptionPatch, *, creating: bool
     ) -> None:
-        """Validate `body` and write its fields onto `sub` (every field on create, the given ones on PATCH)."""
-        display = _text_field(body, "display_name")
-        if display is not _UNSET:
-            sub.display_name = display
+        """Write the given fields onto `sub` (every field on create, the given ones on PATCH), with the rules
+        that need the subscription or the project (the model has checked the rest)."""
+        if body.display_name is not None:
+            sub.display_name = body.display_name
         if creating:
-            raw_type = body.get("type")
-            if raw_type not in (None, ""):
-                if raw_type not in m.SUBSCRIPTION_TYPES:
-                    raise BadRequest(f'{m.TYPE_RULE} (got "{_shown(raw_type)}")')
-                sub.type = raw_type
-            start = body.get("start_from")
-            if start not in (None, ""):
-                if start not in ("all", "new"):
-                    raise BadRequest(f'start_from must be all or new (got "{_shown(start)}")')
-                sub.start_from = start
+            if body.type is not None:
+                sub.type = body.type
+            if body.start_from is not None:
+                sub.start_from = body.start_from
         else:
             for key, current in (("topic", sub.topic), ("type", sub.type), ("start_from", sub.start_from),
                                  ("name", sub.name)):
-                if body.get(key) not in (None, current):
+                if getattr(body, key) not in (None, current):
                     raise BadRequest(f"{key} is immutable; create a new subscription to change it")
-        deadline = _int_field(body, "ack_deadline_seconds", m.ACK_DEADLINE_RULE)
-        if deadline is not _UNSET:
-            if not 1 <= deadline <= 600:
-                raise BadRequest(m.ACK_DEADLINE_RULE)
-            sub.ack_deadline_seconds = deadline
-        max_deliver = _int_field(body, "max_deliver", m.MAX_DELIVER_RULE, stored="max_deliver")
-        if max_deliver is not _UNSET:
-            if max_deliver < 0:
-                raise BadRequest(m.MAX_DELIVER_RULE)
-            sub.max_deliver = max_deliver
-        pending = _int_field(body, "max_ack_pending", "max_ack_pending must be a positive integer",
-                             stored="max_ack_pending")
-        if pending is not _UNSET:
-            if pending < 0:
-                raise BadRequest("max_ack_pending must be a positive integer")
-            sub.max_ack_pending = pending or m.DEFAULT_MAX_ACK_PENDING
-        if "deliver" in body and body["deliver"] is not None or creating:
-            self._apply_deliver(project, sub, body.get("deliver") or {}, creating=creating)
-        if "dead_letter" in body and body["dead_letter"] is not None:
-            dead = body["dead_letter"]
-            if not isinstance(dead, Mapping):
-                raise BadRequest("dead_letter must be an object")
-            if "topic" in dead and dead["topic"] is not None:
-                target = dead["topic"]
-                if not isinstance(target, str):
-                    raise BadRequest("dead_letter.topic must be a string")
-                if target == "":
+        if body.ack_deadline_seconds is not None:
+            sub.ack_deadline_seconds = body.ack_deadline_seconds
+        if body.max_deliver is not None:
+            sub.max_deliver = body.max_deliver
+        if body.max_ack_pending is not None:
+            sub.max_ack_pending = body.max_ack_pending or m.DEFAULT_MAX_ACK_PENDING
+        if body.deliver is not None or creating:
+            self._apply_deliver(project, sub, body.deliver or SubscriptionDeliver(), creating=creating)
+        dead = body.dead_letter
+        if dead is not None:
+            if dead.topic is not None:
+                if dead.topic == "":
                     # `{topic: ''}` clears the whole block; an `after_attempts` sent beside it still applies.
                     sub.dead_letter_topic = ""
                     sub.dead_letter_after_attempts = m.DEFAULT_AFTER_ATTEMPTS
                 else:
-                    if target == sub.topic:
+                    if dead.topic == sub.topic:
                         raise BadRequest(m.DEAD_LETTER_SAME_TOPIC)
-                    if not await self._dead_letter_exists(project, target):
-                        raise BadRequest(f'dead_letter.topic "{target}" does not exist in this project; create it first')
-                    sub.dead_letter_topic = target
-            attempts = _int_field(dead, "after_attempts", "dead_letter.after_attempts must be at least 1",
-                                  stored="dead_letter.after_attempts")
-            if attempts is not _UNSET:
-                if attempts < 1:
-                    raise BadRequest("dead_letter.after_attempts must be at least 1")
-                sub.dead_letter_after_attempts = attempts
+                    if not await self._dead_letter_exists(project, dead.topic):
+                        raise BadRequest(f'dead_letter.topic "{dead.topic}" does not exist in this project; create it first')
+                    sub.dead_letter_topic = dead.topic
+            if dead.after_attempts is not None:
+                sub.dead_letter_after_attempts = dead.after_attempts
 
     @staticmethod
-    def _apply_deliver(project: ProjectRef, sub: Subscription, deliver: Any, *, creating: bool) -> None:
+    def _apply_deliver(project: ProjectRef, sub: Subscription, deliver: SubscriptionDeliver, *, creating: bool) -> None:
         """On PATCH, omitted parts of `deliver` keep their values (the mode, the push URL, the content mode)."""
-        if not isinstance(deliver, Mapping):
-            raise BadRequest("deliver must be an object")
         was_push = not creating and sub.deliver_mode == "push"
-        mode = deliver.get("mode")
-        if mode in (None, ""):
-            mode = "pull" if creating else sub.deliver_mode
-        if mode not in ("pull", "push"):
-            raise BadRequest(f'deliver.mode must be "pull" or "push" (got "{_shown(mode)}")')
+        mode = deliver.mode or ("pull" if creating else sub.deliver_mode)
         if mode == "pull" and sub.type == "exclusive":
             raise BadRequest("an exclusive subscription cannot be read through the pull API (use push or a direct client)")
-        push = deliver.get("push")
+        push = deliver.push
         if mode == "pull":
-            if push not in (None, {}):
+            if push is not None and push.model_fields_set:
                 raise BadRequest('deliver.push is set but deliver.mode is "pull"')
             sub.deliver_mode, sub.push_url, sub.content_mode = "pull", "", "cloudevents-structured"
             return
-        if push is None:
-            push = {}
-        if not isinstance(push, Mapping):
-            raise BadRequest("deliver.push must be an object")
-        url = push.get("url")
-        if url in (None, "") and was_push:
+        url = push.url if push is not None else None
+        if not url and was_push:
             url = sub.push_url
-        if url in (None, ""):
+        if not url:
             raise BadRequest('deliver.mode is "push" but deliver.push.url is missing')
-        if not isinstance(url, str):
-            raise BadRequest("deliver.push.url is not allowed: it must be a string")
         problem = push_url_problem(url, project.namespace)
         if problem:
             raise BadRequest(f"deliver.push.url is not allowed: {problem}")
-        content_mode = push.get("content_mode")
-        if content_mode in (None, ""):
+        content_mode: str | None = push.content_mode if push is not None else None
+        if not content_mode:
             content_mode = sub.content_mode if was_push else "cloudevents-structured"
-        if content_mode not in m.CONTENT_MODES:
-            raise BadRequest(m.CONTENT_MODE_RULE)
         sub.deliver_mode, sub.push_url, sub.content_mode = "push", url, content_mode
 
     async def list_subscriptions(
         self, principal: Principal, project_id: str, topic_name: str, *, page_size: Any = None,
         page_token: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> views.SubscriptionList:
         project = await self._project(principal, project_id)
         request = self.pager.request(f"subscriptions:{project.id}:{topic_name}", page_size, page_token)
 
@@ -854,15 +677,16 @@ class TopicService:
         for row in page.items:
             sub = subscription_of(row, project.short)
             items.append(sub.to_json(await self._sub_state(sub)))
-        return page_body("subscriptions", Page(items, page.next_page_token, page.extra), omit_empty_token=True)
+        return views.SubscriptionList.of(page_body("subscriptions", Page(items, page.next_page_token, page.extra),
+                                                   omit_empty_token=True))
 
     async def create_subscription(
-        self, principal: Principal, project_id: str, topic_name: str, body: Mapping[str, Any]
-    ) -> dict[str, Any]:
+        self, principal: Principal, project_id: str, topic_name: str, body: SubscriptionCreate
+    ) -> views.Subscription:
         project = await self._project(principal, project_id, admin=True)
         topic = await self._topic(project, topic_name)
-        name = _checked_name("subscription", body.get("name"))
-        if body.get("topic") not in (None, "", topic_name):
+        name = body.name
+        if body.topic not in (None, "", topic_name):
             raise BadRequest("topic in the body must match the topic in the path")
         sub = Subscription(project.id, project.short, topic_name, name, created_at=self.clock.now())
         await self._apply_subscription_fields(project, sub, body, creating=True)
@@ -915,16 +739,16 @@ class TopicService:
         await self.db.run(ready)
         sub.phase = m.PHASE_READY
         await self._subscriptions_changed()
-        return sub.to_json(await self._sub_state(sub))
+        return views.Subscription.of(sub.to_json(await self._sub_state(sub)))
 
-    async def get_subscription(self, principal: Principal, project_id: str, topic: str, name: str) -> dict[str, Any]:
+    async def get_subscription(self, principal: Principal, project_id: str, topic: str, name: str) -> views.Subscription:
         project = await self._project(principal, project_id)
         sub = await self._subscription(project, topic, name)
-        return sub.to_json(await self._sub_state(sub))
+        return views.Subscription.of(sub.to_json(await self._sub_state(sub)))
 
     async def update_subscription(
-        self, principal: Principal, project_id: str, topic: str, name: str, body: Mapping[str, Any]
-    ) -> dict[str, Any]:
+        self, principal: Principal, project_id: str, topic: str, name: str, body: SubscriptionPatch
+    ) -> views.Subscription:
         project = await self._project(principal, project_id, admin=True)
         sub = await self._subscription(project, topic, name)
         await self._apply_subscription_fields(project, sub, body, creating=False)
@@ -940,7 +764,7 @@ class TopicService:
                 setattr(row, field_name, getattr(sub, field_name))
             row.updated_at = self.clock.now()
             self.audit.record(session, project.id, principal, "pubsub.subscription.update", f"{topic}/{name}",
-                              sorted(k for k in body if k != "name"))
+                              body.given())
 
         # The broker first: if it refuses, the record keeps its old values (all or nothing).
         try:
@@ -949,9 +773,9 @@ class TopicService:
             raise InternalError(f"could not update the subscription on the broker: {exc}") from exc
         await self.db.run(apply)
         await self._subscriptions_changed()
-        return sub.to_json(await self._sub_state(sub))
+        return views.Subscription.of(sub.to_json(await self._sub_state(sub)))
 
-    async def delete_subscription(self, principal: Principal, project_id: str, topic: str, name: str) -> dict[str, Any]:
+    async def delete_subscription(self, principal: Principal, project_id: str, topic: str, name: str) -> views.PubsubDeletion:
         project = await self._project(principal, project_id, admin=True)
         sub = await self._subscription(project, topic, name)
 
@@ -969,31 +793,17 @@ class TopicService:
         except BrokerError:
             log.exception("deleting consumer %s/%s", sub.stream, sub.consumer)
         await self._subscriptions_changed()
-        return {"name": name, "status": "deleting"}
+        return views.PubsubDeletion(name=name, status="deleting")
 
     # ------------------------------------------------------------------------------------ pull / ack
 
     async def pull(
-        self, principal: Principal, project_id: str, topic: str, name: str, body: Mapping[str, Any]
-    ) -> tuple[int, dict[str, Any]]:
+        self, principal: Principal, project_id: str, topic: str, name: str, body: PullRequest | None = None
+    ) -> tuple[int, views.PullResult]:
+        """200 `{messages}` (with auto_ack also `acknowledged`); 207 when the auto-ack failed."""
         project, sub = await self._project_subscription(principal, project_id, topic, name)
-        max_messages = _int_field(body, "max_messages", "max_messages must be an integer")
-        if max_messages is _UNSET or max_messages == 0:
-            max_messages = m.DEFAULT_PULL_MESSAGES
-        if max_messages < 0:
-            raise BadRequest("max_messages must not be negative")
-        max_messages = min(max_messages, m.MAX_PULL_MESSAGES)
-        timeout_ms = _int_field(body, "timeout_ms", "timeout_ms must be an integer")
-        if timeout_ms is _UNSET:
-            timeout_ms = m.DEFAULT_PULL_TIMEOUT_MS
-        if timeout_ms < 0:
-            raise BadRequest("timeout_ms must not be negative")
-        timeout_ms = min(timeout_ms, m.MAX_PULL_TIMEOUT_MS)
-        auto_ack = body.get("auto_ack", False)
-        if auto_ack is None:
-            auto_ack = False
-        if not isinstance(auto_ack, bool):
-            raise BadRequest("auto_ack must be true or false")
+        body = body or PullRequest()
+        auto_ack = bool(body.auto_ack)
         if sub.deliver_mode == "push":
             raise Conflict(m.PULL_ON_PUSH)
         if sub.type in m.SINGLE_READER_TYPES:
@@ -1002,8 +812,8 @@ class TopicService:
             raise Conflict(m.SUBSCRIPTION_NOT_READY)
         try:
             # An ordered subscription has one message in flight: asking for more would only wait.
-            batch = 1 if sub.ordered else max_messages
-            deliveries = await self.broker.pull(sub.stream, sub.consumer, batch, timeout_ms / 1000)
+            batch = 1 if sub.ordered else body.batch
+            deliveries = await self.broker.pull(sub.stream, sub.consumer, batch, body.timeout_seconds)
         except BrokerError as exc:
             raise broker_failure("pull", exc) from exc
         self.record_delivered(project.id, topic, len(deliveries), sum(len(d.data) for d in deliveries))
@@ -1023,28 +833,21 @@ class TopicService:
             message["delivery_attempt"] = delivery.delivery_count
             messages.append(message)
         if not auto_ack:
-            return 200, {"messages": messages}
+            return 200, views.PullResult.of({"messages": messages})
         try:
             acknowledged = await self.broker.ack([d.token for d in deliveries]) if deliveries else 0
         except BrokerError as exc:
-            return 207, {"messages": [], "acknowledged": 0,
-                         "error": f"auto_ack failed, the messages will be redelivered: {exc}"}
-        return 200, {"messages": messages, "acknowledged": acknowledged}
+            return 207, views.PullResult(messages=[], acknowledged=0,
+                                         error=f"auto_ack failed, the messages will be redelivered: {exc}")
+        return 200, views.PullResult.of({"messages": messages, "acknowledged": acknowledged})
 
     async def acknowledge(
-        self, principal: Principal, project_id: str, topic: str, name: str, body: Mapping[str, Any]
-    ) -> dict[str, Any]:
+        self, principal: Principal, project_id: str, topic: str, name: str, body: AcknowledgeRequest
+    ) -> views.AcknowledgeResult:
         _, sub = await self._project_subscription(principal, project_id, topic, name)
-        ids = body.get("ack_ids")
-        if ids is None or (isinstance(ids, list) and not ids):
-            raise BadRequest(m.NO_ACK_IDS)
-        if not isinstance(ids, list):
-            raise BadRequest("ack_ids must be a list of strings")
-        if len(ids) > m.MAX_ACK_IDS:
-            raise BadRequest(m.TOO_MANY_ACK_IDS)
         tokens = []
-        for ack_id in ids:
-            token = _unb64url(ack_id) if isinstance(ack_id, str) and ack_id else None
+        for ack_id in body.ack_ids:
+            token = _unb64url(ack_id) if ack_id else None
             if token is None or not self.broker.token_belongs(token, sub.stream, sub.consumer):
                 raise BadRequest(m.INVALID_ACK_IDS)
             tokens.append(token)
@@ -1052,7 +855,7 @@ class TopicService:
             acknowledged = await self.broker.ack(list(dict.fromkeys(tokens)))
         except BrokerError as exc:
             raise broker_failure("acknowledge", exc) from exc
-        return {"acknowledged": acknowledged}
+        return views.AcknowledgeResult(acknowledged=acknowledged)
 
     # ------------------------------------------------------------------------------------ project views
 
@@ -1063,7 +866,7 @@ class TopicService:
             )
         )
 
-    async def quota(self, principal: Principal, project_id: str) -> dict[str, Any]:
+    async def quota(self, principal: Principal, project_id: str) -> views.PubsubQuota:
         project = await self._project(principal, project_id)
         rows = await self._rows(project)
         limit = await self.db.run(lambda s: self._budget_of(s, project.id))
@@ -1077,7 +880,7 @@ class TopicService:
                     stats = None
                 stored += stats.bytes if stats else 0
         available = max(limit - allocated, 0)
-        return {
+        return views.PubsubQuota.of({
             "limit_bytes": limit,
             "allocated_bytes": allocated,
             "backlog_bytes": stored,
@@ -1087,9 +890,9 @@ class TopicService:
                      f"topic{'s' if len(rows) != 1 else ''}; {m.human_bytes(available)} available",
             "topics": len(rows),
             "provisioned": any(r.phase == m.PHASE_READY for r in rows),
-        }
+        })
 
-    async def usage(self, principal: Principal, project_id: str) -> dict[str, Any]:
+    async def usage(self, principal: Principal, project_id: str) -> views.PubsubUsage:
         project = await self._project(principal, project_id)
         rows = await self._rows(project)
         topics = []
@@ -1100,15 +903,15 @@ class TopicService:
             state = await self._topic_state(topic, await self._count_subs(project.id, row.name))
             topics.append({"name": row.name, **{k: state[k] for k in keys}})
         totals = {k: sum(t[k] for t in topics) for k in keys}
-        return {
+        return views.PubsubUsage.of({
             "project": project.id,
             "topics": topics,
             "totals": totals,
             "caveat": "counters are cumulative since the serving process last loaded each topic and reset when "
                       "it restarts; storage and backlog come from the broker and may lag",
-        }
+        })
 
-    async def credentials(self, principal: Principal, project_id: str) -> dict[str, Any]:
+    async def credentials(self, principal: Principal, project_id: str) -> views.BrokerCredentialView:
         project = await self._project(principal, project_id, admin=True)
         rows = await self._rows(project)
         if not any(r.phase == m.PHASE_READY for r in rows):
@@ -1127,7 +930,7 @@ class TopicService:
         body["token"] = credential.token
         body["topic_prefix"] = m.subject_prefix(project.short)
         body["note"] = credential.note
-        return body
+        return views.BrokerCredentialView.of(body)
 
     # ------------------------------------------------------------------------------------ broker support
 
@@ -1207,7 +1010,7 @@ class TopicService:
 
     # ------------------------------------------------------------------------------------ health
 
-    async def health(self) -> tuple[int, dict[str, Any]]:
+    async def health(self) -> tuple[int, views.PubsubHealth]:
         """`{status, dependencies: {kubernetes, database, broker, session-key}}`, 200 or 503."""
         dependencies: dict[str, Any] = {}
         critical = {"kubernetes": False, "database": True, "broker": True, "session-key": True}
@@ -1231,4 +1034,5 @@ class TopicService:
             dependencies[name] = entry
             if critical[name] and status != "ok":
                 ok = False
-        return (200 if ok else 503), {"status": "ok" if ok else "degraded", "dependencies": dependencies}
+        return (200 if ok else 503), views.PubsubHealth.of({"status": "ok" if ok else "degraded",
+                                                            "dependencies": dependencies})

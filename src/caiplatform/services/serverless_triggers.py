@@ -47,6 +47,7 @@ from caiplatform.db.models.serverless import ServerlessTrigger as TriggerRow
 from caiplatform.db.models.serverless import ServerlessTriggerRun as RunRow
 from caiplatform.domain.serverless import TRIGGER_NAME_TAKEN, TRIGGER_NOT_FOUND, body_object
 from caiplatform.errors import BadRequest, Conflict, NotFound
+from caiplatform.models.messaging import SubscriptionCreate
 from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.runtime import WorkloadRef, WorkloadRuntime
 from caiplatform.principal import Principal
@@ -101,7 +102,8 @@ class TopicPushSubscriptions:
         body = {"name": subscription, "deliver": {"mode": "push", "push": {"url": push_url,
                                                                              "content_mode": content_mode}}}
         try:
-            await self.topics.create_subscription(Principal.internal(), project_id, topic, body)
+            await self.topics.create_subscription(Principal.internal(), project_id, topic,
+                                                  SubscriptionCreate.parse(body))
         except Conflict as exc:
             if "already exists" not in exc.message:  # not ready yet, budget, ...: the trigger stays pending
                 raise

@@ -22,10 +22,21 @@ from caiplatform.domain.messaging import (
     unknown_verb,
 )
 from caiplatform.errors import MethodNotAllowed, NotFound
+from caiplatform.models import messaging as views
+from caiplatform.models.messaging import (
+    AcknowledgeRequest,
+    PublishRequest,
+    PullRequest,
+    SubscriptionCreate,
+    SubscriptionPatch,
+    TopicCreate,
+    TopicPatch,
+)
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.validation import resource_segment
 from caiplatform_server.app_deps import platform_of, principal_of
+from caiplatform_server.contract import operation, reply
 from caiplatform_server.http import json_body
 
 router = APIRouter(tags=["pubsub"])
@@ -55,40 +66,46 @@ def _split_verb(segment: str) -> tuple[str, str | None]:
     return name, (verb if colon else None)
 
 
-@router.get(TOPICS, summary="List the project's topics")
+@router.get(TOPICS, summary="List the project's topics",
+            **operation(response=views.TopicList, paginated=True, errors=(403, 404)))
 async def list_topics(project_id: str, request: Request, principal: Principal = Depends(principal_of),
-                      platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.topics.list_topics(principal, project_id, **_page_args(request))
+                      platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.topics.list_topics(principal, project_id, **_page_args(request)))
 
 
-@router.post(TOPICS, status_code=201, summary="Create a topic (admin); it starts Pending")
+@router.post(TOPICS, summary="Create a topic (admin); it starts Pending",
+             **operation(body=TopicCreate, response=views.Topic, status=201, errors=(403, 404, 409, 413, 500)))
 async def create_topic(project_id: str, request: Request, principal: Principal = Depends(principal_of),
                        platform: Platform = Depends(platform_of)) -> JSONResponse:
-    body = await json_body(request, OTHER_BODY_LIMIT)
-    return JSONResponse(await platform.topics.create_topic(principal, project_id, body), status_code=201)
+    body = TopicCreate.parse(await json_body(request, OTHER_BODY_LIMIT))
+    return reply(await platform.topics.create_topic(principal, project_id, body), status=201)
 
 
-@router.get(TOPIC, summary="Read a topic")
+@router.get(TOPIC, summary="Read a topic", **operation(response=views.Topic, errors=(403, 404, 405)))
 async def get_topic(project_id: str, topic: str, principal: Principal = Depends(principal_of),
-                    platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.topics.get_topic(principal, project_id, _topic_name(topic))
+                    platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.topics.get_topic(principal, project_id, _topic_name(topic)))
 
 
-@router.patch(TOPIC, summary="Edit a topic (admin)")
+@router.patch(TOPIC, summary="Edit a topic (admin)",
+              **operation(body=TopicPatch, response=views.Topic, errors=(403, 404, 405, 409, 413, 500)))
 async def update_topic(project_id: str, topic: str, request: Request, principal: Principal = Depends(principal_of),
-                       platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    body = await json_body(request, OTHER_BODY_LIMIT)
-    return await platform.topics.update_topic(principal, project_id, _topic_name(topic), body)
+                       platform: Platform = Depends(platform_of)) -> JSONResponse:
+    name = _topic_name(topic)
+    body = TopicPatch.parse(await json_body(request, OTHER_BODY_LIMIT))
+    return reply(await platform.topics.update_topic(principal, project_id, name, body))
 
 
-@router.delete(TOPIC, status_code=202, summary="Delete a topic and every subscription (admin)")
+@router.delete(TOPIC, summary="Delete a topic and every subscription (admin)",
+               **operation(response=views.PubsubDeletion, status=202, errors=(403, 404, 405)))
 async def delete_topic(project_id: str, topic: str, principal: Principal = Depends(principal_of),
                        platform: Platform = Depends(platform_of)) -> JSONResponse:
-    result = await platform.topics.delete_topic(principal, project_id, _topic_name(topic))
-    return JSONResponse(result, status_code=202)
+    return reply(await platform.topics.delete_topic(principal, project_id, _topic_name(topic)), status=202)
 
 
-@router.post(TOPIC, summary="Topic methods: :publish")
+@router.post(TOPIC, summary="Topic methods: :publish",
+             **operation(body=PublishRequest, response=views.PublishResult, other_success={207: views.PublishPartial},
+                         errors=(403, 404, 405, 409, 413, 500)))
 async def topic_method(project_id: str, topic: str, request: Request, principal: Principal = Depends(principal_of),
                        platform: Platform = Depends(platform_of)) -> JSONResponse:
     name, verb = _split_verb(topic)
@@ -96,52 +113,60 @@ async def topic_method(project_id: str, topic: str, request: Request, principal:
         raise MethodNotAllowed(BARE_TOPIC_POST)
     if verb != "publish":
         raise NotFound(unknown_verb(verb))
-    body = await json_body(request, PUBLISH_BODY_LIMIT)
+    body = PublishRequest.parse(await json_body(request, PUBLISH_BODY_LIMIT))
     status, result = await platform.topics.publish(principal, project_id, name, body)
-    return JSONResponse(result, status_code=status)
+    return reply(result, status)
 
 
-@router.get(SUBSCRIPTIONS, summary="List a topic's subscriptions")
+@router.get(SUBSCRIPTIONS, summary="List a topic's subscriptions",
+            **operation(response=views.SubscriptionList, paginated=True, errors=(403, 404)))
 async def list_subscriptions(project_id: str, topic: str, request: Request,
                              principal: Principal = Depends(principal_of),
-                             platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.topics.list_subscriptions(principal, project_id, topic, **_page_args(request))
+                             platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.topics.list_subscriptions(principal, project_id, topic, **_page_args(request)))
 
 
-@router.post(SUBSCRIPTIONS, status_code=201, summary="Create a subscription (admin)")
+@router.post(SUBSCRIPTIONS, summary="Create a subscription (admin)",
+             **operation(body=SubscriptionCreate, response=views.Subscription, status=201,
+                         errors=(403, 404, 409, 413, 500)))
 async def create_subscription(project_id: str, topic: str, request: Request,
                               principal: Principal = Depends(principal_of),
                               platform: Platform = Depends(platform_of)) -> JSONResponse:
-    body = await json_body(request, OTHER_BODY_LIMIT)
-    result = await platform.topics.create_subscription(principal, project_id, topic, body)
-    return JSONResponse(result, status_code=201)
+    body = SubscriptionCreate.parse(await json_body(request, OTHER_BODY_LIMIT))
+    return reply(await platform.topics.create_subscription(principal, project_id, topic, body), status=201)
 
 
-@router.get(SUBSCRIPTION, summary="Read a subscription")
+@router.get(SUBSCRIPTION, summary="Read a subscription",
+            **operation(response=views.Subscription, errors=(403, 404, 405)))
 async def get_subscription(project_id: str, topic: str, subscription: str,
                            principal: Principal = Depends(principal_of),
-                           platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.topics.get_subscription(principal, project_id, topic, _subscription_name(subscription))
+                           platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.topics.get_subscription(principal, project_id, topic, _subscription_name(subscription)))
 
 
-@router.patch(SUBSCRIPTION, summary="Edit a subscription (admin)")
+@router.patch(SUBSCRIPTION, summary="Edit a subscription (admin)",
+              **operation(body=SubscriptionPatch, response=views.Subscription, errors=(403, 404, 405, 413, 500)))
 async def update_subscription(project_id: str, topic: str, subscription: str, request: Request,
                               principal: Principal = Depends(principal_of),
-                              platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    body = await json_body(request, OTHER_BODY_LIMIT)
-    return await platform.topics.update_subscription(principal, project_id, topic, _subscription_name(subscription),
-                                                     body)
+                              platform: Platform = Depends(platform_of)) -> JSONResponse:
+    name = _subscription_name(subscription)
+    body = SubscriptionPatch.parse(await json_body(request, OTHER_BODY_LIMIT))
+    return reply(await platform.topics.update_subscription(principal, project_id, topic, name, body))
 
 
-@router.delete(SUBSCRIPTION, status_code=202, summary="Delete a subscription (admin)")
+@router.delete(SUBSCRIPTION, summary="Delete a subscription (admin)",
+               **operation(response=views.PubsubDeletion, status=202, errors=(403, 404, 405)))
 async def delete_subscription(project_id: str, topic: str, subscription: str,
                               principal: Principal = Depends(principal_of),
                               platform: Platform = Depends(platform_of)) -> JSONResponse:
-    result = await platform.topics.delete_subscription(principal, project_id, topic, _subscription_name(subscription))
-    return JSONResponse(result, status_code=202)
+    name = _subscription_name(subscription)
+    return reply(await platform.topics.delete_subscription(principal, project_id, topic, name), status=202)
 
 
-@router.post(SUBSCRIPTION, summary="Subscription methods: :pull, :acknowledge (alias :ack)")
+@router.post(SUBSCRIPTION, summary="Subscription methods: :pull, :acknowledge (alias :ack)",
+             **operation(body=(PullRequest, AcknowledgeRequest), body_required=False,
+                         response=(views.PullResult, views.AcknowledgeResult), other_success={207: views.PullResult},
+                         errors=(403, 404, 405, 409, 413, 500)))
 async def subscription_method(project_id: str, topic: str, subscription: str, request: Request,
                               principal: Principal = Depends(principal_of),
                               platform: Platform = Depends(platform_of)) -> JSONResponse:
@@ -149,33 +174,37 @@ async def subscription_method(project_id: str, topic: str, subscription: str, re
     if verb is None:
         raise MethodNotAllowed(BARE_SUBSCRIPTION_POST)
     if verb == "pull":
-        body = await json_body(request, OTHER_BODY_LIMIT, optional=True)
-        status, result = await platform.topics.pull(principal, project_id, topic, name, body)
-        return JSONResponse(result, status_code=status)
+        pull = PullRequest.parse(await json_body(request, OTHER_BODY_LIMIT, optional=True))
+        status, pulled = await platform.topics.pull(principal, project_id, topic, name, pull)
+        return reply(pulled, status)
     if verb in ("acknowledge", "ack"):
-        body = await json_body(request, OTHER_BODY_LIMIT)
-        return JSONResponse(await platform.topics.acknowledge(principal, project_id, topic, name, body))
+        ack = AcknowledgeRequest.parse(await json_body(request, OTHER_BODY_LIMIT))
+        return reply(await platform.topics.acknowledge(principal, project_id, topic, name, ack))
     raise NotFound(unknown_verb(verb))
 
 
-@router.get(PROJECT + "/pubsub/quota", summary="The project's storage budget")
+@router.get(PROJECT + "/pubsub/quota", summary="The project's storage budget",
+            **operation(response=views.PubsubQuota, errors=(403, 404)))
 async def quota(project_id: str, principal: Principal = Depends(principal_of),
-                platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.topics.quota(principal, project_id)
+                platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.topics.quota(principal, project_id))
 
 
-@router.get(PROJECT + "/pubsub/usage", summary="Per-topic counters")
+@router.get(PROJECT + "/pubsub/usage", summary="Per-topic counters",
+            **operation(response=views.PubsubUsage, errors=(403, 404)))
 async def usage(project_id: str, principal: Principal = Depends(principal_of),
-                platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.topics.usage(principal, project_id)
+                platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.topics.usage(principal, project_id))
 
 
-@router.get(PROJECT + "/pubsub/credentials", summary="The direct broker credential (admin)")
+@router.get(PROJECT + "/pubsub/credentials", summary="The direct broker credential (admin)",
+            **operation(response=views.BrokerCredentialView, errors=(403, 404)))
 async def credentials(project_id: str, principal: Principal = Depends(principal_of),
-                      platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.topics.credentials(principal, project_id)
+                      platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.topics.credentials(principal, project_id))
 
 
 async def health(platform: Platform) -> tuple[int, dict[str, Any]]:
     """`{status, dependencies: {kubernetes, database, broker, session-key}}`, 200 or 503."""
-    return await platform.topics.health()
+    status, body = await platform.topics.health()
+    return status, body.to_json()

@@ -14,7 +14,22 @@ from fastapi.responses import JSONResponse
 
 from caiplatform.domain.vector import VERBS
 from caiplatform.errors import MethodNotAllowed
-from caiplatform.models.vector import Index, IndexCreate, IndexCredential, IndexList, IndexPatch
+from caiplatform.models.vector import (
+    Index,
+    IndexCreate,
+    IndexCredential,
+    IndexDeletePoints,
+    IndexDeletePointsResult,
+    IndexList,
+    IndexPatch,
+    IndexQuery,
+    IndexQueryResult,
+    IndexScroll,
+    IndexScrollResult,
+    IndexUpsert,
+    IndexUpsertResult,
+    data_request,
+)
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform_server.app_deps import platform_of, principal_of
@@ -104,7 +119,10 @@ async def delete_index(
     return Response(status_code=204)
 
 
-@router.post(INDEX, summary="A data verb: :upsert, :query, :scroll or :delete-points")
+@router.post(INDEX, summary="A data verb: :upsert, :query, :scroll or :delete-points",
+             **operation(body=(IndexUpsert, IndexQuery, IndexScroll, IndexDeletePoints), body_required=False,
+                         response=(IndexUpsertResult, IndexQueryResult, IndexScrollResult, IndexDeletePointsResult),
+                         errors=(403, 404, 409, 413)))
 async def index_data_verb(
     project_id: str,
     name: str,
@@ -114,9 +132,8 @@ async def index_data_verb(
 ) -> JSONResponse:
     index_name, _, verb = name.partition(":")
     await platform.indexes.require_member(principal, project_id)
-    body = await json_body(request, _body_limit(platform), optional=True)
-    result = await platform.indexes.data(principal, project_id, index_name, verb or None, body)
-    return JSONResponse(result)
+    body = data_request(verb or None, await json_body(request, _body_limit(platform), optional=True))
+    return reply(await platform.indexes.data(principal, project_id, index_name, body))
 
 
 @router.get("/v1/projects/{project_id}/vectordb/credentials", summary="The direct engine credential (admin)",
@@ -131,4 +148,5 @@ async def vectordb_credentials(
 
 async def health(platform: Platform) -> tuple[int, dict[str, Any]]:
     """`{status, dependencies: {vector_store, kubernetes, database}}`, each `{ok, latency_ms, error?}`."""
-    return await platform.indexes.health()
+    status, body = await platform.indexes.health()
+    return status, body.to_json()

@@ -12,8 +12,8 @@ import asyncio
 from typing import Any
 
 from caiplatform.adapters.nats.auth import PLATFORM_USER, NatsProjectAuth, inbox_prefix, rewrite_and_reload
-from caiplatform.services.access import ProjectRef
-from caiplatform.services.messaging import BrokerCredential, CredentialIssuer
+from caiplatform.domain.projects import ProjectRef
+from caiplatform.ports.broker import BrokerCredential, CredentialIssuer
 
 EMBEDDED_NOTE = (
     "a NATS user for this project: connect with nats://<token>@<host:port> (the token is user:password) "
