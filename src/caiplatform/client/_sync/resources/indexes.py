@@ -10,7 +10,21 @@ from typing import Any
 
 from caiplatform.client._sync.resources.base import Resource
 from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
-from caiplatform.models.vector import Index, IndexCreate, IndexCredential, IndexList, IndexPatch
+from caiplatform.models.vector import (
+    Index,
+    IndexCreate,
+    IndexCredential,
+    IndexDeletePoints,
+    IndexDeletePointsResult,
+    IndexList,
+    IndexPatch,
+    IndexQuery,
+    IndexQueryResult,
+    IndexScroll,
+    IndexScrollResult,
+    IndexUpsert,
+    IndexUpsertResult,
+)
 
 
 class IndexesResource(Resource):
@@ -41,21 +55,25 @@ class IndexesResource(Resource):
         """Destroy an index and every vector in it (admin)"""
         self._client.request_none("DELETE", f"/v1/projects/{project_id}/indexes/{name}", timeout=timeout)
 
-    def upsert(self, project_id: str, name: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    def upsert(self, project_id: str, name: str, body: IndexUpsert | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> IndexUpsertResult:
         """A data verb: :upsert, :query, :scroll or :delete-points"""
-        return self._client.request_json("POST", f"/v1/projects/{project_id}/indexes/{name}:upsert", timeout=timeout)
+        model = body if body is not None else IndexUpsert.parse(fields)
+        return self._client.request("POST", f"/v1/projects/{project_id}/indexes/{name}:upsert", IndexUpsertResult, timeout=timeout, json=body_of(model))
 
-    def query(self, project_id: str, name: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    def query(self, project_id: str, name: str, body: IndexQuery | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> IndexQueryResult:
         """A data verb: :upsert, :query, :scroll or :delete-points"""
-        return self._client.request_json("POST", f"/v1/projects/{project_id}/indexes/{name}:query", timeout=timeout)
+        model = body if body is not None else IndexQuery.parse(fields)
+        return self._client.request("POST", f"/v1/projects/{project_id}/indexes/{name}:query", IndexQueryResult, timeout=timeout, json=body_of(model))
 
-    def scroll(self, project_id: str, name: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    def scroll(self, project_id: str, name: str, body: IndexScroll | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> IndexScrollResult:
         """A data verb: :upsert, :query, :scroll or :delete-points"""
-        return self._client.request_json("POST", f"/v1/projects/{project_id}/indexes/{name}:scroll", timeout=timeout)
+        model = body if body is not None else IndexScroll.parse(fields)
+        return self._client.request("POST", f"/v1/projects/{project_id}/indexes/{name}:scroll", IndexScrollResult, timeout=timeout, json=body_of(model))
 
-    def delete_points(self, project_id: str, name: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    def delete_points(self, project_id: str, name: str, body: IndexDeletePoints | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> IndexDeletePointsResult:
         """A data verb: :upsert, :query, :scroll or :delete-points"""
-        return self._client.request_json("POST", f"/v1/projects/{project_id}/indexes/{name}:delete-points", timeout=timeout)
+        model = body if body is not None else IndexDeletePoints.parse(fields)
+        return self._client.request("POST", f"/v1/projects/{project_id}/indexes/{name}:delete-points", IndexDeletePointsResult, timeout=timeout, json=body_of(model))
 
     def credentials(self, project_id: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> IndexCredential:
         """The direct engine credential (admin)"""
