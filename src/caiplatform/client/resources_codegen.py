@@ -128,6 +128,13 @@ def describe(http_method: str, path: str, name: Name, op: dict[str, Any], models
                 candidate = _ref_name(option)
                 if candidate and _verb_matches(name.verb, candidate):
                     ref = candidate
+        alternatives = {code: _ref_name(body.get("content", {}).get("application/json", {}).get("schema"))
+                        for code, body in op.get("responses", {}).items() if code.startswith("2") and code != success}
+        alternatives = {code: name for code, name in alternatives.items() if name in models and name != ref}
+        if ref in models and alternatives:
+            method.answer = "statuses:" + ",".join([f"{success}={ref}", *(f"{c}={n}" for c, n in alternatives.items())])
+            method.imports.update([ref, *alternatives.values()])
+            return _finish(method)
         paginated = any(p[0] == "page_token" for p in method.query_params)
         if ref in models and paginated and hasattr(models[ref], "items_field"):
             page = models[ref]
@@ -142,6 +149,10 @@ def describe(http_method: str, path: str, name: Name, op: dict[str, Any], models
             method.imports.add(ref)
         else:
             method.answer = "json"
+    return _finish(method)
+
+
+def _finish(method: Method) -> Method:
     for model in (method.body, method.multipart):
         if model and model != "json":
             method.imports.add(model)
@@ -207,6 +218,12 @@ def render_method(method: Method) -> str:
                 f"        return await self._client.request(\"{method.http_method}\", {url}, {page}, "
                 f"params={query[:-1]}, \"page_token\": page_token}}, timeout=timeout)\n")
         return body
+    if kind == "statuses":
+        pairs = [pair.split("=") for pair in rest.split(",")]
+        mapping = "{" + ", ".join(f"{code}: {name}" for code, name in pairs) + "}"
+        union = " | ".join(name for _, name in pairs)
+        return (f"    async def {method.name.method}({signature}) -> {union}:\n{doc}{prelude}"
+                f"        return await self._client.request_by_status(\"{method.http_method}\", {url}, {mapping}, {kwargs})  # type: ignore[no-any-return]\n")
     returns = {"model": rest, "none": "None", "text": "str", "lines": "AsyncIterator[str]", "json": "Any"}[kind]
     if kind == "lines":
         return (f"    def {method.name.method}({signature}) -> AsyncIterator[str]:\n{doc}{prelude}"

@@ -106,6 +106,13 @@ class Client(Resources):
         response = self._send(method, path, **kwargs)
         return cast_to.model_validate_json(response.content)
 
+    def request_by_status(self, method: str, path: str, cast_to: dict[int, type[BaseModel]],
+                                **kwargs: Any) -> Any:
+        """An operation whose successes differ by status (a 207 partial answer): the status's model."""
+        response = self._send(method, path, **kwargs)
+        model = cast_to.get(response.status_code) or next(iter(cast_to.values()))
+        return model.model_validate_json(response.content)
+
     def request_none(self, method: str, path: str, **kwargs: Any) -> None:
         self._send(method, path, **kwargs)
 

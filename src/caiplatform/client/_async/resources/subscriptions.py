@@ -55,7 +55,7 @@ class AsyncSubscriptionsResource(AsyncResource):
         model = body if body is not None else PullRequest.parse(fields)
         return await self._client.request("POST", f"/v1/projects/{project_id}/topics/{topic}/subscriptions/{subscription}:pull", PullResult, timeout=timeout, json=body_of(model))
 
-    async def acknowledge(self, project_id: str, topic: str, subscription: str, body: AcknowledgeRequest | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> AcknowledgeResult:
+    async def acknowledge(self, project_id: str, topic: str, subscription: str, body: AcknowledgeRequest | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> AcknowledgeResult | PullResult:
         """Subscription methods: :pull, :acknowledge (alias :ack)"""
         model = body if body is not None else AcknowledgeRequest.parse(fields)
-        return await self._client.request("POST", f"/v1/projects/{project_id}/topics/{topic}/subscriptions/{subscription}:acknowledge", AcknowledgeResult, timeout=timeout, json=body_of(model))
+        return await self._client.request_by_status("POST", f"/v1/projects/{project_id}/topics/{topic}/subscriptions/{subscription}:acknowledge", {200: AcknowledgeResult, 207: PullResult}, timeout=timeout, json=body_of(model))  # type: ignore[no-any-return]

@@ -11,6 +11,7 @@ from caiplatform.client._async.resources.base import AsyncResource
 from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
 from caiplatform.models.messaging import (
     BrokerCredentialView,
+    PublishPartial,
     PublishRequest,
     PublishResult,
     PubsubDeletion,
@@ -51,10 +52,10 @@ class AsyncTopicsResource(AsyncResource):
         """Delete a topic and every subscription (admin)"""
         return await self._client.request("DELETE", f"/v1/projects/{project_id}/topics/{topic}", PubsubDeletion, timeout=timeout)
 
-    async def publish(self, project_id: str, topic: str, body: PublishRequest | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> PublishResult:
+    async def publish(self, project_id: str, topic: str, body: PublishRequest | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> PublishResult | PublishPartial:
         """Topic methods: :publish"""
         model = body if body is not None else PublishRequest.parse(fields)
-        return await self._client.request("POST", f"/v1/projects/{project_id}/topics/{topic}:publish", PublishResult, timeout=timeout, json=body_of(model))
+        return await self._client.request_by_status("POST", f"/v1/projects/{project_id}/topics/{topic}:publish", {200: PublishResult, 207: PublishPartial}, timeout=timeout, json=body_of(model))  # type: ignore[no-any-return]
 
     async def quota(self, project_id: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> PubsubQuota:
         """The project's storage budget"""
