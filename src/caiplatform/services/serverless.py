@@ -444,7 +444,7 @@ class ServerlessService:
             return "Ready"
         return "Degraded" if any_ready else "NotReady"
 
-    def view(self, project: ProjectRef, row: ServiceRow, rows: list[ServerlessRevision],
+    def _view_body(self, project: ProjectRef, row: ServiceRow, rows: list[ServerlessRevision],
              status: WorkloadStatus | None) -> dict[str, Any]:
         spec = ServiceSpec.model_validate(row.spec)
         phase = self._phase(row, rows, status)
@@ -490,7 +490,7 @@ class ServerlessService:
 
     async def _view_of(self, project: ProjectRef, row: ServiceRow, rows: list[ServerlessRevision]) -> dict[str, Any]:
         status = await self.runtime.status(self.ref(project, row.name))
-        return self.view(project, row, rows, status)
+        return self._view_body(project, row, rows, status)
 
     # ------------------------------------------------------------------------------------ create / read
 
@@ -760,7 +760,7 @@ class ServerlessService:
         stream = self.runtime.logs(self.ref(project, name), tail=lines_wanted, follow=follow)
         return _log_text(name, stream)
 
-    def spec_document(self, project: ProjectRef, row: ServiceRow, rows: builtins.list[ServerlessRevision],
+    def _spec_document(self, project: ProjectRef, row: ServiceRow, rows: builtins.list[ServerlessRevision],
                       status: WorkloadStatus | None) -> dict[str, Any]:
         """A Knative-Service-shaped document of the accepted spec (secrets by reference only)."""
         spec = ServiceSpec.model_validate(row.spec)
@@ -786,7 +786,7 @@ class ServerlessService:
             template_spec["runtimeClassName"] = spec.runtime_class_name
         if spec.service_account_name:
             template_spec["serviceAccountName"] = spec.service_account_name
-        view = self.view(project, row, rows, status)
+        view = self._view_body(project, row, rows, status)
         labels = {} if spec.publish.enabled else {"networking.knative.dev/visibility": "cluster-local"}
         return {
             "apiVersion": "serving.knative.dev/v1",
@@ -826,7 +826,7 @@ class ServerlessService:
         project = await self.project(principal, project_id)
         row, rows = await self._load(project, name)
         status = await self.runtime.status(self.ref(project, name))
-        document = sanitize_spec(self.spec_document(project, row, rows, status))
+        document = sanitize_spec(self._spec_document(project, row, rows, status))
         return models.ServiceSpecDocument(service=name, yaml=yaml.safe_dump(document, sort_keys=False), note=SPEC_NOTE)
 
     async def metrics(self, principal: Principal, project_id: str, name: str) -> models.ServiceMetrics:
@@ -835,7 +835,7 @@ class ServerlessService:
         ref = self.ref(project, name)
         status = await self.runtime.status(ref)
         metrics = await self.runtime.metrics(ref)
-        view = self.view(project, row, rows, status)
+        view = self._view_body(project, row, rows, status)
         live = {r.name: r for r in (metrics.revisions if metrics else status.revisions if status else [])}
         current = metrics.instances if metrics else sum(r.replicas for r in live.values())
         revisions = []
