@@ -7,7 +7,7 @@ from sqlalchemy import select
 
 from caiplatform.db.models import Project
 from caiplatform.errors import BadRequest, Forbidden, NotFound, Unauthenticated
-from caiplatform.models.secrets import BindingPut, Secret, SecretTokenRequest, SecretWrite, SecretWritten
+from caiplatform.models.secrets import BindingPut, Secret, SecretIssueToken, SecretWrite, SecretWritten
 from caiplatform.platform import Platform
 from caiplatform.principal import CredentialKind, Principal, PrincipalKind
 
@@ -45,7 +45,7 @@ async def test_library_rules(lib):
     workload = Principal(kind=PrincipalKind.WORKLOAD, credential=CredentialKind.WORKLOAD_KEY, project_id=pid)
     with pytest.raises(Forbidden):
         await store.list(workload, pid)
-    token = await store.issue_project_token(workload, pid, SecretTokenRequest.parse({"ttl_seconds": "90"}))
+    token = await store.issue_project_token(workload, pid, SecretIssueToken.parse({"ttl_seconds": "90"}))
     assert token.ttl_seconds == 90 and token.read.path
     agent = store.agents.add_agent(pid, "bot")
     await store.bind(automation, pid, "bot", "K", BindingPut(secret_name="k"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from caiplatform.errors import BadRequest
-from caiplatform.models.secrets import BindingPut, SecretReveal, SecretTokenRequest, SecretWrite
+from caiplatform.models.secrets import BindingPut, SecretIssueToken, SecretReveal, SecretWrite
 
 from .test_http_bindings import maps, secret
 
@@ -53,8 +53,8 @@ async def test_token_bodies_refuse_unknown_fields_but_a_malformed_body_is_the_de
 def test_the_request_models_carry_the_spec_rules():
     with pytest.raises(BadRequest, match="65536"):
         SecretWrite(name="k", value="x" * 65537)
-    assert SecretTokenRequest.parse({"ttl_seconds": 99999}).ttl_seconds == 3600
-    assert SecretTokenRequest().ttl_seconds == 300
+    assert SecretIssueToken.parse({"ttl_seconds": 99999}).ttl_seconds == 3600
+    assert SecretIssueToken().ttl_seconds == 300
     assert BindingPut.parse({"secret_name": "s", "version": "latest"}).version is None
     assert BindingPut.parse({"secret_name": "s", "version": "3"}).version == 3
     with pytest.raises(BadRequest, match="positive integer"):

@@ -149,7 +149,7 @@ class McpVersionList(ResponseModel):
     versions: list[McpVersion]
 
 
-class McpVersionRolledBack(ResponseModel):
+class McpVersionRollback(ResponseModel):
     server: str
     version: int
     image: str
@@ -157,9 +157,13 @@ class McpVersionRolledBack(ResponseModel):
     note: str
 
 
-class McpVersionYanked(ResponseModel):
-    """`:yank` (`yanked: true`) or `:unyank` (`yanked: false`)."""
+class McpVersionYank(ResponseModel):
+    """`:yank`: `yanked: true` (the version is retired as a rollback target, not deleted)."""
 
     server: str
     version: int
     yanked: bool
+
+
+class McpVersionUnyank(McpVersionYank):
+    """`:unyank`: `yanked: false`."""

@@ -57,7 +57,7 @@ class SecretReveal(RequestModel):
         return {"version": max(version, 0), "reason": reason if isinstance(reason, str) else ""}
 
 
-class SecretTokenRequest(RequestModel):
+class SecretIssueToken(RequestModel):
     """Body of both `:issue-token` routes (optional): the TTL asked for, clamped silently to 3600."""
 
     ttl_seconds: int = Field(300, description="default 300, clamped to 3600 (the store may clamp further)")
@@ -70,15 +70,6 @@ class SecretTokenRequest(RequestModel):
         from caiplatform.services import secrets as rules
 
         return {**data, "ttl_seconds": rules.SecretStore.ttl_of(data.get("ttl_seconds"))}
-
-
-class SecretVerbBody(RequestModel):
-    """What `POST .../secrets/{name}:<verb>` reads (declared for both verbs on their one path): `version`
-    and `reason` for `:reveal` (`SecretReveal`), `ttl_seconds` for `:issue-token` (`SecretTokenRequest`)."""
-
-    version: int | None = Field(None, ge=0, description=":reveal: 0 or absent is the current version")
-    reason: str | None = Field(None, description=":reveal: recorded in the audit log")
-    ttl_seconds: int | None = Field(None, description=":issue-token: default 300, clamped to 3600")
 
 
 class BindingPut(RequestModel):
@@ -169,7 +160,7 @@ class SecretDeleted(ResponseModel):
     note: str
 
 
-class SecretRevealed(ResponseModel):
+class SecretRevealResult(ResponseModel):
     name: str
     version: int
     value: str
@@ -181,7 +172,7 @@ class SecretReadLocation(ResponseModel):
     path: str
 
 
-class SecretReadToken(ResponseModel):
+class SecretIssueTokenResult(ResponseModel):
     """A token presented directly to the secret store (header X-Vault-Token); it reads only."""
 
     token: str

@@ -584,7 +584,7 @@ class McpServerService:
 
     async def version_verb(
         self, principal: Principal, project_id: str, name: str, raw_version: str, verb: str
-    ) -> models.McpVersionRolledBack | models.McpVersionYanked:
+    ) -> models.McpVersionRollback | models.McpVersionYank:
         self.access.require_management(principal)
         if verb not in VERSION_VERBS:
             raise NotFound(f"unknown method ':{verb}' - the supported ones are ':rollback', ':yank' and ':unyank'")
@@ -594,7 +594,7 @@ class McpServerService:
             return await self._rollback(principal, project, name, version)
         return await self._set_yanked(principal, project, name, version, verb == "yank")
 
-    async def _rollback(self, principal: Principal, project: ProjectRef, name: str, version: int) -> models.McpVersionRolledBack:
+    async def _rollback(self, principal: Principal, project: ProjectRef, name: str, version: int) -> models.McpVersionRollback:
         def check(session: Session) -> tuple[McpImage, str, str]:
             server = self._server(session, project.id, name)
             record = self._version(session, server.id, version)
@@ -618,13 +618,13 @@ class McpServerService:
             self.audit.record(session, project.id, principal, "mcpserver.version.rollback", name, {"version": version})
 
         await self.db.run(point_and_audit)
-        return models.McpVersionRolledBack(
+        return models.McpVersionRollback(
             server=name, version=version, image=image.image, rolled_back=True,
             note="the server now serves the recorded image of this version; nothing was rebuilt",
         )
 
-    async def _set_yanked(self, principal: Principal, project: ProjectRef, name: str, version: int, yanked: bool) -> models.McpVersionYanked:
-        def run(session: Session) -> models.McpVersionYanked:
+    async def _set_yanked(self, principal: Principal, project: ProjectRef, name: str, version: int, yanked: bool) -> models.McpVersionYank:
+        def run(session: Session) -> models.McpVersionYank:
             server = self._server(session, project.id, name)
             record = self._version(session, server.id, version)
             if record is None:
@@ -637,6 +637,7 @@ class McpServerService:
             record.yanked_at = self.clock.now() if yanked else None
             action = "mcpserver.version.yank" if yanked else "mcpserver.version.unyank"
             self.audit.record(session, project.id, principal, action, name, {"version": version})
-            return models.McpVersionYanked(server=name, version=version, yanked=yanked)
+            answer = models.McpVersionYank if yanked else models.McpVersionUnyank
+            return answer(server=name, version=version, yanked=yanked)
 
         return await self.db.run(run)

@@ -279,7 +279,7 @@ class SecretStore:
 
     async def reveal(
         self, principal: Principal, project_id: str, name: str, body: models.SecretReveal | None = None
-    ) -> models.SecretRevealed:
+    ) -> models.SecretRevealResult:
         """Project admin only; fail-closed: no audit row, no value. Version 0 (or no body): the current one."""
         pid = await self._grant(principal, project_id, Role.ADMIN)
         name = self._name(name)
@@ -299,7 +299,7 @@ class SecretStore:
         except Exception:  # noqa: BLE001 - any audit failure withholds the value
             log.exception("reveal of %s in project %s refused: audit write failed", name, pid)
             raise Unavailable(REVEAL_NOT_AUDITED_MESSAGE) from None
-        return models.SecretRevealed(
+        return models.SecretRevealResult(
             name=name, version=secret.version, value=secret.value,
             note="this reveal was recorded in the project audit log",
         )
@@ -317,8 +317,8 @@ class SecretStore:
             raise BadRequest(TTL_MESSAGE)
         return clamp_ttl(int(raw))
 
-    def _token_body(self, token: Any) -> models.SecretReadToken:
-        return models.SecretReadToken.of({
+    def _token_body(self, token: Any) -> models.SecretIssueTokenResult:
+        return models.SecretIssueTokenResult.of({
             "token": token.token,
             "ttl_seconds": token.ttl_seconds,
             "read": {"addr": token.addr, "path": token.path},
@@ -327,22 +327,22 @@ class SecretStore:
         })
 
     async def issue_token(
-        self, principal: Principal, project_id: str, name: str, body: models.SecretTokenRequest | None = None
-    ) -> models.SecretReadToken:
+        self, principal: Principal, project_id: str, name: str, body: models.SecretIssueToken | None = None
+    ) -> models.SecretIssueTokenResult:
         """A read token for one secret: members only (a workload key gets 404)."""
         if principal.kind is PrincipalKind.WORKLOAD:
             raise NotFound("not found")
         pid = await self._grant(principal, project_id, Role.MEMBER)
         name = self._name(name)
-        ttl = (body or models.SecretTokenRequest()).ttl_seconds
+        ttl = (body or models.SecretIssueToken()).ttl_seconds
         await self._metadata(pid, name)
         token = await self.backend.mint_read_token(pid, name, ttl)
         await self._audit(pid, principal, "project.secret.issue-token", name, {"ttl_seconds": token.ttl_seconds})
         return self._token_body(token)
 
     async def issue_project_token(
-        self, principal: Principal, project_id: str, body: models.SecretTokenRequest | None = None
-    ) -> models.SecretReadToken:
+        self, principal: Principal, project_id: str, body: models.SecretIssueToken | None = None
+    ) -> models.SecretIssueTokenResult:
         """A read token for every secret of the project: members, or the project's own workload key."""
         if principal.kind is PrincipalKind.WORKLOAD:
             self.access.require_management(principal, allow_workload=True)
@@ -351,7 +351,7 @@ class SecretStore:
                 raise NotFound("not found")
         else:
             pid = await self._grant(principal, project_id, Role.MEMBER)
-        ttl = (body or models.SecretTokenRequest()).ttl_seconds
+        ttl = (body or models.SecretIssueToken()).ttl_seconds
         token = await self.backend.mint_read_token(pid, None, ttl)
         await self._audit(pid, principal, "project.secret.issue-token", "*", {"ttl_seconds": token.ttl_seconds})
         return self._token_body(token)

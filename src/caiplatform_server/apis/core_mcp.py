@@ -22,8 +22,9 @@ from caiplatform.models.mcp import (
     McpToolPublish,
     McpToolPublished,
     McpVersionList,
-    McpVersionRolledBack,
-    McpVersionYanked,
+    McpVersionRollback,
+    McpVersionUnyank,
+    McpVersionYank,
 )
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
@@ -121,7 +122,7 @@ async def versions(
 
 
 @router.post("/{name}/versions/{version_verb}", summary="Version verbs: :rollback, :yank, :unyank",
-             **operation(response=McpVersionRolledBack | McpVersionYanked, no_body=True, errors=(*ERRORS, 409)))
+             **operation(response=McpVersionRollback | McpVersionYank | McpVersionUnyank, no_body=True, errors=(*ERRORS, 409)))
 async def version_verb(
     projectID: str,
     name: str,

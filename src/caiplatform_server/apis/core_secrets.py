@@ -10,6 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from caiplatform.errors import MethodNotAllowed, NotFound
 from caiplatform.models.secrets import (
@@ -21,12 +22,11 @@ from caiplatform.models.secrets import (
     BindingSaved,
     Secret,
     SecretDeleted,
+    SecretIssueToken,
+    SecretIssueTokenResult,
     SecretList,
-    SecretReadToken,
     SecretReveal,
-    SecretRevealed,
-    SecretTokenRequest,
-    SecretVerbBody,
+    SecretRevealResult,
     SecretVersions,
     SecretWrite,
     SecretWritten,
@@ -76,6 +76,16 @@ def _plain_name(segment: str) -> str:
     return name
 
 
+def _verbs(*bodies: type[BaseModel], **contract: Any) -> dict[str, Any]:
+    """One path, several verbs: the body is a `oneOf` of the verbs' request models (each optional)."""
+    kwargs = operation(body=bodies[0], body_required=False, **contract)
+    for model in bodies[1:]:
+        operation(body=model)  # declares the model among the components
+    refs = [{"$ref": f"#/components/schemas/{model.__name__}"} for model in bodies]
+    kwargs["openapi_extra"]["requestBody"]["content"]["application/json"]["schema"] = {"oneOf": refs}
+    return kwargs
+
+
 def _create_or_rotate() -> dict[str, Any]:
     """201 for a first version, 200 for a rotation: both are declared."""
     kwargs = operation(body=SecretWrite, response=SecretWritten, status=201, errors=(*STORE_ERRORS, 413))
@@ -105,7 +115,7 @@ async def put_secret(
 
 
 @router.post(P + "/secrets:{verb}", summary="Mint a read token for every secret of the project",
-             **operation(body=SecretTokenRequest, body_required=False, response=SecretReadToken,
+             **operation(body=SecretIssueToken, body_required=False, response=SecretIssueTokenResult,
                          errors=(*STORE_ERRORS, 413, 501),
                          security=(SESSION, API_KEY, SERVICE_ACCOUNT_KEY, WORKLOAD_KEY)))
 async def project_secrets_verb(
@@ -114,7 +124,7 @@ async def project_secrets_verb(
 ) -> JSONResponse:
     if verb not in PROJECT_SECRET_VERBS:
         raise NotFound(unknown_verb_message(verb, PROJECT_SECRET_VERBS))
-    body = SecretTokenRequest.parse(await json_body(request, optional=True, lenient=True))
+    body = SecretIssueToken.parse(await json_body(request, optional=True, lenient=True))
     return reply(await platform.secrets.issue_project_token(principal, project_id, body))
 
 
@@ -146,8 +156,8 @@ async def delete_secret(
 
 
 @router.post(P + "/secrets/{segment}", summary="`:reveal` (project admin) or `:issue-token` on one secret",
-             **operation(body=SecretVerbBody, body_required=False, response=SecretRevealed | SecretReadToken,
-                         errors=(*STORE_ERRORS, 405, 413, 501)))
+             **_verbs(SecretReveal, SecretIssueToken, response=SecretRevealResult | SecretIssueTokenResult,
+                      errors=(*STORE_ERRORS, 405, 413, 501)))
 async def secret_verb(
     project_id: str, segment: str, request: Request,
     principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of),
@@ -159,7 +169,7 @@ async def secret_verb(
     raw = await json_body(request, optional=True, lenient=True)
     if verb == "reveal":
         return reply(await platform.secrets.reveal(principal, project_id, name, SecretReveal.parse(raw)))
-    return reply(await platform.secrets.issue_token(principal, project_id, name, SecretTokenRequest.parse(raw)))
+    return reply(await platform.secrets.issue_token(principal, project_id, name, SecretIssueToken.parse(raw)))
 
 
 @router.get(P + "/secret-maps", summary="Every binding of the project",
