@@ -105,6 +105,27 @@ def test_the_request_models_carry_the_spec_rules():
         "scaling": {"min_scale": 1, "max_scale": 10, "container_concurrency": 80}}
 
 
+def test_a_library_caller_may_build_requests_from_the_nested_models():
+    from caiplatform.models.serverless import (
+        ServicePort,
+        ServiceScaling,
+        ServiceTrafficTarget,
+        TriggerSchedule,
+        TriggerSource,
+        TriggerTarget,
+    )
+
+    create = ServiceCreate(name="x", image=IMAGE, ports=[ServicePort(name="h2c")], scaling=ServiceScaling(min_scale=2))
+    assert create.spec().port.name == "h2c" and create.scaling.max_scale == 10
+    with pytest.raises(BadRequest, match="must not be greater than"):
+        ServicePatch(scaling=ServiceScaling(min_scale=20))
+    split = TrafficUpdate(traffic=[ServiceTrafficTarget(latest_revision=True, percent=100)])
+    assert split.traffic[0].latest_revision
+    trigger = TriggerCreate(name="t", target=TriggerTarget(service="svc"),
+                            source=TriggerSource(type="schedule", schedule=TriggerSchedule(cron="0 * * * *")))
+    assert trigger.target.path == "/" and trigger.source.schedule and trigger.source.schedule.time_zone == "UTC"
+
+
 async def test_the_health_answer_is_the_services_model(platform):
     status, health = await platform.serverless.health()
     assert status == 200 and isinstance(health, ServerlessHealth)

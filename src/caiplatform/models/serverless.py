@@ -64,6 +64,17 @@ class ServiceTrafficTarget(_Part):
 Resources = dict[str, dict[str, str]]
 
 
+def _plain(value: Any) -> Any:
+    """A body as JSON values: a library caller may pass the nested models themselves."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(exclude_unset=True)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _merge(raw: Any, normalized: Any) -> Any:
     """The normalized value, keeping the caller's unknown keys (so extra="forbid" still names them)."""
     if isinstance(raw, dict) and isinstance(normalized, dict):
@@ -109,6 +120,7 @@ class ServiceCreate(RequestModel):
     def _spec_rules(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        data = _plain(data)
         name = data.get("name")
         spec = rules.parse_create(data, f"{name}-00001" if isinstance(name, str) else "")
         return _merge(data, spec.model_dump())
@@ -143,6 +155,7 @@ class ServicePatch(RequestModel):
     def _spec_rules(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        data = _plain(data)
         parsers: dict[str, Any] = {
             "image": rules.parse_image,
             "command": lambda v: rules.parse_strings(v, "command"),
@@ -187,6 +200,7 @@ class TrafficUpdate(RequestModel):
     def _spec_rules(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        data = _plain(data)
         return _merge(data, {"traffic": _shape_of_traffic(data.get("traffic"), required=True)})
 
 
@@ -244,6 +258,7 @@ class TriggerCreate(RequestModel):
     def _spec_rules(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        data = _plain(data)
         from caiplatform.services import serverless_triggers as trigger_rules
 
         trigger_rules.parse_trigger_name(data.get("name"))
@@ -264,6 +279,7 @@ class TriggerPatch(RequestModel):
     def _spec_rules(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        data = _plain(data)
         return _trigger_parts(data)
 
 
