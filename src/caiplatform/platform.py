@@ -639,6 +639,7 @@ class Platform:
         service = ServerlessService(
             self.db, self.access, self.audit, self.clock, self.pager, runtime, self.hosts, read_secret=read_secret,
             resolve_image=self.builder.resolve, quota=self.service_quota,
+            signing_key_loaded=bool(self.session_key), sandbox_status=self.sandbox_status,
         )
         # Buckets that objectstore triggers poll: `<data-dir>/buckets`, a temporary directory in memory.
         if self.mode == "memory":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from caiplatform.errors import Conflict, Forbidden, NotFound, Unauthenticated
+from caiplatform.models.secrets import BindingPut, SecretWrite
 from caiplatform.principal import Principal
 from caiplatform.services.agents import DeployUpload
 
@@ -48,10 +49,10 @@ async def test_directory_for_the_invoke_path(platform, world, automation):
 async def test_bindings_reach_the_agent_and_roll_a_revision(platform, world, automation):
     await platform.agents.deploy(automation, "default", _upload("bound"))
     await platform.agents.wait_idle()
-    await platform.secrets.put(automation, world.project_id, {"name": "api-key", "value": "v1"})
-    await platform.secrets.bind(automation, world.project_id, "bound", "API_KEY", {"secret_name": "api-key"})
+    await platform.secrets.put(automation, world.project_id, SecretWrite(name="api-key", value="v1"))
+    await platform.secrets.bind(automation, world.project_id, "bound", "API_KEY", BindingPut(secret_name="api-key"))
     applied = await platform.secrets.apply(automation, world.project_id, "bound")
-    assert applied["applied"][0]["version"] == 1
+    assert applied.applied[0].version == 1
     keys = await platform.agents.secret_keys(automation, "bound", "default")
     assert keys["keys"] == ["API_KEY"]
     await platform.agents.wait_idle()
@@ -62,7 +63,7 @@ async def test_bindings_reach_the_agent_and_roll_a_revision(platform, world, aut
     await platform.agents.wait_idle()
     assert (await platform.agents.secret_keys(automation, "bound", "default"))["keys"] == ["API_KEY"]
     await platform.agents.delete(automation, "bound", "default")
-    assert (await platform.secrets.list_bindings(automation, world.project_id))["bindings"] == []
+    assert (await platform.secrets.list_bindings(automation, world.project_id)).bindings == []
 
 
 async def test_audit_rows_name_the_actor(platform, world):

@@ -6,6 +6,7 @@ import httpx
 from sqlalchemy import select
 
 from caiplatform.db.models import ApiKey, Project
+from caiplatform.models.mcp import McpServerCreate, McpToolPublish
 from caiplatform.platform import Platform
 from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
 from caiplatform.testing.mcp import mcp_client, text_of
@@ -31,15 +32,15 @@ async def test_ready_servers_are_served_again_after_a_restart(tmp_path, settings
     data_dir = tmp_path / "data"
     async with Platform.embedded(data_dir, settings) as platform:
         principal, project_id = await _admin(platform)
-        await platform.mcp.create(principal, project_id, {"name": "calc"})
-        await platform.mcp.publish_tool(principal, project_id, "calc", "add", {"handler": ADD})
+        await platform.mcp.create(principal, project_id, McpServerCreate(name="calc"))
+        await platform.mcp.publish_tool(principal, project_id, "calc", "add", McpToolPublish(handler=ADD))
         await platform.mcp.wait_idle()
         server = await platform.mcp.get(principal, project_id, "calc")
-        assert server["status"] == "ready", server
+        assert server.status == "ready", server
         token = await platform.mcp.token(principal, project_id, "calc")
-        async with mcp_client(server["url"], token) as client:
+        async with mcp_client(server.url, token) as client:
             assert text_of(await client.call_tool("add", {"a": 1})) == "3"
-        first_url = server["url"]
+        first_url = server.url
     # The platform stopped its server processes.
     async with httpx.AsyncClient() as http:
         try:
@@ -51,9 +52,9 @@ async def test_ready_servers_are_served_again_after_a_restart(tmp_path, settings
     async with Platform.embedded(data_dir, settings) as platform:
         principal, project_id = await _admin(platform)
         server = await platform.mcp.get(principal, project_id, "calc")
-        assert server["status"] == "ready" and server["version"] == 1 and server["url"] != first_url, server
+        assert server.status == "ready" and server.version == 1 and server.url != first_url, server
         assert platform.mcp.host.builds == 0  # served from the recorded image, nothing rebuilt
-        async with mcp_client(server["url"], token) as client:  # the token survives the restart
+        async with mcp_client(server.url, token) as client:  # the token survives the restart
             assert text_of(await client.call_tool("add", {"a": 2, "b": 5})) == "7"
         # A fresh workload key per rollout; the earlier one is revoked, so one key per server is live.
         keys = await platform.db.run(
@@ -72,11 +73,11 @@ async def test_deleting_a_project_stops_its_servers(tmp_path, settings, openbao)
     async with Platform.embedded(tmp_path / "data", settings) as platform:
         admin = await bootstrap_admin(platform)
         project = await new_project(platform, "doomed")
-        await platform.mcp.create(admin, project.id, {"name": "calc"})
-        await platform.mcp.publish_tool(admin, project.id, "calc", "add", {"handler": ADD})
+        await platform.mcp.create(admin, project.id, McpServerCreate(name="calc"))
+        await platform.mcp.publish_tool(admin, project.id, "calc", "add", McpToolPublish(handler=ADD))
         await platform.mcp.wait_idle()
         server = await platform.mcp.get(admin, project.id, "calc")
-        assert server["status"] == "ready", server
+        assert server.status == "ready", server
         process = platform.mcp.host.serving(project.id, "calc").process
         assert platform.supervisor().get(process) is not None
 
@@ -86,7 +87,7 @@ async def test_deleting_a_project_stops_its_servers(tmp_path, settings, openbao)
         assert platform.supervisor().get(process) is None
         async with httpx.AsyncClient() as http:
             try:
-                await http.get(server["url"].removesuffix("/mcp") + "/healthz", timeout=2)
+                await http.get(server.url.removesuffix("/mcp") + "/healthz", timeout=2)
                 raise AssertionError("the MCP server outlived its project")
             except httpx.HTTPError:
                 pass

@@ -7,6 +7,7 @@ from sqlalchemy import select
 
 from caiplatform.db.models import Project
 from caiplatform.errors import BadRequest, Forbidden, NotFound, Unauthenticated
+from caiplatform.models.secrets import BindingPut, Secret, SecretIssueToken, SecretWrite, SecretWritten
 from caiplatform.platform import Platform
 from caiplatform.principal import CredentialKind, Principal, PrincipalKind
 
@@ -28,12 +29,15 @@ async def test_library_rules(lib):
     store = lib.secrets
     pid = await lib.db.run(lambda s: s.scalar(select(Project.id).where(Project.slug == "default")))
     automation = Principal.automation()
-    created = await store.put(automation, pid, {"name": "k", "value": "v"})
-    assert created.status == 201 and created.body["version"] == 1
-    assert (await store.put(automation, pid, {"name": "k", "value": "w"})).status == 200
-    assert (await store.get(automation, pid, "k"))["current_version"] == 2
+    created = await store.put(automation, pid, SecretWrite(name="k", value="v"))
+    assert isinstance(created, SecretWritten) and created.created and created.version == 1
+    assert not (await store.put(automation, pid, SecretWrite(name="k", value="w"))).created
+    got = await store.get(automation, pid, "k")
+    assert isinstance(got, Secret) and got.current_version == 2 and [v.version for v in got.versions] == [1, 2]
     with pytest.raises(BadRequest):
-        await store.put(automation, pid, {"name": "bad name", "value": "v"})
+        SecretWrite(name="bad name", value="v")
+    with pytest.raises(BadRequest):  # the spec's message, from the model as from the route
+        SecretWrite.parse({"name": "k", "value": "v", "valeu": "typo"})
     with pytest.raises(NotFound):
         await store.get(automation, pid, "crusoe-cloud-credential")
     with pytest.raises(Unauthenticated):
@@ -41,14 +45,14 @@ async def test_library_rules(lib):
     workload = Principal(kind=PrincipalKind.WORKLOAD, credential=CredentialKind.WORKLOAD_KEY, project_id=pid)
     with pytest.raises(Forbidden):
         await store.list(workload, pid)
-    token = await store.issue_project_token(workload, pid, {"ttl_seconds": "90"})
-    assert token["ttl_seconds"] == 90
+    token = await store.issue_project_token(workload, pid, SecretIssueToken.parse({"ttl_seconds": "90"}))
+    assert token.ttl_seconds == 90 and token.read.path
     agent = store.agents.add_agent(pid, "bot")
-    await store.bind(automation, pid, "bot", "K", {"secret_name": "k"})
+    await store.bind(automation, pid, "bot", "K", BindingPut(secret_name="k"))
     applied = await store.apply(automation, pid, "bot")
-    assert applied["applied"][0]["version"] == 2 and store.agents.secret_of(agent) == {"K": "w"}
+    assert applied.applied[0].version == 2 and store.agents.secret_of(agent) == {"K": "w"}
     assert await store.values_for_deploy(None, agent) == {"K": "w"}
     assert await store.values_for_deploy(None, store.agents.add_agent(pid, "unbound")) == {}
     assert await store.purge_project(pid) == 1
-    assert (await store.list(automation, pid))["secrets"] == []
-    assert (await store.list_bindings(automation, pid))["bindings"] == []
+    assert (await store.list(automation, pid)).secrets == []
+    assert (await store.list_bindings(automation, pid)).bindings == []

@@ -8,6 +8,7 @@ import uuid
 import pytest
 import yaml
 
+from caiplatform.models.secrets import SecretWrite
 from caiplatform.services.service_quota import services_hard
 from caiplatform.testing.http import asgi_client
 from caiplatform.testing.users import bearer
@@ -413,8 +414,8 @@ async def test_a_revision_that_cannot_start_is_accepted_and_reported(http):
 
 async def test_env_from_secrets_reach_the_revision_and_never_the_spec(http, platform, users, received):
     c, pid, member, _, _ = http
-    await platform.secrets.put(users.member, pid, {"name": "db-password", "value": "hunter2-hunter2"})
-    await platform.secrets.put(users.member, pid, {"name": "bundle", "value": '{"TOKEN_A": "ta", "PLAIN_B": "pb"}'})
+    await platform.secrets.put(users.member, pid, SecretWrite(name="db-password", value="hunter2-hunter2"))
+    await platform.secrets.put(users.member, pid, SecretWrite(name="bundle", value='{"TOKEN_A": "ta", "PLAIN_B": "pb"}'))
     await create(c, pid, member, name="withsecrets",
                  env_from=[{"secret_name": "db-password"}, {"secret_name": "bundle"}])
     host = f"withsecrets-{users.project_short}.apps.localhost"

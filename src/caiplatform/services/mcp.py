@@ -27,7 +27,8 @@ from caiplatform.db import Database
 from caiplatform.db.models import McpServer, McpTool, McpVersion, Project
 from caiplatform.errors import BadRequest, Conflict, NotFound, Unavailable
 from caiplatform.mcp.source import check_helper_import, decorator_credential_keys
-from caiplatform.pagination import Page, Pager
+from caiplatform.models import mcp as models
+from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.mcp_host import (
     McpBuild,
     McpBuildError,
@@ -139,6 +140,33 @@ def parse_credential_keys(body: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(raw))
 
 
+def parse_server_create(body: dict[str, Any]) -> tuple[str, str]:
+    """A create body's `(name, expose)`; other fields are ignored silently."""
+    name = body.get("name")
+    if not isinstance(name, str) or not MCP_SERVER_NAME.match(name):
+        raise BadRequest(NAME_MESSAGE)
+    expose = body.get("expose", "")
+    if expose is None:
+        expose = ""
+    if expose not in ("", "apps"):
+        raise BadRequest(EXPOSE_MESSAGE)
+    return name, expose
+
+
+def parse_tool(body: dict[str, Any]) -> tuple[str, str, dict[str, Any], list[str]]:
+    """A publish body's `(handler, description, schema, credential keys)`."""
+    handler = body.get("handler")
+    if not isinstance(handler, str) or not handler.strip():
+        raise BadRequest(HANDLER_MESSAGE)
+    description = body.get("description") or ""
+    if not isinstance(description, str):
+        raise BadRequest("'description' must be a string")
+    schema = body.get("schema") or {}
+    if not isinstance(schema, dict):
+        raise BadRequest("'schema' must be a JSON object")
+    return handler, description, schema, parse_credential_keys(body)
+
+
 def parse_version(raw: str) -> int:
     if not re.fullmatch(r"[0-9]+", raw or "") or int(raw) < 1:
         raise BadRequest(VERSION_MESSAGE)
@@ -199,16 +227,13 @@ class McpServerService:
 
     # -- servers --------------------------------------------------------------------------------
 
-    async def create(self, principal: Principal, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def require_admin(self, principal: Principal, project_id: str) -> None:
+        """The admin check alone: the server makes it before it reads a body."""
+        await self._grant(principal, project_id, Role.ADMIN)
+
+    async def create(self, principal: Principal, project_id: str, body: models.McpServerCreate) -> models.McpServer:
         project = await self._grant(principal, project_id, Role.ADMIN)
-        name = body.get("name")
-        if not isinstance(name, str) or not MCP_SERVER_NAME.match(name):
-            raise BadRequest(NAME_MESSAGE)
-        expose = body.get("expose", "")
-        if expose is None:
-            expose = ""
-        if expose not in ("", "apps"):
-            raise BadRequest(EXPOSE_MESSAGE)
+        name, expose = body.name, body.expose
 
         def create(session: Session) -> dict[str, Any]:
             exists = session.scalar(select(McpServer).where(McpServer.project_id == project.id, McpServer.name == name))
@@ -223,9 +248,11 @@ class McpServerService:
             self.audit.record(session, project.id, principal, "mcpserver.create", name, {"expose": expose})
             return self._view(session, server)
 
-        return await self.db.run(create)
+        return models.McpServer.of(await self.db.run(create))
 
-    async def list(self, principal: Principal, project_id: str, page_size: Any = None, page_token: str | None = None) -> Page[dict[str, Any]]:
+    async def list(
+        self, principal: Principal, project_id: str, page_size: Any = None, page_token: str | None = None
+    ) -> models.McpServerList:
         project = await self._grant(principal, project_id, Role.MEMBER)
         request = self.pager.request(f"mcpservers:{project.id}", page_size, page_token)
 
@@ -242,21 +269,21 @@ class McpServerService:
             page = self.pager.page_from_probe(rows, request)
             return Page([self._view(session, s) for s in page.items], page.next_page_token)
 
-        return await self.db.run(run)
+        return models.McpServerList.of(page_body("mcpservers", await self.db.run(run)))
 
-    async def get(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def get(self, principal: Principal, project_id: str, name: str) -> models.McpServer:
         project = await self._grant(principal, project_id, Role.MEMBER)
-        return await self.db.run(lambda s: self._view(s, self._server(s, project.id, name)))
+        return models.McpServer.of(await self.db.run(lambda s: self._view(s, self._server(s, project.id, name))))
 
     async def token(self, principal: Principal, project_id: str, name: str) -> str:
         """The server's bearer token, for the project's admins (and the platform when it deploys)."""
         project = await self._grant(principal, project_id, Role.ADMIN)
         return await self.db.run(lambda s: self._server(s, project.id, name).token)
 
-    async def delete(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def delete(self, principal: Principal, project_id: str, name: str) -> models.McpServerDeleted:
         project = await self._grant(principal, project_id, Role.ADMIN)
         await self._remove(project.id, name, principal)
-        return {"name": name, "deleted": True}
+        return models.McpServerDeleted(name=name, deleted=True)
 
     async def _remove(self, project_id: str, name: str, principal: Principal | None) -> None:
         """Drop the record (tools and versions cascade), then stop serving it; a build under way finds it
@@ -279,29 +306,23 @@ class McpServerService:
 
     # -- tools ----------------------------------------------------------------------------------
 
-    async def list_tools(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def list_tools(self, principal: Principal, project_id: str, name: str) -> models.McpToolList:
         project = await self._grant(principal, project_id, Role.MEMBER)
 
         def run(session: Session) -> dict[str, Any]:
             server = self._server(session, project.id, name)
             return {"server": name, "tools": [_tool_view(t) for t in self._tools(session, server.id)]}
 
-        return await self.db.run(run)
+        return models.McpToolList.of(await self.db.run(run))
 
-    async def publish_tool(self, principal: Principal, project_id: str, name: str, tool: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def publish_tool(
+        self, principal: Principal, project_id: str, name: str, tool: str, body: models.McpToolPublish
+    ) -> models.McpToolPublished:
         project = await self._grant(principal, project_id, Role.ADMIN)
         if not MCP_TOOL_NAME.match(tool or ""):
             raise BadRequest(TOOL_NAME_MESSAGE)
-        handler = body.get("handler")
-        if not isinstance(handler, str) or not handler.strip():
-            raise BadRequest(HANDLER_MESSAGE)
-        description = body.get("description") or ""
-        if not isinstance(description, str):
-            raise BadRequest("'description' must be a string")
-        schema = body.get("schema") or {}
-        if not isinstance(schema, dict):
-            raise BadRequest("'schema' must be a JSON object")
-        keys = parse_credential_keys(body)
+        handler, description, schema = body.handler, body.description, dict(body.tool_schema)
+        keys = list(body.credential_keys)
         problem = check_helper_import(tool, handler)
         if problem:
             raise BadRequest(problem)
@@ -322,15 +343,12 @@ class McpServerService:
 
         build_id, version = await self.db.run(publish)
         self._start_build(project, name, version)
-        return {
-            "server": name,
-            "name": tool,
-            "published": True,
-            "build_id": build_id,
-            "note": f"building version {version} from the whole tool set; poll the server until status is ready",
-        }
+        return models.McpToolPublished(
+            server=name, name=tool, published=True, build_id=build_id,
+            note=f"building version {version} from the whole tool set; poll the server until status is ready",
+        )
 
-    async def delete_tool(self, principal: Principal, project_id: str, name: str, tool: str) -> dict[str, Any]:
+    async def delete_tool(self, principal: Principal, project_id: str, name: str, tool: str) -> models.McpToolDeleted:
         project = await self._grant(principal, project_id, Role.ADMIN)
 
         def delete(session: Session) -> tuple[str, int]:
@@ -346,13 +364,10 @@ class McpServerService:
 
         build_id, version = await self.db.run(delete)
         self._start_build(project, name, version)
-        return {
-            "server": name,
-            "name": tool,
-            "deleted": True,
-            "build_id": build_id,
-            "note": f"rebuilding without it as version {version}; poll the server until status is ready",
-        }
+        return models.McpToolDeleted(
+            server=name, name=tool, deleted=True, build_id=build_id,
+            note=f"rebuilding without it as version {version}; poll the server until status is ready",
+        )
 
     def _new_version(self, session: Session, server: McpServer) -> tuple[str, int]:
         tools: list[dict[str, Any]] = [
@@ -564,7 +579,7 @@ class McpServerService:
 
     # -- versions -------------------------------------------------------------------------------
 
-    async def versions(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def versions(self, principal: Principal, project_id: str, name: str) -> models.McpVersionList:
         project = await self._grant(principal, project_id, Role.MEMBER)
 
         def run(session: Session) -> dict[str, Any]:
@@ -574,9 +589,11 @@ class McpServerService:
             )
             return {"server": name, "versions": [_version_view(v, server.selected_version) for v in rows]}
 
-        return await self.db.run(run)
+        return models.McpVersionList.of(await self.db.run(run))
 
-    async def version_verb(self, principal: Principal, project_id: str, name: str, raw_version: str, verb: str) -> dict[str, Any]:
+    async def version_verb(
+        self, principal: Principal, project_id: str, name: str, raw_version: str, verb: str
+    ) -> models.McpVersionRollback | models.McpVersionYank:
         self.access.require_management(principal)
         if verb not in VERSION_VERBS:
             raise NotFound(f"unknown method ':{verb}' - the supported ones are ':rollback', ':yank' and ':unyank'")
@@ -586,7 +603,7 @@ class McpServerService:
             return await self._rollback(principal, project, name, version)
         return await self._set_yanked(principal, project, name, version, verb == "yank")
 
-    async def _rollback(self, principal: Principal, project: ProjectRef, name: str, version: int) -> dict[str, Any]:
+    async def _rollback(self, principal: Principal, project: ProjectRef, name: str, version: int) -> models.McpVersionRollback:
         def check(session: Session) -> tuple[McpImage, str, str]:
             server = self._server(session, project.id, name)
             record = self._version(session, server.id, version)
@@ -610,16 +627,13 @@ class McpServerService:
             self.audit.record(session, project.id, principal, "mcpserver.version.rollback", name, {"version": version})
 
         await self.db.run(point_and_audit)
-        return {
-            "server": name,
-            "version": version,
-            "image": image.image,
-            "rolled_back": True,
-            "note": "the server now serves the recorded image of this version; nothing was rebuilt",
-        }
+        return models.McpVersionRollback(
+            server=name, version=version, image=image.image, rolled_back=True,
+            note="the server now serves the recorded image of this version; nothing was rebuilt",
+        )
 
-    async def _set_yanked(self, principal: Principal, project: ProjectRef, name: str, version: int, yanked: bool) -> dict[str, Any]:
-        def run(session: Session) -> dict[str, Any]:
+    async def _set_yanked(self, principal: Principal, project: ProjectRef, name: str, version: int, yanked: bool) -> models.McpVersionYank:
+        def run(session: Session) -> models.McpVersionYank:
             server = self._server(session, project.id, name)
             record = self._version(session, server.id, version)
             if record is None:
@@ -632,6 +646,7 @@ class McpServerService:
             record.yanked_at = self.clock.now() if yanked else None
             action = "mcpserver.version.yank" if yanked else "mcpserver.version.unyank"
             self.audit.record(session, project.id, principal, action, name, {"version": version})
-            return {"server": name, "version": version, "yanked": yanked}
+            answer = models.McpVersionYank if yanked else models.McpVersionUnyank
+            return answer(server=name, version=version, yanked=yanked)
 
         return await self.db.run(run)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
@@ -30,6 +29,7 @@ from caiplatform.errors import (
     PlatformError,
     Unavailable,
 )
+from caiplatform.models import secrets as models
 from caiplatform.pagination import Pager, page_body
 from caiplatform.ports.agent_secrets import AgentRef, AgentSecrets
 from caiplatform.ports.secrets import (
@@ -70,6 +70,9 @@ VALUE_TOO_LARGE_MESSAGE = f"'value' is too large: at most {MAX_VALUE_BYTES} byte
 REVEAL_NOT_AUDITED_MESSAGE = (
     "the reveal could not be written to the audit log, so no value was returned; try again later"
 )
+SECRET_NAME_REQUIRED_MESSAGE = "'secret_name' is required (the name of a secret of this project)"
+PIN_MESSAGE = "version must be a positive integer, or null to track the newest version"
+TTL_MESSAGE = "ttl_seconds must be a number of seconds"
 RESERVED_LIST = ", ".join(RESERVED_ENV_NAMES)
 
 
@@ -85,16 +88,17 @@ def unknown_verb_message(verb: str, supported: tuple[str, ...]) -> str:
     return f"unknown action ':{verb}'; supported verbs here: {listed}"
 
 
+def check_value(value: Any) -> str:
+    """A secret's value: a non-empty string of at most 65536 bytes."""
+    if not isinstance(value, str) or value == "":
+        raise BadRequest(VALUE_MISSING_MESSAGE)
+    if len(value.encode("utf-8")) > MAX_VALUE_BYTES:
+        raise BadRequest(VALUE_TOO_LARGE_MESSAGE)
+    return value
+
+
 def _iso(moment: datetime | None) -> str | None:
     return rfc3339(moment) if moment else None
-
-
-@dataclass(frozen=True)
-class Created:
-    """A create-or-rotate result: `status` is 201 for a first version, 200 for a rotation."""
-
-    status: int
-    body: dict[str, Any]
 
 
 class SecretStore:
@@ -133,13 +137,21 @@ class SecretStore:
         grant = await self.access.project(principal, project_id, need=need)
         return grant.project.id
 
+    async def require_member(self, principal: Principal, project_id: str) -> None:
+        """The member check alone: the server makes it before it reads a body, so an outsider learns
+        nothing from the body's validation."""
+        await self._grant(principal, project_id, Role.MEMBER)
+
     @staticmethod
-    def _name(raw: Any) -> str:
+    def check_name(raw: Any) -> str:
+        """A secret name (400 with the spec's pattern); the reserved cloud credential is a 404."""
         if not isinstance(raw, str) or not SECRET_NAME.match(raw):
             raise BadRequest(NAME_MESSAGE)
         if raw in RESERVED_SECRET_NAMES:
             raise NotFound(reserved_name_message(raw))
         return raw
+
+    _name = check_name
 
     async def _metadata(self, project_id: str, name: str) -> SecretMetadata:
         meta = await self.backend.metadata(project_id, name)
@@ -165,7 +177,7 @@ class SecretStore:
 
     async def list(
         self, principal: Principal, project_id: str, page_size: Any = None, page_token: str | None = None
-    ) -> dict[str, Any]:
+    ) -> models.SecretList:
         pid = await self._grant(principal, project_id, Role.MEMBER)
         request = self.pager.request(f"secrets:{pid}", page_size, page_token)
         items = [
@@ -179,16 +191,13 @@ class SecretStore:
             if m.name not in RESERVED_SECRET_NAMES
         ]
         page = self.pager.page(items, request)
-        return page_body("secrets", page, path_prefix=self.backend.path_prefix(pid))
+        return models.SecretList.of(page_body("secrets", page, path_prefix=self.backend.path_prefix(pid)))
 
-    async def put(self, principal: Principal, project_id: str, body: dict[str, Any]) -> Created:
+    async def put(self, principal: Principal, project_id: str, body: models.SecretWrite) -> models.SecretWritten:
+        """Create a secret or store its next version: `created` is true (201) for a first version, false
+        (200) for a rotation."""
         pid = await self._grant(principal, project_id, Role.MEMBER)
-        name = self._name(body.get("name"))
-        value = body.get("value")
-        if not isinstance(value, str) or value == "":
-            raise BadRequest(VALUE_MISSING_MESSAGE)
-        if len(value.encode("utf-8")) > MAX_VALUE_BYTES:
-            raise BadRequest(VALUE_TOO_LARGE_MESSAGE)
+        name, value = body.name, body.value
         version = await self.backend.write(pid, name, value)
         created = version == 1
         await self._audit(pid, principal, "project.secret.write", name, {"version": version, "created": created})
@@ -199,7 +208,7 @@ class SecretStore:
             "next apply or deploy"
         )
         note += "; the value is never returned by reads (a project admin can reveal it)"
-        return Created(201 if created else 200, {"name": name, "version": version, "created": created, "note": note})
+        return models.SecretWritten(name=name, version=version, created=created, note=note)
 
     def _used_by_sync(self, session: Session, project_id: str, name: str) -> builtins.list[dict[str, Any]]:
         rows = session.scalars(
@@ -228,7 +237,7 @@ class SecretStore:
             {"version": v.version, "created_at": _iso(v.created_at), "destroyed": v.destroyed} for v in meta.versions
         ]
 
-    async def get(self, principal: Principal, project_id: str, name: Any) -> dict[str, Any]:
+    async def get(self, principal: Principal, project_id: str, name: str) -> models.Secret:
         pid = await self._grant(principal, project_id, Role.MEMBER)
         name = self._name(name)
         meta = await self._metadata(pid, name)
@@ -242,15 +251,16 @@ class SecretStore:
         used_by = await self.db.run(lambda s: self._used_by_sync(s, pid, name))
         if used_by:
             body["used_by"] = used_by
-        return body
+        return models.Secret.of(body)
 
-    async def versions(self, principal: Principal, project_id: str, name: Any) -> dict[str, Any]:
+    async def versions(self, principal: Principal, project_id: str, name: str) -> models.SecretVersions:
         pid = await self._grant(principal, project_id, Role.MEMBER)
         name = self._name(name)
         meta = await self._metadata(pid, name)
-        return {"name": meta.name, "current_version": meta.current_version, "versions": self._versions(meta)}
+        return models.SecretVersions.of(
+            {"name": meta.name, "current_version": meta.current_version, "versions": self._versions(meta)})
 
-    async def delete(self, principal: Principal, project_id: str, name: Any) -> dict[str, Any]:
+    async def delete(self, principal: Principal, project_id: str, name: str) -> models.SecretDeleted:
         pid = await self._grant(principal, project_id, Role.ADMIN)
         name = self._name(name)
         bound = await self.db.run(lambda s: self._used_by_sync(s, pid, name))
@@ -262,24 +272,19 @@ class SecretStore:
         meta = await self._metadata(pid, name)
         await self.backend.destroy(pid, name)
         await self._audit(pid, principal, "project.secret.delete", name, {"versions": meta.current_version})
-        return {
-            "name": name,
-            "deleted": True,
-            "note": f"destroyed all {meta.current_version} version(s) of {name}; this cannot be undone",
-        }
+        return models.SecretDeleted(
+            name=name, deleted=True,
+            note=f"destroyed all {meta.current_version} version(s) of {name}; this cannot be undone",
+        )
 
-    async def reveal(self, principal: Principal, project_id: str, name: Any, body: dict[str, Any]) -> dict[str, Any]:
-        """Project admin only; fail-closed: no audit row, no value."""
+    async def reveal(
+        self, principal: Principal, project_id: str, name: str, body: models.SecretReveal | None = None
+    ) -> models.SecretRevealResult:
+        """Project admin only; fail-closed: no audit row, no value. Version 0 (or no body): the current one."""
         pid = await self._grant(principal, project_id, Role.ADMIN)
         name = self._name(name)
-        raw_version = body.get("version")
-        if isinstance(raw_version, str) and raw_version.strip().isdigit():
-            raw_version = int(raw_version.strip())
-        # A malformed body (or version) reveals the current version.
-        version = raw_version if isinstance(raw_version, int) and not isinstance(raw_version, bool) else 0
-        version = max(version, 0)
-        reason = body.get("reason")
-        reason = reason if isinstance(reason, str) else ""
+        body = body or models.SecretReveal()
+        version, reason = body.version, body.reason
         try:
             secret = await self.backend.read(pid, name, version or None)
         except SecretMissing:
@@ -294,50 +299,50 @@ class SecretStore:
         except Exception:  # noqa: BLE001 - any audit failure withholds the value
             log.exception("reveal of %s in project %s refused: audit write failed", name, pid)
             raise Unavailable(REVEAL_NOT_AUDITED_MESSAGE) from None
-        return {
-            "name": name,
-            "version": secret.version,
-            "value": secret.value,
-            "note": "this reveal was recorded in the project audit log",
-        }
+        return models.SecretRevealResult(
+            name=name, version=secret.version, value=secret.value,
+            note="this reveal was recorded in the project audit log",
+        )
 
     # -- read tokens ----------------------------------------------------------------------------
 
     @staticmethod
-    def _ttl(body: dict[str, Any]) -> int:
-        raw = body.get("ttl_seconds")
+    def ttl_of(raw: Any) -> int:
+        """A requested TTL: absent is 300, more than 3600 is 3600 (silently); not a number is a 400."""
         if raw is None:
             return clamp_ttl(None)
         if isinstance(raw, str) and raw.strip().isdigit():
             raw = int(raw.strip())
         if isinstance(raw, bool) or not isinstance(raw, int | float):
-            raise BadRequest("ttl_seconds must be a number of seconds")
+            raise BadRequest(TTL_MESSAGE)
         return clamp_ttl(int(raw))
 
-    def _token_body(self, token: Any) -> dict[str, Any]:
-        return {
+    def _token_body(self, token: Any) -> models.SecretIssueTokenResult:
+        return models.SecretIssueTokenResult.of({
             "token": token.token,
             "ttl_seconds": token.ttl_seconds,
             "read": {"addr": token.addr, "path": token.path},
             "note": "present the token directly to the secret store (header X-Vault-Token); it reads only and "
             f"expires in {token.ttl_seconds} s",
-        }
+        })
 
     async def issue_token(
-        self, principal: Principal, project_id: str, name: Any, body: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, principal: Principal, project_id: str, name: str, body: models.SecretIssueToken | None = None
+    ) -> models.SecretIssueTokenResult:
         """A read token for one secret: members only (a workload key gets 404)."""
         if principal.kind is PrincipalKind.WORKLOAD:
             raise NotFound("not found")
         pid = await self._grant(principal, project_id, Role.MEMBER)
         name = self._name(name)
-        ttl = self._ttl(body)
+        ttl = (body or models.SecretIssueToken()).ttl_seconds
         await self._metadata(pid, name)
         token = await self.backend.mint_read_token(pid, name, ttl)
         await self._audit(pid, principal, "project.secret.issue-token", name, {"ttl_seconds": token.ttl_seconds})
         return self._token_body(token)
 
-    async def issue_project_token(self, principal: Principal, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def issue_project_token(
+        self, principal: Principal, project_id: str, body: models.SecretIssueToken | None = None
+    ) -> models.SecretIssueTokenResult:
         """A read token for every secret of the project: members, or the project's own workload key."""
         if principal.kind is PrincipalKind.WORKLOAD:
             self.access.require_management(principal, allow_workload=True)
@@ -346,7 +351,7 @@ class SecretStore:
                 raise NotFound("not found")
         else:
             pid = await self._grant(principal, project_id, Role.MEMBER)
-        ttl = self._ttl(body)
+        ttl = (body or models.SecretIssueToken()).ttl_seconds
         token = await self.backend.mint_read_token(pid, None, ttl)
         await self._audit(pid, principal, "project.secret.issue-token", "*", {"ttl_seconds": token.ttl_seconds})
         return self._token_body(token)
@@ -371,7 +376,7 @@ class SecretStore:
 
     async def list_bindings(
         self, principal: Principal, project_id: str, page_size: Any = None, page_token: str | None = None
-    ) -> dict[str, Any]:
+    ) -> models.BindingList:
         pid = await self._grant(principal, project_id, Role.MEMBER)
         request = self.pager.request(f"secret-maps:{pid}", page_size, page_token)
 
@@ -386,7 +391,7 @@ class SecretStore:
             return [self._binding_body(r) for r in rows]
 
         page = self.pager.page_from_probe(await self.db.run(fetch), request)
-        return page_body("bindings", page)
+        return models.BindingList.of(page_body("bindings", page))
 
     def _agent_bindings_sync(self, session: Session, agent: AgentRef) -> builtins.list[SecretBinding]:
         return list(
@@ -395,11 +400,11 @@ class SecretStore:
             )
         )
 
-    async def agent_bindings(self, principal: Principal, project_id: str, agent_name: str) -> dict[str, Any]:
+    async def agent_bindings(self, principal: Principal, project_id: str, agent_name: str) -> models.AgentBindings:
         pid = await self._grant(principal, project_id, Role.MEMBER)
         agent = await self._agent(pid, agent_name)
         rows = await self.db.run(lambda s: self._agent_bindings_sync(s, agent))
-        return {"agent": agent.name, "bindings": [self._binding_body(r) for r in rows]}
+        return models.AgentBindings.of({"agent": agent.name, "bindings": [self._binding_body(r) for r in rows]})
 
     @staticmethod
     def _env_name(raw: Any) -> str:
@@ -415,7 +420,8 @@ class SecretStore:
         return raw
 
     @staticmethod
-    def _pin(raw: Any) -> int | None:
+    def pin_of(raw: Any) -> int | None:
+        """A binding's pinned version: null, absent or "latest" track the newest; a digit string is a number."""
         if raw is None:
             return None
         if isinstance(raw, str) and raw.strip().lower() == "latest":
@@ -423,20 +429,17 @@ class SecretStore:
         if isinstance(raw, str) and raw.strip().isdigit():
             raw = int(raw.strip())
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-            raise BadRequest("version must be a positive integer, or null to track the newest version")
+            raise BadRequest(PIN_MESSAGE)
         return raw
 
     async def bind(
-        self, principal: Principal, project_id: str, agent_name: str, env_name: str, body: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, principal: Principal, project_id: str, agent_name: str, env_name: str, body: models.BindingPut
+    ) -> models.BindingSaved:
         pid = await self._grant(principal, project_id, Role.MEMBER)
         agent = await self._agent(pid, agent_name)
         # (1) env name pattern, not reserved
         env = self._env_name(env_name)
-        secret_name = body.get("secret_name")
-        if not isinstance(secret_name, str) or not secret_name:
-            raise BadRequest("'secret_name' is required (the name of a secret of this project)")
-        version = self._pin(body.get("version"))
+        secret_name, version = body.secret_name, body.version
         # (2) the secret exists in the project
         meta = None
         if SECRET_NAME.match(secret_name) and secret_name not in RESERVED_SECRET_NAMES:
@@ -475,13 +478,13 @@ class SecretStore:
             return self._binding_body(row)
 
         binding = await self.db.run(save)
-        return {
+        return models.BindingSaved.of({
             "binding": binding,
             "note": f"{secret_name} will arrive as {env} on {agent.name} at its next apply or deploy "
             "(POST .../secret-maps:apply delivers it now)",
-        }
+        })
 
-    async def unbind(self, principal: Principal, project_id: str, agent_name: str, env_name: str) -> dict[str, Any]:
+    async def unbind(self, principal: Principal, project_id: str, agent_name: str, env_name: str) -> models.BindingRemoved:
         """Immediate revocation; never touches the secret store, so it works while the store is sealed."""
         pid = await self._grant(principal, project_id, Role.MEMBER)
         agent = await self._agent(pid, agent_name)
@@ -525,38 +528,31 @@ class SecretStore:
                 f"the binding was deleted but {env_name} could not be removed from {agent.name}'s running secret: "
                 f"treat the credential in {secret_name} as exposed and rotate it"
             )
-        return {
-            "agent": agent.name,
-            "env_name": env_name,
-            "deleted": True,
-            "revoked": revoked,
-            "revision_rolled": rolled,
-            "note": note,
-        }
+        return models.BindingRemoved(
+            agent=agent.name, env_name=env_name, deleted=True, revoked=revoked, revision_rolled=rolled, note=note,
+        )
 
-    async def apply(self, principal: Principal, project_id: str, agent_name: str) -> dict[str, Any]:
+    async def apply(self, principal: Principal, project_id: str, agent_name: str) -> models.BindingsApplied:
         pid = await self._grant(principal, project_id, Role.MEMBER)
         agent = await self._agent(pid, agent_name)
         rows = await self.db.run(lambda s: self._agent_bindings_sync(s, agent))
         if not rows:
-            return {
-                "agent": agent.name,
-                "applied": [],
-                "revision_rolled": False,
-                "note": f"{agent.name} has no bindings; nothing changed",
-            }
+            return models.BindingsApplied(
+                agent=agent.name, applied=[], revision_rolled=False,
+                note=f"{agent.name} has no bindings; nothing changed",
+            )
         values, results = await self._read_bound(principal, pid, agent, rows)
         await self._agent_secrets().set_keys(agent, values)
         for item in results:
             item["applied"] = True
         rolled = await self._agent_secrets().roll_revision(agent, "apply secret bindings")
-        return {
+        return models.BindingsApplied.of({
             "agent": agent.name,
             "applied": results,
             "revision_rolled": rolled,
             "note": f"wrote {len(values)} bound value(s) into {agent.name}'s secret"
             + ("; a new revision is rolling out" if rolled else "; they take effect at the next deploy"),
-        }
+        })
 
     async def _read_bound(
         self, principal: Principal | None, pid: str, agent: AgentRef, rows: builtins.list[SecretBinding]

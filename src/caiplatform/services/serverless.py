@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, cast
 
@@ -36,14 +36,13 @@ from caiplatform.domain.serverless import (
     TIMEOUT_ENV,
     ServiceSpec,
     apply_patch,
-    body_object,
-    parse_create,
     parse_tail,
     parse_traffic,
     unknown_verb,
 )
 from caiplatform.domain.spec_document import sanitize_spec
 from caiplatform.errors import BadRequest, Conflict, InternalError, NotFound, PlatformError, Unavailable
+from caiplatform.models import serverless as models
 from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.runtime import (
     Resources,
@@ -79,6 +78,7 @@ SPEC_NOTE = (
     "env_from secrets are shown by reference only"
 )
 METRICS_NOTE = "live readout, no history: desired equals current on this runtime"
+NOT_CONFIGURED = "not configured"
 CONDITION_TYPES = ("Ready", "ServiceReady", "VisibilityEnforced", "RuntimeClassApplied", "TrafficAccepted", "Exposed")
 
 
@@ -137,6 +137,8 @@ class ServerlessService:
         resolve_image: ImageResolver | None = None,
         acquire_timeout: float = 60.0,
         quota: ServiceQuota | None = None,
+        signing_key_loaded: bool = True,
+        sandbox_status: Callable[[], Mapping[str, object]] | None = None,
     ):
         self.db = db
         self.access = access
@@ -157,6 +159,9 @@ class ServerlessService:
         # by the platform when messaging is present.
         self.push_targets: Any = None
         self._transport: Any = None
+        # For `/healthz`: whether sessions can be verified, and how local processes are confined.
+        self.signing_key_loaded = signing_key_loaded
+        self.sandbox_status = sandbox_status
 
     # ------------------------------------------------------------------------------------ helpers
 
@@ -439,7 +444,7 @@ class ServerlessService:
             return "Ready"
         return "Degraded" if any_ready else "NotReady"
 
-    def view(self, project: ProjectRef, row: ServiceRow, rows: list[ServerlessRevision],
+    def _view_body(self, project: ProjectRef, row: ServiceRow, rows: list[ServerlessRevision],
              status: WorkloadStatus | None) -> dict[str, Any]:
         spec = ServiceSpec.model_validate(row.spec)
         phase = self._phase(row, rows, status)
@@ -485,15 +490,14 @@ class ServerlessService:
 
     async def _view_of(self, project: ProjectRef, row: ServiceRow, rows: list[ServerlessRevision]) -> dict[str, Any]:
         status = await self.runtime.status(self.ref(project, row.name))
-        return self.view(project, row, rows, status)
+        return self._view_body(project, row, rows, status)
 
     # ------------------------------------------------------------------------------------ create / read
 
-    async def create(self, principal: Principal, project_id: str, body: Any) -> dict[str, Any]:
+    async def create(self, principal: Principal, project_id: str, body: models.ServiceCreate) -> models.Service:
         """202 with the Service object; `status.phase` is `Pending` until the runtime reports."""
         project = await self.project(principal, project_id)
-        name = body_object(body).get("name")
-        spec = parse_create(body, revision_name(name, 1) if isinstance(name, str) else "")
+        spec = body.spec()
         if await self._named_workload_exists(project, spec.name):
             raise Conflict(NAME_TAKEN)
         now = self.clock.now()
@@ -536,7 +540,7 @@ class ServerlessService:
         row = await self._observed(row.id, 1)
         self._publish(project, spec)
         self._route_internal(project, spec.name, True)
-        return await self._view_of(project, row, [rev])
+        return models.Service.of(await self._view_of(project, row, [rev]))
 
     async def _observed(self, service_id: str, generation: int) -> ServiceRow:
         def run(session: Session) -> ServiceRow:
@@ -560,13 +564,13 @@ class ServerlessService:
         except Exception:  # noqa: BLE001 - cleanup after a failure; the runtime delete is idempotent
             log.warning("serverless: runtime cleanup of %s failed", name, exc_info=True)
 
-    async def get(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def get(self, principal: Principal, project_id: str, name: str) -> models.Service:
         project = await self.project(principal, project_id)
         row, rows = await self._load(project, name)
-        return await self._view_of(project, row, rows)
+        return models.Service.of(await self._view_of(project, row, rows))
 
     async def list(self, principal: Principal, project_id: str, *, page_size: Any = None,
-                   page_token: str | None = None) -> dict[str, Any]:
+                   page_token: str | None = None) -> models.ServiceList:
         """200 `{services, next_page_token?}`: the token is omitted on the last page."""
         project = await self.project(principal, project_id)
         request = self.pager.request(f"services:{project.id}", page_size, page_token)
@@ -579,26 +583,25 @@ class ServerlessService:
         fetched = await self.db.run(run)
         page = self.pager.page_from_probe(fetched, request)
         items = [await self._view_of(project, row, rows) for row, rows in page.items]
-        return page_body("services", Page(items, page.next_page_token, page.extra), omit_empty_token=True)
+        return models.ServiceList.of(
+            page_body("services", Page(items, page.next_page_token, page.extra), omit_empty_token=True))
 
-    async def revisions(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def revisions(self, principal: Principal, project_id: str, name: str) -> models.ServiceRevisionList:
         """200 `{revisions}`, newest first by generation, never paged."""
         project = await self.project(principal, project_id)
         row, rows = await self._load(project, name)
         status = await self.runtime.status(self.ref(project, name))
-        return {"revisions": self._revision_views(rows, status)}
+        return models.ServiceRevisionList.of({"revisions": self._revision_views(rows, status)})
 
     # ------------------------------------------------------------------------------------ changes
 
-    async def patch(self, principal: Principal, project_id: str, name: str, body: Any) -> dict[str, Any]:
+    async def patch(self, principal: Principal, project_id: str, name: str, patch: models.ServicePatch) -> models.Service:
         """Sparse update (200). A change to the revision template makes a new revision. A body that
         carries `generation` (as read) is refused with 409 when the service moved on since."""
         project = await self.project(principal, project_id)
-        body = body_object(body)
+        body = patch.changes()
         row, rows = await self._load(project, name)
         expected = body.get("generation", body.get("observed_generation"))
-        if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
-            raise BadRequest("generation must be an integer")
         if expected is not None and expected != row.generation:
             raise Conflict(CONCURRENT)
         current = ServiceSpec.model_validate(row.spec)
@@ -649,7 +652,7 @@ class ServerlessService:
             raise
         saved = await self._observed(row.id, old_generation + 1)
         self._publish(project, candidate)
-        return await self._view_of(project, saved, ([rev] if rev else []) + rows)
+        return models.Service.of(await self._view_of(project, saved, ([rev] if rev else []) + rows))
 
     async def _undo(self, row: ServiceRow, rev: ServerlessRevision | None, spec: ServiceSpec, generation: int) -> None:
         """Put back what a refused change wrote (only if nobody changed the service since)."""
@@ -667,19 +670,17 @@ class ServerlessService:
 
         await self.db.run(run)
 
-    async def verb(self, principal: Principal, project_id: str, name: str, verb: str, body: Any) -> dict[str, Any]:
-        """`POST .../services/{name}:<verb>`; the one verb is `set-traffic`."""
+    def check_verb(self, principal: Principal, verb: str) -> None:
+        """`POST .../services/{name}:<verb>`: the one verb is `set-traffic` (404 naming it otherwise)."""
         self.require_caller(principal)
         if verb != "set-traffic":
             raise NotFound(unknown_verb(verb))
-        return await self.set_traffic(principal, project_id, name, body)
 
-    async def set_traffic(self, principal: Principal, project_id: str, name: str, body: Any) -> dict[str, Any]:
+    async def set_traffic(self, principal: Principal, project_id: str, name: str, body: models.TrafficUpdate) -> models.Service:
         """Replace the whole split (202 with the updated Service)."""
         project = await self.project(principal, project_id)
-        body = body_object(body)
         row, rows = await self._load(project, name)
-        traffic = parse_traffic(body.get("traffic"), {r.name for r in rows}, required=True)
+        traffic = parse_traffic([t.model_dump() for t in body.traffic], {r.name for r in rows}, required=True)
         current = ServiceSpec.model_validate(row.spec)
         candidate = current.model_copy(update={"traffic": traffic})
         old_generation = row.generation
@@ -706,7 +707,7 @@ class ServerlessService:
                 await self._undo(row, None, current, old_generation)
                 raise BadRequest(f"rejected by the cluster: {exc.message}") from exc
         saved = await self._observed(row.id, old_generation + 1)
-        return await self._view_of(project, saved, rows)
+        return models.Service.of(await self._view_of(project, saved, rows))
 
     async def delete(self, principal: Principal, project_id: str, name: str) -> None:
         """Project admin only (the one 403 of this API); releases the public hostname."""
@@ -759,7 +760,7 @@ class ServerlessService:
         stream = self.runtime.logs(self.ref(project, name), tail=lines_wanted, follow=follow)
         return _log_text(name, stream)
 
-    def spec_document(self, project: ProjectRef, row: ServiceRow, rows: builtins.list[ServerlessRevision],
+    def _spec_document(self, project: ProjectRef, row: ServiceRow, rows: builtins.list[ServerlessRevision],
                       status: WorkloadStatus | None) -> dict[str, Any]:
         """A Knative-Service-shaped document of the accepted spec (secrets by reference only)."""
         spec = ServiceSpec.model_validate(row.spec)
@@ -785,7 +786,7 @@ class ServerlessService:
             template_spec["runtimeClassName"] = spec.runtime_class_name
         if spec.service_account_name:
             template_spec["serviceAccountName"] = spec.service_account_name
-        view = self.view(project, row, rows, status)
+        view = self._view_body(project, row, rows, status)
         labels = {} if spec.publish.enabled else {"networking.knative.dev/visibility": "cluster-local"}
         return {
             "apiVersion": "serving.knative.dev/v1",
@@ -820,21 +821,21 @@ class ServerlessService:
             },
         }
 
-    async def spec(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def spec(self, principal: Principal, project_id: str, name: str) -> models.ServiceSpecDocument:
         """200 `{service, yaml, note}` with sensitive env values replaced by `***REDACTED***`."""
         project = await self.project(principal, project_id)
         row, rows = await self._load(project, name)
         status = await self.runtime.status(self.ref(project, name))
-        document = sanitize_spec(self.spec_document(project, row, rows, status))
-        return {"service": name, "yaml": yaml.safe_dump(document, sort_keys=False), "note": SPEC_NOTE}
+        document = sanitize_spec(self._spec_document(project, row, rows, status))
+        return models.ServiceSpecDocument(service=name, yaml=yaml.safe_dump(document, sort_keys=False), note=SPEC_NOTE)
 
-    async def metrics(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def metrics(self, principal: Principal, project_id: str, name: str) -> models.ServiceMetrics:
         project = await self.project(principal, project_id)
         row, rows = await self._load(project, name)
         ref = self.ref(project, name)
         status = await self.runtime.status(ref)
         metrics = await self.runtime.metrics(ref)
-        view = self.view(project, row, rows, status)
+        view = self._view_body(project, row, rows, status)
         live = {r.name: r for r in (metrics.revisions if metrics else status.revisions if status else [])}
         current = metrics.instances if metrics else sum(r.replicas for r in live.values())
         revisions = []
@@ -850,7 +851,7 @@ class ServerlessService:
                 "latest_created": rev["name"] == view["status"]["latest_created_revision"],
             })
         ready = view["status"]["conditions"][0]
-        return {
+        return models.ServiceMetrics.of({
             "service": name,
             "instances": {"current": current, "desired": current},
             "revisions": revisions,
@@ -859,7 +860,53 @@ class ServerlessService:
                           "last_transition_time": ready["last_transition_time"]},
             "scaling": view["scaling"],
             "note": METRICS_NOTE,
-        }
+        })
+
+    # ------------------------------------------------------------------------------------ health
+
+    async def health(self) -> tuple[int, models.ServerlessHealth]:
+        """Always 200; `status` says whether every dependency answers.
+
+        Without a cluster the `kubernetes` and `crd` slots say `not configured` (with the local runtime's
+        name in `kubernetes_detail` and `runtime`): what is true, never a bare `ok` for something unused."""
+        body: dict[str, Any] = {"status": "ok", "service": "serverless"}
+        try:
+            self.db.ping()
+        except Exception as exc:  # noqa: BLE001 - reported, not raised
+            body["database"], body["database_detail"] = "unreachable", str(exc)
+        else:
+            body["database"] = "ok"
+        body["sessions"] = "ok" if self.signing_key_loaded else "unavailable"
+        body["kubernetes"] = body["crd"] = NOT_CONFIGURED
+        if not self.signing_key_loaded:
+            body["sessions_detail"] = "no session signing key is loaded"
+        try:
+            runtime_name = self.runtime.name
+        except Exception as exc:  # noqa: BLE001 - reported, not raised
+            body["kubernetes"] = "unreachable"
+            body["kubernetes_detail"] = f"the workload runtime is not available: {exc}"
+        else:
+            body["runtime"] = runtime_name
+            if runtime_name == "kubernetes":
+                body["kubernetes"] = body["crd"] = "ok"  # the runtime adapter answered for its cluster
+            else:
+                body["kubernetes_detail"] = f"no cluster is configured; services run on the {runtime_name} runtime"
+                body["crd_detail"] = "no cluster is configured; service records live in the platform database"
+            if runtime_name == "local" and self.sandbox_status is not None:  # say how deployed code is confined
+                body["sandbox"] = dict(self.sandbox_status())
+        if body["database"] == "ok":
+            try:
+                await self.db.run(lambda s: s.execute(select(ServiceRow.id).limit(1)))
+            except Exception as exc:  # noqa: BLE001 - reported, not raised
+                body["crd"] = "missing"
+                body["crd_detail"] = f"the serverless tables are missing: {exc}"
+        else:
+            body["crd"] = "missing"
+            body["crd_detail"] = "the database is unreachable"
+        healthy = ("ok", NOT_CONFIGURED)
+        if any(body[k] not in healthy for k in ("database", "sessions", "kubernetes", "crd")):
+            body["status"] = "degraded"
+        return 200, models.ServerlessHealth.of(body)
 
     # ------------------------------------------------------------------------------------ platform
 

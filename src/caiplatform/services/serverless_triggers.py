@@ -45,8 +45,9 @@ from caiplatform.db import Database
 from caiplatform.db.models.serverless import ServerlessService as ServiceRow
 from caiplatform.db.models.serverless import ServerlessTrigger as TriggerRow
 from caiplatform.db.models.serverless import ServerlessTriggerRun as RunRow
-from caiplatform.domain.serverless import TRIGGER_NAME_TAKEN, TRIGGER_NOT_FOUND, body_object
+from caiplatform.domain.serverless import TRIGGER_NAME_TAKEN, TRIGGER_NOT_FOUND
 from caiplatform.errors import BadRequest, Conflict, NotFound
+from caiplatform.models import serverless as models
 from caiplatform.models.messaging import SubscriptionCreate
 from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.runtime import WorkloadRef, WorkloadRuntime
@@ -184,38 +185,18 @@ class TriggerService:
                 return found[1]
         raise BadRequest(f"target.service {service!r} does not exist in this project")
 
-    async def _parse(self, project: ProjectRef, body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        target = body.get("target")
-        if not isinstance(target, Mapping):
-            raise BadRequest("target is required: {service, path}")
-        service = target.get("service")
-        if not isinstance(service, str) or not service:
-            raise BadRequest("target.service is required: the name of a service, function or agent in this project")
-        path = target.get("path")
-        path = "/" if path in (None, "") else path
-        if not isinstance(path, str) or not path.startswith("/"):
-            raise BadRequest("target.path must be a path starting with /")
+    async def _parse(self, project: ProjectRef, raw_target: Any, raw_source: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The rules that need the project: the target exists, and what an agent or function target needs."""
+        target = parse_target(raw_target)
+        service, path = target["service"], target["path"]
         kind = await self._target_kind(project, service)
         if kind in ("agent", "function") and path not in AGENT_PATHS:
             article = "an" if kind == "agent" else "a"
             raise BadRequest(f"{article} {kind} serves only /invoke and /invoke/stream; set target.path to /invoke")
-
-        source = body.get("source")
-        if not isinstance(source, Mapping):
-            raise BadRequest("source is required: {type: schedule|pubsub|objectstore, ...}")
-        kind_of_source = source.get("type")
-        parsed_source: dict[str, Any]
-        if kind_of_source not in SOURCE_TYPES:
-            raise BadRequest(f"source.type must be one of {', '.join(SOURCE_TYPES)}")
-        if kind_of_source == "objectstore":
-            parsed_source = {"type": "objectstore", "objectstore": _parse_objectstore(source.get("objectstore"))}
-        elif kind_of_source == "schedule":
-            parsed_source = {"type": "schedule", "schedule": _parse_schedule(source.get("schedule"))}
-        else:
-            parsed_source = {"type": "pubsub", "pubsub": _parse_pubsub(source.get("pubsub"))}
-        if kind == "agent" and kind_of_source == "schedule":
+        parsed_source = parse_source(raw_source)
+        if kind == "agent" and parsed_source["type"] == "schedule":
             _require_invoke_body(parsed_source["schedule"]["payload"])
-        return {"service": service, "path": path}, parsed_source
+        return target, parsed_source
 
     # ------------------------------------------------------------------------------------ view
 
@@ -223,7 +204,7 @@ class TriggerService:
     def delivery_url(project: ProjectRef, target: Mapping[str, Any]) -> str:
         return f"http://{target['service']}.{project.namespace}.svc.cluster.local{target['path']}"
 
-    def _view(self, project: ProjectRef, row: TriggerRow, runs: list[RunRow] | None = None) -> dict[str, Any]:
+    def _view(self, project: ProjectRef, row: TriggerRow, runs: list[RunRow] | None = None) -> models.Trigger:
         body: dict[str, Any] = {
             "name": row.name,
             "project": f"projects/{project.short}/triggers/{row.name}",
@@ -239,7 +220,7 @@ class TriggerService:
             body["message"] = row.message
         if runs is not None:
             body["runs"] = [_run_view(r) for r in runs]
-        return body
+        return models.Trigger.of(body)
 
     @staticmethod
     def _row_sync(session: Session, project_id: str, name: str) -> TriggerRow:
@@ -255,14 +236,11 @@ class TriggerService:
 
     # ------------------------------------------------------------------------------------ CRUD
 
-    async def create(self, principal: Principal, project_id: str, body: Any) -> dict[str, Any]:
+    async def create(self, principal: Principal, project_id: str, body: models.TriggerCreate) -> models.Trigger:
         """202: the trigger in `pending`; it turns `ready` once its source is set up."""
         project = await self._project(principal, project_id)
-        body = body_object(body)
-        name = body.get("name")
-        if not isinstance(name, str) or not TRIGGER_NAME.match(name):
-            raise BadRequest(TRIGGER_NAME_RULE)
-        target, source = await self._parse(project, body)
+        name = body.name
+        target, source = await self._parse(project, body.target.model_dump(), _source_json(body.source))
         now = self.clock.now()
 
         def insert(session: Session) -> TriggerRow:
@@ -285,17 +263,18 @@ class TriggerService:
         return view
 
     async def list(self, principal: Principal, project_id: str, *, page_size: Any = None,
-                   page_token: str | None = None) -> dict[str, Any]:
+                   page_token: str | None = None) -> models.TriggerList:
         project = await self._project(principal, project_id)
         request = self.pager.request(f"triggers:{project.id}", page_size, page_token)
         rows = await self.db.run(lambda s: list(s.scalars(
             select(TriggerRow).where(TriggerRow.project_id == project.id).order_by(TriggerRow.name)
             .offset(request.offset).limit(request.size + 1))))
         page = self.pager.page_from_probe(rows, request)
-        items = [self._view(project, r) for r in page.items]
-        return page_body("triggers", Page(items, page.next_page_token, page.extra), omit_empty_token=True)
+        items = [self._view(project, r).to_json() for r in page.items]
+        return models.TriggerList.of(
+            page_body("triggers", Page(items, page.next_page_token, page.extra), omit_empty_token=True))
 
-    async def get(self, principal: Principal, project_id: str, name: str) -> dict[str, Any]:
+    async def get(self, principal: Principal, project_id: str, name: str) -> models.Trigger:
         """The trigger with its runs record (newest first)."""
         project = await self._project(principal, project_id)
 
@@ -306,15 +285,15 @@ class TriggerService:
         row, runs = await self.db.run(run)
         return self._view(project, row, runs)
 
-    async def patch(self, principal: Principal, project_id: str, name: str, body: Any) -> dict[str, Any]:
+    async def patch(self, principal: Principal, project_id: str, name: str, body: models.TriggerPatch) -> models.Trigger:
         """Sparse: `target` and `source` replace their block when sent; the trigger is set up again."""
         project = await self._project(principal, project_id)
-        body = body_object(body)
-        if "name" in body and body["name"] != name:
+        if "name" in body.model_fields_set and body.name != name:
             raise BadRequest("name cannot be changed: a trigger cannot be renamed")
         old = await self.db.run(lambda s: self._row_sync(s, project.id, name))
-        merged = {"target": body.get("target") or old.target, "source": body.get("source") or old.source}
-        target, source = await self._parse(project, merged)
+        target, source = await self._parse(
+            project, body.target.model_dump() if body.target else old.target,
+            _source_json(body.source) if body.source else old.source)
         now = self.clock.now()
 
         def save(session: Session) -> TriggerRow:
@@ -685,6 +664,44 @@ def _restart_run(session: Session, trigger_id: str, occurrence: str, now: dateti
 def run_lock(trigger_id: str, occurrence: str) -> str:
     """The work lock of one firing."""
     return f"trigger-run:{trigger_id}:{occurrence}"
+
+
+def parse_trigger_name(name: Any) -> str:
+    if not isinstance(name, str) or not TRIGGER_NAME.match(name):
+        raise BadRequest(TRIGGER_NAME_RULE)
+    return name
+
+
+def parse_target(target: Any) -> dict[str, Any]:
+    """`{service, path}` as far as it can be checked without the project (the service must exist too)."""
+    if not isinstance(target, Mapping):
+        raise BadRequest("target is required: {service, path}")
+    service = target.get("service")
+    if not isinstance(service, str) or not service:
+        raise BadRequest("target.service is required: the name of a service, function or agent in this project")
+    path = target.get("path")
+    path = "/" if path in (None, "") else path
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise BadRequest("target.path must be a path starting with /")
+    return {"service": service, "path": path}
+
+
+def parse_source(source: Any) -> dict[str, Any]:
+    """`{type, <type>: {...}}` with each source's own rules."""
+    if not isinstance(source, Mapping):
+        raise BadRequest("source is required: {type: schedule|pubsub|objectstore, ...}")
+    kind_of_source = source.get("type")
+    if kind_of_source not in SOURCE_TYPES:
+        raise BadRequest(f"source.type must be one of {', '.join(SOURCE_TYPES)}")
+    if kind_of_source == "objectstore":
+        return {"type": "objectstore", "objectstore": _parse_objectstore(source.get("objectstore"))}
+    if kind_of_source == "schedule":
+        return {"type": "schedule", "schedule": _parse_schedule(source.get("schedule"))}
+    return {"type": "pubsub", "pubsub": _parse_pubsub(source.get("pubsub"))}
+
+
+def _source_json(source: models.TriggerSource) -> dict[str, Any]:
+    return source.model_dump(exclude_none=True)
 
 
 def _parse_schedule(raw: Any) -> dict[str, Any]:
