@@ -241,6 +241,11 @@ def class_name(resource: str) -> str:
     return "Async" + "".join(part.title() for part in resource.split("_")) + "Resource"
 
 
+def _isort_key(name: str) -> tuple[int, str]:
+    """The import sorter's order: constants, then classes, then the rest, each case-insensitively."""
+    return (0 if name.isupper() else 1 if name[:1].isupper() else 2, name.lower())
+
+
 def import_line(module: str, names: list[str]) -> str:
     """One `from ... import ...`, wrapped as the project's import sorter writes it."""
     line = f"from {module} import {', '.join(names)}\n"
@@ -283,7 +288,7 @@ def render(document: dict[str, Any]) -> dict[str, str]:
         lines.append("from caiplatform.client._async.resources.base import AsyncResource\n")
         lines.append(f"from caiplatform.client._base import {', '.join(used)}\n")
         for module, names in sorted(imports.items()):
-            lines.append(import_line(module, sorted(names)))
+            lines.append(import_line(module, sorted(names, key=_isort_key)))
         sources[resource] = "".join(lines) + body
     return sources
 

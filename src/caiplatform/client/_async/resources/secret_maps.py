@@ -15,8 +15,8 @@ from caiplatform.models.secrets import (
     BindingList,
     BindingPut,
     BindingRemoved,
-    BindingSaved,
     BindingsApplied,
+    BindingSaved,
 )
 
 

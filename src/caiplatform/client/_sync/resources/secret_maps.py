@@ -16,8 +16,8 @@ from caiplatform.models.secrets import (
     BindingList,
     BindingPut,
     BindingRemoved,
-    BindingSaved,
     BindingsApplied,
+    BindingSaved,
 )
 
 
