@@ -103,7 +103,7 @@ async def test_values_at_the_limit_are_stored_and_come_back(client, admin_header
     r = await client.post(f"{base}/docs:upsert", headers=admin_headers,
                           json={"points": [{"id": 1, "vector": [1, 0], "payload": deepest}]})
     assert r.status_code == 200, r.text
-    r = await client.post(f"{base}/docs:scroll", headers=admin_headers, json={"with_payload": True})
+    r = await client.post(f"{base}/docs:scroll", headers=admin_headers, json={})
     assert r.status_code == 200 and r.json()["points"][0]["payload"] == deepest
     r = await client.post(f"{base}/docs:upsert", headers=admin_headers,
                           json={"points": [{"id": 2, "vector": [1, 0], "payload": payload(MAX_DEPTH - 2)}]})
