@@ -243,6 +243,10 @@ class LocalMcpHost(McpHost):
     def serving(self, project_id: str, server: str) -> _Serving | None:
         return self._serving.get((project_id, server))
 
+    def served(self) -> list[tuple[str, str]]:
+        """(project id, server) of every server this host runs a process of."""
+        return list(self._serving)
+
     async def remove(self, project_id: str, server: str) -> None:
         key = (project_id, server)
         async with self._lock(key):
