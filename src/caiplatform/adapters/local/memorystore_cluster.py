@@ -77,15 +77,16 @@ def _conf(value: str) -> str:
     return json.dumps(value)
 
 
-def _stop_leftover(folder: Path, grace: float = 5.0) -> bool:
-    """Stop a Valkey a dead replica left serving this folder (pid file + its command line naming this
-    folder's config, so a reused pid is never signalled). True when one was stopped."""
+def _stop_leftover(folder: Path, address: str, grace: float = 5.0) -> bool:
+    """Stop a Valkey a dead replica left serving this folder: the pid in the folder's pid file, when that
+    process is a Valkey server listening on the instance's address (Valkey's process title names it), so
+    a reused pid is never signalled. True when one was stopped."""
     try:
         pid = int((folder / "valkey.pid").read_text().strip())
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace")
     except (OSError, ValueError):
         return False
-    if str(folder / "data" / "valkey.conf") not in cmdline:
+    if "valkey" not in cmdline or address not in cmdline:
         return False
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGTERM)  # Valkey writes its data and exits
@@ -220,7 +221,7 @@ class ClusterValkeyProvisioner(MemoryStoreProvisioner):
                     log.exception("memorystore %s: a round failed", row.name)
             for row_id in [rid for rid in self._running if rid not in present]:  # its project was deleted
                 run = self._running.pop(row_id)
-                await self._destroy(run.folder, run)
+                await self._destroy(run.folder, f"{run.host}:{run.port}", run)
                 await self.locks.release(lock_name(row_id))
 
     async def _follow(self, row: MemoryStoreInstance) -> None:
@@ -235,14 +236,14 @@ class ClusterValkeyProvisioner(MemoryStoreProvisioner):
             if not await self.locks.try_acquire(lock):
                 return  # its owner is alive
             if row.deleting:
-                await self._destroy(Path(row.folder), None)
+                await self._destroy(Path(row.folder), f"{row.host}:{row.port}", None)
                 await self.db.run(lambda s: self._delete_row_sync(s, row.id))
                 await self.locks.release(lock)
                 return
             run = self._take(row, took_over=bool(row.owner))
         if row.deleting:
             self._running.pop(row.id)
-            await self._destroy(run.folder, run)
+            await self._destroy(run.folder, f"{run.host}:{run.port}", run)
             await self.db.run(lambda s: self._delete_row_sync(s, row.id))
             await self.locks.release(lock)
             return
@@ -276,7 +277,7 @@ class ClusterValkeyProvisioner(MemoryStoreProvisioner):
     async def _launch(self, run: _Run) -> None:
         run.error = ""
         try:
-            stopped = await anyio.to_thread.run_sync(_stop_leftover, run.folder)
+            stopped = await anyio.to_thread.run_sync(_stop_leftover, run.folder, f"{run.host}:{run.port}")
             if stopped:
                 log.warning("memorystore %s: stopped the server a dead replica left running", run.spec.name)
 
@@ -322,10 +323,10 @@ class ClusterValkeyProvisioner(MemoryStoreProvisioner):
                 await run.task
         await self.supervisor.stop(run.process_name)
 
-    async def _destroy(self, folder: Path, run: _Run | None) -> None:
+    async def _destroy(self, folder: Path, address: str, run: _Run | None) -> None:
         if run is not None:
             await self._stop(run)
-        await anyio.to_thread.run_sync(_stop_leftover, folder)
+        await anyio.to_thread.run_sync(_stop_leftover, folder, address)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(folder, ignore_errors=True))
         with contextlib.suppress(OSError):
             folder.parent.rmdir()  # the project folder, once empty
