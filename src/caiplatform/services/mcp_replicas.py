@@ -22,9 +22,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import select, update
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from caiplatform.db import Database
@@ -167,9 +168,13 @@ class McpFollower(PeriodicWork):
             await self._serve(row)  # this replica restarted under the same id
             return
         if row.owner != me and not owner_alive:
-            won = await svc.db.run(lambda s: s.execute(
-                update(McpServer).where(McpServer.id == row.id, McpServer.owner == row.owner).values(owner=me)
-            ).rowcount == 1)
+            def claim(session: Session) -> bool:  # compare-and-set: one replica wins
+                # a DML statement's result is a CursorResult (Session.execute is typed for any statement)
+                result = cast(CursorResult[Any], session.execute(
+                    update(McpServer).where(McpServer.id == row.id, McpServer.owner == row.owner).values(owner=me)))
+                return result.rowcount == 1
+
+            won = await svc.db.run(claim)
             if won:
                 log.warning("mcp server %s/%s: taking it over from replica %s", row.project.slug, row.name,
                             row.owner or "(none)")

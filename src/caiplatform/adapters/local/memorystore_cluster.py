@@ -171,11 +171,16 @@ class ClusterValkeyProvisioner(MemoryStoreProvisioner):
         async with self._mutex:
             for run in list(self._running.values()):
                 await self._stop(run)
-                await self.db.run(lambda s, rid=run.row_id: self._record_sync(s, rid, owner="", state=State.UNKNOWN.value,
-                                                                             message=UNOWNED))
+                await self._release_row(run.row_id)
                 await self.locks.release(lock_name(run.row_id))
             self._running.clear()
         self._started = False
+
+    async def _release_row(self, row_id: str) -> None:
+        def release(session: Session) -> None:
+            self._record_sync(session, row_id, owner="", state=State.UNKNOWN.value, message=UNOWNED)
+
+        await self.db.run(release)
 
     async def _adopt_local_records(self) -> None:
         """Instances a single replica recorded in its data dir (before it shared a database) become rows."""
