@@ -38,7 +38,7 @@ from caiplatform.ports.mcp_host import (
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
-from caiplatform.services.mcp_replicas import revoke_workload_keys_sync, stable_workload_key
+from caiplatform.services.mcp_replicas import build_lock, revoke_workload_keys_sync, stable_workload_key
 from caiplatform.services.purge import remove_each
 from caiplatform.validation import MCP_SERVER_NAME, MCP_TOOL_NAME
 from caiplatform.worklocks import LocalWorkLocks
@@ -382,7 +382,7 @@ class McpServerService:
     async def _build_once(self, project: ProjectRef, name: str, version: int) -> None:
         """The build under its work lock: a replica resuming unfinished builds at its start leaves alone
         the ones another live replica is running."""
-        lock = f"mcp-build:{project.id}:{name}:{version}"
+        lock = build_lock(project.id, name, version)
         if not await self.locks.try_acquire(lock):
             return
         try:

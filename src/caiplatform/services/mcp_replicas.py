@@ -11,6 +11,8 @@ process, any replica answers for it, another takes it over when that one dies.
   is claimed by a compare-and-set of its `owner` (one replica wins) and served here: its current
   version's image is built again from the version's recorded tool set when this replica lacks it (same
   tool set, same digest), then started with the server's recorded token and workload key.
+- **Builds.** A build runs under its work lock (`mcp-build:...`, `McpServerService._build_once`); a
+  server still `building` or `deploying` whose build lock nobody holds is built again by the next round.
 - **Routes.** Every other replica routes a server's apps host (`expose: apps`) to the owner's process.
 - **Workload key.** A server's `cai_wl_` key (`CAI_PROJECT_KEY`) is minted once and kept in its row, so
   neither a rollout, a restart nor another replica replaces it (`stable_workload_key`); it is revoked
@@ -46,6 +48,10 @@ FOLLOW_SECONDS = 2.0
 
 def replica_lock(replica_id: str) -> str:
     return f"replica:{replica_id}"
+
+
+def build_lock(project_id: str, name: str, version: int) -> str:
+    return f"mcp-build:{project_id}:{name}:{version}"
 
 
 def workload_key_label(server_id: str) -> str:
@@ -97,6 +103,7 @@ class _Row:
     image: McpImage | None
     tools: list[dict[str, Any]]
     keys: list[str]
+    building: int | None  # the version whose build or rollout is under way
 
 
 class McpFollower(PeriodicWork):
@@ -134,7 +141,8 @@ class McpFollower(PeriodicWork):
                 image = McpImage(current.image, current.image_digest) if current and current.image_digest else None
                 out.append(_Row(server.id, ProjectRef.of(project), server.name, server.expose, server.token,
                                 server.owner, server.status, server.url, current.version if current else None, image,
-                                list(current.tools) if current else [], list(current.credential_keys) if current else []))
+                                list(current.tools) if current else [], list(current.credential_keys) if current else [],
+                                server.selected_version if server.status in ("building", "deploying") else None))
             return out, held_lock_keys(session)
 
         rows, held = await svc.db.run(read)
@@ -158,6 +166,8 @@ class McpFollower(PeriodicWork):
 
     async def _follow(self, row: _Row, running_here: bool, held: set[int], me: str) -> None:
         svc = self.mcp
+        if row.building is not None and lock_key(build_lock(row.project.id, row.name, row.building)) not in held:
+            svc._start_build(row.project, row.name, row.building)  # its replica died: build it here
         if row.owner != me and running_here:  # another replica rolled it out or took it over
             await svc.host.remove(row.project.id, row.name)
             running_here = False
