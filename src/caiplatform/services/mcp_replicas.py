@@ -22,6 +22,7 @@ process, any replica answers for it, another takes it over when that one dies.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -98,6 +99,7 @@ class _Row:
     token: str
     owner: str
     status: str
+    message: str
     url: str
     version: int | None
     image: McpImage | None
@@ -113,6 +115,7 @@ class McpFollower(PeriodicWork):
         super().__init__(interval)
         self.mcp = mcp
         self._routes: dict[str, str] = {}  # apps host → the owner's base URL this replica routes it to
+        self._failures: dict[str, tuple[int, float]] = {}  # server id → (failed starts, next try)
 
     @property
     def replica_id(self) -> str:
@@ -140,7 +143,7 @@ class McpFollower(PeriodicWork):
                 current = session.get(McpVersion, (server.id, server.current_version)) if server.current_version else None
                 image = McpImage(current.image, current.image_digest) if current and current.image_digest else None
                 out.append(_Row(server.id, ProjectRef.of(project), server.name, server.expose, server.token,
-                                server.owner, server.status, server.url, current.version if current else None, image,
+                                server.owner, server.status, server.message, server.url, current.version if current else None, image,
                                 list(current.tools) if current else [], list(current.credential_keys) if current else [],
                                 server.selected_version if server.status in ("building", "deploying") else None))
             return out, held_lock_keys(session)
@@ -175,7 +178,7 @@ class McpFollower(PeriodicWork):
             return  # nothing was ever served
         owner_alive = bool(row.owner) and lock_key(replica_lock(row.owner)) in held
         if row.owner == me and not running_here:
-            await self._serve(row)  # this replica restarted under the same id
+            await self._serve(row)  # this replica restarted under the same id, or a start failed before
             return
         if row.owner != me and not owner_alive:
             def claim(session: Session) -> bool:  # compare-and-set: one replica wins
@@ -194,6 +197,22 @@ class McpFollower(PeriodicWork):
             self._route(row)
 
     async def _serve(self, row: _Row) -> None:
+        """Serve the current version here; a failure is recorded on the server (`failed`, "restart
+        failed: ...") and retried with a backoff of 2 s doubling to 5 minutes."""
+        attempts, retry_at = self._failures.get(row.id, (0, 0.0))
+        if time.monotonic() < retry_at:
+            return
+        try:
+            await self._start(row)
+        except Exception as exc:
+            self._failures[row.id] = (attempts + 1, time.monotonic() + min(300.0, 2.0 * 2 ** attempts))
+            log.exception("mcp server %s/%s did not start here", row.project.slug, row.name)
+            await self.mcp._fail(row.project, row.name, row.version or 0, f"restart failed: {exc}",
+                                 only_if_current=False)
+            return
+        self._failures.pop(row.id, None)
+
+    async def _start(self, row: _Row) -> None:
         svc = self.mcp
         assert row.version is not None and row.image is not None
         image = await svc.host.build(McpBuild(row.project.id, row.project.short, row.project.namespace, row.name,
@@ -203,8 +222,9 @@ class McpFollower(PeriodicWork):
         hosts = self._hosts()
         if hosts is not None:  # served here now: the host's own route replaces the one to the old owner
             self._routes.pop(hosts.host_for(row.name, row.project.short), None)
+        recovered = row.status == "failed" and row.message.startswith("restart failed")
         await svc._serve(row.project, row.name, row.version, row.image, row.expose, row.token,
-                         mark_ready=row.status == "ready")
+                         mark_ready=row.status == "ready" or recovered)
 
     def _route(self, row: _Row) -> None:
         hosts = self._hosts()

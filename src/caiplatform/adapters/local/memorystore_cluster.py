@@ -169,11 +169,13 @@ class ClusterValkeyProvisioner(MemoryStoreProvisioner):
         """Stop running instances (data stays) and let another replica take them over at once."""
         await self._follower.close()
         async with self._mutex:
-            for run in list(self._running.values()):
-                await self._stop(run)
-                await self._release_row(run.row_id)
-                await self.locks.release(lock_name(run.row_id))
-            self._running.clear()
+            runs, self._running = list(self._running.values()), {}
+            await asyncio.gather(*(self._stop(run) for run in runs), return_exceptions=True)
+            for run in runs:  # best effort: with the database gone the locks go with the connection anyway
+                with contextlib.suppress(Exception):
+                    await self._release_row(run.row_id)
+                with contextlib.suppress(Exception):
+                    await self.locks.release(lock_name(run.row_id))
         self._started = False
 
     async def _release_row(self, row_id: str) -> None:
@@ -217,11 +219,11 @@ class ClusterValkeyProvisioner(MemoryStoreProvisioner):
 
     async def round(self) -> None:
         async with self._mutex:  # rows read under it: an instance created meanwhile is not taken for deleted
-            rows = await self.db.run(lambda s: list(s.scalars(select(MemoryStoreInstance))))
+            rows, held = await self.db.run(lambda s: (list(s.scalars(select(MemoryStoreInstance))), held_lock_keys(s)))
             present = {row.id for row in rows}
             for row in rows:
                 try:
-                    await self._follow(row)
+                    await self._follow(row, held)
                 except Exception:  # noqa: BLE001 - one instance must not stop the others; retried next round
                     log.exception("memorystore %s: a round failed", row.name)
             for row_id in [rid for rid in self._running if rid not in present]:  # its project was deleted
@@ -229,7 +231,7 @@ class ClusterValkeyProvisioner(MemoryStoreProvisioner):
                 await self._destroy(run.folder, f"{run.host}:{run.port}", run)
                 await self.locks.release(lock_name(row_id))
 
-    async def _follow(self, row: MemoryStoreInstance) -> None:
+    async def _follow(self, row: MemoryStoreInstance, held: set[int]) -> None:
         lock = lock_name(row.id)
         run = self._running.get(row.id)
         if run is not None and not self.locks.holds(lock):
@@ -238,7 +240,7 @@ class ClusterValkeyProvisioner(MemoryStoreProvisioner):
             await self._stop(run)
             return
         if run is None:
-            if not await self.locks.try_acquire(lock):
+            if lock_key(lock) in held or not await self.locks.try_acquire(lock):
                 return  # its owner is alive
             if row.deleting:
                 await self._destroy(Path(row.folder), f"{row.host}:{row.port}", None)
