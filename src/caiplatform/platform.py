@@ -415,7 +415,7 @@ class Platform:
         # MCP servers: serve every ready server again, resume unfinished builds; stop builds on close.
         self._closers.append(self.mcp.aclose)
         self.mcp.locks = self.work_locks
-        if self.db.dialect == "postgresql":  # one replica runs each server, another takes it over
+        if self.db.dialect == "postgresql" and self.mode != "memory":  # one replica runs each, another takes over
             from caiplatform.services.mcp_replicas import McpFollower
 
             await self.mcp.resume(serve=False)

@@ -149,3 +149,35 @@ async def _degraded(replica: Replica, project_id: str):
 
 async def _no_folders(root: Path) -> bool:
     return not any(root.glob("*/memorystores/*/cache.*"))
+
+
+async def test_instances_a_single_replica_recorded_in_its_data_dir_are_adopted_with_their_data(pg_url, project_id,
+                                                                                              tmp_path):
+    from caiplatform.adapters.local.memorystore import LocalValkeyProvisioner
+
+    supervisor = ProcessSupervisor(tmp_path / "ra" / "run")
+    single = LocalValkeyProvisioner(tmp_path / "ra", supervisor=supervisor)
+    await single.start()
+    spec = InstanceSpec(project_id=project_id, project_short="p1234567", name="cache")
+    await single.create(spec, "old-password")
+    ready = await _until(lambda: _single_ready(single, project_id), "the single replica's instance is not ready")
+    await aioredis.Redis(host=ready.host, port=ready.port, password="old-password").set("kept", "yes")
+    await single.rotate_password(project_id, "cache", "new-password")  # pending: applied at the next start
+    await single.close()  # Valkey writes its data on the way out
+    await supervisor.stop_all()
+
+    a = Replica(pg_url, tmp_path, "ra")
+    try:
+        await a.provisioner.start()
+        adopted = await _until(lambda: _ready(a, project_id), "the adopted instance is not ready")
+        assert (adopted.host, adopted.port) == (ready.host, ready.port)
+        client = aioredis.Redis(host=adopted.host, port=adopted.port, password="new-password")
+        assert await client.get("kept") == b"yes"
+        assert not list((tmp_path / "ra" / "memorystores").glob("*/*/instance.json"))  # the database has it now
+    finally:
+        await a.close()
+
+
+async def _single_ready(provisioner, project_id: str):
+    found = await provisioner.get(project_id, "cache")
+    return found if found is not None and found.ready else None
