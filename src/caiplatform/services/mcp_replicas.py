@@ -21,6 +21,7 @@ process, any replica answers for it, another takes it over when that one dies.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -129,6 +130,16 @@ class McpFollower(PeriodicWork):
 
     async def round(self) -> None:
         await self.follow()
+
+    async def close(self) -> None:
+        """A replica stopping hands its servers over at once: it gives up their ownership and its replica
+        lock, so another replica claims them at its next round (its own processes stop with the host)."""
+        await super().close()
+        me = self.replica_id
+        with contextlib.suppress(Exception):  # without the database the lock goes with the connection
+            await self.mcp.db.run(lambda s: s.execute(update(McpServer).where(McpServer.owner == me).values(owner="")))
+        with contextlib.suppress(Exception):
+            await self.mcp.locks.release(replica_lock(me))
 
     async def follow(self) -> None:
         svc = self.mcp
