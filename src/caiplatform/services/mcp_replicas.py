@@ -12,7 +12,8 @@ process, any replica answers for it, another takes it over when that one dies.
   version's image is built again from the version's recorded tool set when this replica lacks it (same
   tool set, same digest), then started with the server's recorded token and workload key.
 - **Builds.** A build runs under its work lock (`mcp-build:...`, `McpServerService._build_once`); a
-  server still `building` or `deploying` whose build lock nobody holds is built again by the next round.
+  server still `building` or `deploying` whose build lock nobody held on two rounds in a row is built
+  again here (one round would race a publish between its commit and its lock).
 - **Routes.** Every other replica routes a server's apps host (`expose: apps`) to the owner's process.
 - **Workload key.** A server's `cai_wl_` key (`CAI_PROJECT_KEY`) is minted once and kept in its row, so
   neither a rollout, a restart nor another replica replaces it (`stable_workload_key`); it is revoked
@@ -117,6 +118,9 @@ class McpFollower(PeriodicWork):
         self.mcp = mcp
         self._routes: dict[str, str] = {}  # apps host → the owner's base URL this replica routes it to
         self._failures: dict[str, tuple[int, float]] = {}  # server id → (failed starts, next try)
+        # (server id, version) of builds under way that nobody held the lock of, last round and this one
+        self._unlocked_builds: set[tuple[str, int]] = set()
+        self._unlocked_now: set[tuple[str, int]] = set()
 
     @property
     def replica_id(self) -> str:
@@ -162,6 +166,7 @@ class McpFollower(PeriodicWork):
         rows, held = await svc.db.run(read)
         served = set(self._served())
         present: set[tuple[str, str]] = set()
+        self._unlocked_now = set()
         for row in rows:
             key = (row.project.id, row.name)
             present.add(key)
@@ -169,6 +174,7 @@ class McpFollower(PeriodicWork):
                 await self._follow(row, key in served, held, me)
             except Exception:  # noqa: BLE001 - one server must not stop the others; retried next round
                 log.exception("mcp server %s/%s: could not follow it here", row.project.slug, row.name)
+        self._unlocked_builds = self._unlocked_now
         for project_id, name in served - present:  # deleted through another replica
             await svc.host.remove(project_id, name)
         hosts = self._hosts()
@@ -181,7 +187,10 @@ class McpFollower(PeriodicWork):
     async def _follow(self, row: _Row, running_here: bool, held: set[int], me: str) -> None:
         svc = self.mcp
         if row.building is not None and lock_key(build_lock(row.project.id, row.name, row.building)) not in held:
-            svc._start_build(row.project, row.name, row.building)  # its replica died: build it here
+            # Unlocked on two rounds in a row: its replica died (a publish takes the lock within moments).
+            if (row.id, row.building) in self._unlocked_builds:
+                svc._start_build(row.project, row.name, row.building)
+            self._unlocked_now.add((row.id, row.building))
         if row.owner != me and running_here:  # another replica rolled it out or took it over
             await svc.host.remove(row.project.id, row.name)
             running_here = False

@@ -45,6 +45,7 @@ from sqlalchemy.orm import Session
 from caiplatform.adapters.local.memorystore import LOOPBACK, STANDARD_PORTS, valkey_binary, valkey_version
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
+from caiplatform.db.base import new_id
 from caiplatform.db.models import MemoryStoreInstance
 from caiplatform.domain.memorystore import DOCUMENTED_PORT, FALLBACK_NOTE, Instance, InstanceSpec, State
 from caiplatform.errors import Conflict, NotFound
@@ -432,29 +433,35 @@ class ClusterValkeyProvisioner(MemoryStoreProvisioner):
             select(MemoryStoreInstance.host, MemoryStoreInstance.port))]))
         host, port = self._choose_endpoint(taken)
         now = self._clock.now()
+        row_id = new_id()
+        folder = self.root / spec.project_id / f"{spec.name}.{row_id[:8]}"
 
         def insert(session: Session) -> MemoryStoreInstance:
             if session.scalar(select(MemoryStoreInstance.id).where(
                     MemoryStoreInstance.project_id == spec.project_id, MemoryStoreInstance.name == spec.name)):
                 raise Conflict("a memorystore with that name already exists in this project")
             row = MemoryStoreInstance(
-                project_id=spec.project_id, name=spec.name, spec=spec.to_json(), folder="", password=password,
-                pending_password=None, host=host, port=port, owner=self.replica_id, state=State.PROVISIONING.value,
-                message="the server is starting", transitions={"CredentialReady": rfc3339(now)}, restart_seq=0,
-                applied_restart_seq=0, deleting=False, created_at=now, updated_at=now)
+                id=row_id, project_id=spec.project_id, name=spec.name, spec=spec.to_json(), folder=str(folder),
+                password=password, pending_password=None, host=host, port=port, owner=self.replica_id,
+                state=State.PROVISIONING.value, message="the server is starting",
+                transitions={"CredentialReady": rfc3339(now)}, restart_seq=0, applied_restart_seq=0, deleting=False,
+                created_at=now, updated_at=now)
             session.add(row)
-            session.flush()
-            row.folder = str(self.root / spec.project_id / f"{spec.name}.{row.id[:8]}")
             return row
 
+        # The lock first: no other replica's round can take the instance between its insert and its start.
+        if not await self.locks.try_acquire(lock_name(row_id)):
+            raise RuntimeError("could not take the work lock of a new memory store")
         async with self._mutex:
             try:
                 row = await self.db.run(insert)
-            except IntegrityError:
-                raise Conflict("a memorystore with that name already exists in this project") from None
-            Path(row.folder).mkdir(parents=True, mode=0o700)
-            if await self.locks.try_acquire(lock_name(row.id)):
-                self._take(row, took_over=False)
+            except BaseException as exc:
+                await self.locks.release(lock_name(row_id))
+                if isinstance(exc, IntegrityError):
+                    raise Conflict("a memorystore with that name already exists in this project") from None
+                raise
+            folder.mkdir(parents=True, mode=0o700)
+            self._take(row, took_over=False)
             created = self._instance(row, {lock_key(lock_name(row.id))})
         return created.with_state(State.PROVISIONING, message="the server is starting")
 
