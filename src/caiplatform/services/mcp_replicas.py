@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FOLLOW_SECONDS = 2.0
+SETTLED_SECONDS = 5.0
 
 
 def replica_lock(replica_id: str) -> str:
@@ -165,17 +166,20 @@ class McpFollower(PeriodicWork):
 
         rows, held = await svc.db.run(read)
         served = set(self._served())
+        # Only a process that has served a while is stopped for another owner or a delete: one this replica
+        # just started for a rollout records this replica as the owner moments later.
+        settled = set(self._served(SETTLED_SECONDS))
         present: set[tuple[str, str]] = set()
         self._unlocked_now = set()
         for row in rows:
             key = (row.project.id, row.name)
             present.add(key)
             try:
-                await self._follow(row, key in served, held, me)
+                await self._follow(row, key in served, key in settled, held, me)
             except Exception:  # noqa: BLE001 - one server must not stop the others; retried next round
                 log.exception("mcp server %s/%s: could not follow it here", row.project.slug, row.name)
         self._unlocked_builds = self._unlocked_now
-        for project_id, name in served - present:  # deleted through another replica
+        for project_id, name in settled - present:  # deleted through another replica
             await svc.host.remove(project_id, name)
         hosts = self._hosts()
         if hosts is not None:
@@ -184,16 +188,20 @@ class McpFollower(PeriodicWork):
                 hosts.unregister(host)
                 self._routes.pop(host)
 
-    async def _follow(self, row: _Row, running_here: bool, held: set[int], me: str) -> None:
+    async def _follow(self, row: _Row, running_here: bool, settled: bool, held: set[int], me: str) -> None:
         svc = self.mcp
         if row.building is not None and lock_key(build_lock(row.project.id, row.name, row.building)) not in held:
             # Unlocked on two rounds in a row: its replica died (a publish takes the lock within moments).
             if (row.id, row.building) in self._unlocked_builds:
                 svc._start_build(row.project, row.name, row.building)
             self._unlocked_now.add((row.id, row.building))
-        if row.owner != me and running_here:  # another replica rolled it out or took it over
+        if row.owner != me and settled:  # another replica rolled it out or took it over
             await svc.host.remove(row.project.id, row.name)
             running_here = False
+        if running_here:  # the host routes its apps host to its own process
+            self._forget_route(row)
+            if row.owner != me:
+                return  # started here moments ago for a rollout, which records this replica next
         if row.version is None or row.image is None:
             return  # nothing was ever served
         owner_alive = bool(row.owner) and lock_key(replica_lock(row.owner)) in held
@@ -239,9 +247,7 @@ class McpFollower(PeriodicWork):
                                               row.version, row.tools, row.keys))  # reused when it is here
         if image.digest != row.image.digest:
             raise LookupError(f"version {row.version} rebuilt to {image.digest}, recorded {row.image.digest}")
-        hosts = self._hosts()
-        if hosts is not None:  # served here now: the host's own route replaces the one to the old owner
-            self._routes.pop(hosts.host_for(row.name, row.project.short), None)
+        self._forget_route(row)  # served here now: the host's own route replaces the one to the old owner
         recovered = row.status == "failed" and row.message.startswith("restart failed")
         await svc._serve(row.project, row.name, row.version, row.image, row.expose, row.token,
                          mark_ready=row.status == "ready" or recovered)
@@ -261,10 +267,15 @@ class McpFollower(PeriodicWork):
         hosts.register(host, upstream)
         self._routes[host] = base
 
+    def _forget_route(self, row: _Row) -> None:
+        hosts = self._hosts()
+        if hosts is not None:
+            self._routes.pop(hosts.host_for(row.name, row.project.short), None)
+
     def _hosts(self) -> Any:
         return getattr(self.mcp.host, "hosts", None)
 
-    def _served(self) -> list[tuple[str, str]]:
+    def _served(self, older_than: float = 0.0) -> list[tuple[str, str]]:
         served = getattr(self.mcp.host, "served", None)
-        return list(served()) if served is not None else []
+        return list(served(older_than)) if served is not None else []
 
