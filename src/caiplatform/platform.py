@@ -196,7 +196,6 @@ class Platform:
             )
         self.mcp = McpServerService(
             self.db, self.access, self.audit, self.clock, self.pager, mcp_host, api_url=self.settings.base_url or "",
-            workload_keys=lambda project_id, label: self.service_accounts.mint_workload_key(project_id, label, replace=True),
         )
 
     def _build_identity(self) -> None:
@@ -247,6 +246,7 @@ class Platform:
         from sqlalchemy import select
 
         from caiplatform.db.models import (
+            MemoryStoreInstance,
             MessagingTopic,
             Project,
             ServerlessService,
@@ -259,6 +259,8 @@ class Platform:
                 return False  # in-process instances exist only once the area is built
             if self.on_cluster:
                 return True  # the cluster holds the records: ask through the port
+            if self.db.dialect == "postgresql":
+                return await self._records_name(project_id, MemoryStoreInstance)
             provisioner = self.registry.load("memorystore", "local")
             # An adapter that cannot tell from its files is asked through the port (which may start it).
             return bool(getattr(provisioner, "records_project", lambda *_: True)(self.data_dir, project_id))
@@ -416,7 +418,17 @@ class Platform:
         # MCP servers: serve every ready server again, resume unfinished builds; stop builds on close.
         self._closers.append(self.mcp.aclose)
         self.mcp.locks = self.work_locks
-        await self.mcp.resume()
+        if self.db.dialect == "postgresql" and self.mode != "memory":  # one replica runs each, another takes over
+            from caiplatform.services.mcp_replicas import McpFollower
+
+            await self.mcp.resume(serve=False)
+            mcp_follower = McpFollower(self.mcp)
+            await mcp_follower.claim_liveness()
+            await mcp_follower.round()  # the servers this replica runs (or takes over) before it serves
+            mcp_follower.start()
+            self._closers.append(mcp_follower.close)
+        else:
+            await self.mcp.resume()
         from caiplatform.startup import announce_engines
 
         announce_engines(self)
@@ -483,6 +495,11 @@ class Platform:
             provisioner = self.registry.load("memorystore", "memory")(clock=self.clock)
         elif self.on_cluster:
             provisioner = self.registry.load("memorystore", "kubernetes")(settings=self.cluster_settings(), clock=self.clock)
+        elif self.db.dialect == "postgresql":  # other replicas may share the database: records live there
+            provisioner = self.registry.load("memorystore", "replicas")(
+                self.db, self.work_locks, self.data_dir, supervisor=self.supervisor(),
+                replica_id=self.work_locks.replica_id, clock=self.clock,
+            )
         else:
             provisioner = self.registry.load("memorystore", "local")(
                 self.data_dir, supervisor=self.supervisor(), clock=self.clock

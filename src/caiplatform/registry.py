@@ -53,6 +53,8 @@ _BUILTIN: list[AdapterRef] = [
     AdapterRef("vector", "local", "caiplatform.adapters.edge.vector:EdgeVectorEngine", "qdrant"),
     AdapterRef("memorystore", "memory", "caiplatform.adapters.memory.memorystore:InMemoryProvisioner", "redis"),
     AdapterRef("memorystore", "local", "caiplatform.adapters.local.memorystore:LocalValkeyProvisioner", "redis"),
+    # the local provisioner of replicas sharing one PostgreSQL database (records in the database)
+    AdapterRef("memorystore", "replicas", "caiplatform.adapters.local.memorystore_cluster:ClusterValkeyProvisioner", "redis"),
     AdapterRef("builder", "memory", "caiplatform.adapters.memory.builder:InMemoryBuilder"),
     AdapterRef("builder", "local", "caiplatform.adapters.local.builder:LocalBuilder"),
     AdapterRef("runtime", "memory", "caiplatform.adapters.memory.runtime:InMemoryRuntime"),

@@ -36,6 +36,20 @@ def lock_key(name: str) -> int:
     return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
 
 
+def held_lock_keys(session: Any) -> set[int]:
+    """The keys of the work locks some replica holds now (every session's advisory locks on PostgreSQL),
+    so that a replica can tell whether the one recorded as running something is still alive."""
+    from sqlalchemy import text
+
+    rows = session.execute(text(
+        "SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"))
+    keys = set()
+    for high, low in rows:
+        key = (int(high) << 32) | int(low)
+        keys.add(key - (1 << 64) if key >= 1 << 63 else key)
+    return keys
+
+
 def default_replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 

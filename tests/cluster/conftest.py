@@ -119,8 +119,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             lb = RoundRobin(replicas)
             token = httpx.post(f"{replicas[0].base_url}/v1/auth/login",
                                json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}, timeout=30).json()["token"]
-            yield Cluster(replicas, lb, database_url, nats, redis, prefix, bao, {"Authorization": f"Bearer {token}"},
-                          root)
+            cluster = Cluster(replicas, lb, database_url, nats, redis, prefix, bao, {"Authorization": f"Bearer {token}"},
+                              root)
+            yield cluster
+            for thread in cluster.starting.values():  # a replica a test started again in the background
+                thread.join(180)
             lb.close()
             for replica in replicas:
                 replica.stop()

@@ -1,5 +1,5 @@
-"""Memory store provisioner conformance: the in-memory double, the local Valkey processes and Valkey
-StatefulSets on the Kubernetes API emulator."""
+"""Memory store provisioner conformance: the in-memory double, the local Valkey processes (one replica, and
+replicas sharing PostgreSQL) and Valkey StatefulSets on the Kubernetes API emulator."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from caiplatform.testing.conformance.memorystore import apply_notimpl
 from tests.conformance import kube_support
 
 
-@pytest.fixture(params=["memory", "local", "kubernetes"])
+@pytest.fixture(params=["memory", "local", "replicas", "kubernetes"])
 def backend(request) -> str:
     return request.param
 
@@ -28,6 +28,10 @@ async def provisioner(request, backend, tmp_path):
             finally:
                 await adapter.close()
         return
+    if backend == "replicas":
+        async for adapter in _replicas(request, tmp_path):
+            yield adapter
+        return
     if backend == "memory":
         from caiplatform.adapters.memory.memorystore import InMemoryProvisioner
 
@@ -41,3 +45,47 @@ async def provisioner(request, backend, tmp_path):
         yield adapter
     finally:
         await adapter.close()
+
+
+async def _replicas(request, tmp_path):
+    """The provisioner of replicas sharing PostgreSQL, one replica of it, on the session's database; the
+    projects the suite names are created on first use (its records belong to projects)."""
+    from datetime import UTC, datetime
+
+    from caiplatform.adapters.local.memorystore_cluster import ClusterValkeyProvisioner
+    from caiplatform.db import Database
+    from caiplatform.db.models import Org, Project
+    from caiplatform.supervisor import ProcessSupervisor
+    from caiplatform.worklocks import PostgresWorkLocks
+
+    url = request.getfixturevalue("postgres_url")
+    db = Database(url)
+    db.migrate()
+
+    def project(session, project_id: str, short: str) -> None:
+        if session.get(Project, project_id) is None:
+            org = session.query(Org).filter(Org.slug == "conformance").first()
+            if org is None:
+                org = Org(slug="conformance", name="conformance", created_at=datetime.now(UTC))
+                session.add(org)
+                session.flush()
+            session.add(Project(id=project_id, org_id=org.id, slug=project_id, name=project_id, short=short,
+                                created_at=datetime.now(UTC)))
+
+    class Seeding(ClusterValkeyProvisioner):
+        async def create(self, spec, password):
+            await self.db.run(lambda s: project(s, spec.project_id, spec.project_short))
+            return await super().create(spec, password)
+
+    locks = PostgresWorkLocks(url, "conformance")
+    supervisor = ProcessSupervisor(tmp_path / "run")
+    adapter = Seeding(db, locks, tmp_path / "data", supervisor=supervisor, replica_id="conformance")
+    # Not started: its rounds would run in this fixture's event loop, not the test's (the anyio runner's);
+    # one replica runs what it creates and does the rest within the calls themselves.
+    try:
+        yield adapter
+    finally:
+        await adapter.close()
+        await supervisor.stop_all()
+        await locks.close()
+        db.dispose()

@@ -56,13 +56,17 @@ async def test_ready_servers_are_served_again_after_a_restart(tmp_path, settings
         assert platform.mcp.host.builds == 0  # served from the recorded image, nothing rebuilt
         async with mcp_client(server.url, token) as client:  # the token survives the restart
             assert text_of(await client.call_tool("add", {"a": 2, "b": 5})) == "7"
-        # A fresh workload key per rollout; the earlier one is revoked, so one key per server is live.
+        # One workload key per server, minted once: a restart serves it with the same key.
         keys = await platform.db.run(
             lambda s: [k.revoked_at is None for k in s.scalars(select(ApiKey).where(ApiKey.kind == "workload"))]
         )
-        assert sorted(keys) == [False, True]
+        assert keys == [True]
         await platform.mcp.delete(principal, project_id, "calc")
         assert platform.mcp.host.serving(project_id, "calc") is None
+        revoked = await platform.db.run(
+            lambda s: [k.revoked_at is not None for k in s.scalars(select(ApiKey).where(ApiKey.kind == "workload"))]
+        )
+        assert revoked == [True]  # the key goes with its server
 
 
 async def test_deleting_a_project_stops_its_servers(tmp_path, settings, openbao):

@@ -15,7 +15,6 @@ import logging
 import re
 import secrets
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,6 +39,7 @@ from caiplatform.ports.mcp_host import (
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
+from caiplatform.services.mcp_replicas import build_lock, revoke_workload_keys_sync, stable_workload_key
 from caiplatform.services.purge import remove_each
 from caiplatform.validation import MCP_SERVER_NAME, MCP_TOOL_NAME
 from caiplatform.worklocks import LocalWorkLocks
@@ -58,10 +58,6 @@ VERSION_VERBS = ("rollback", "yank", "unyank")
 # Document 2, Limits: "MCP request timeout 300 s"; the served process enforces it per request.
 REQUEST_TIMEOUT_SECONDS = 300
 RESUME_CONCURRENCY = 4
-
-# Makes the `cai_wl_` key a server presents as CAI_PROJECT_KEY: (project id, label) -> key.
-WorkloadKeyMinter = Callable[[str, str], Awaitable[str]]
-
 
 @dataclass(frozen=True)
 class _Resumable:
@@ -184,7 +180,6 @@ class McpServerService:
         host: McpHost,
         *,
         api_url: str = "",
-        workload_keys: WorkloadKeyMinter,
     ):
         self.db = db
         self.access = access
@@ -193,9 +188,6 @@ class McpServerService:
         self.pager = pager
         self.host = host
         self.api_url = api_url
-        # Mints the `cai_wl_` key a running server presents to read its project's secrets: `(project id,
-        # label)`, one live key per label (`mcp:<server id>`), so a rollout replaces the previous key.
-        self.workload_keys = workload_keys
         self._tasks: set[asyncio.Task[None]] = set()
         # Replaced by the platform with locks in its database (several replicas).
         self.locks: Any = LocalWorkLocks()
@@ -291,6 +283,7 @@ class McpServerService:
 
         def delete(session: Session) -> None:
             server = self._server(session, project_id, name)
+            revoke_workload_keys_sync(session, project_id, server.id, self.clock.now())
             session.delete(server)
             self.audit.record(session, project_id, principal, "mcpserver.delete", name)
 
@@ -404,7 +397,7 @@ class McpServerService:
     async def _build_once(self, project: ProjectRef, name: str, version: int) -> None:
         """The build under its work lock: a replica resuming unfinished builds at its start leaves alone
         the ones another live replica is running."""
-        lock = f"mcp-build:{project.id}:{name}:{version}"
+        lock = build_lock(project.id, name, version)
         if not await self.locks.try_acquire(lock):
             return
         try:
@@ -503,6 +496,7 @@ class McpServerService:
             if server is None or server.id != server_id:
                 return False
             server.url, server.current_version = url, version
+            server.owner = self.locks.replica_id  # the replica that runs it (services/mcp_replicas.py)
             if mark_ready:
                 server.status, server.message = "ready", ""
             return True
@@ -513,12 +507,14 @@ class McpServerService:
             raise NotFound(f"mcp server {name} not found")
 
     async def _project_key(self, project: ProjectRef, server_id: str) -> str:
-        """The workload key a server presents to read its project's secrets (minted per rollout)."""
-        return await self.workload_keys(project.id, f"mcp:{server_id}")
+        """The workload key a server presents to read its project's secrets: minted once, then kept
+        across rollouts, restarts and replicas."""
+        return await stable_workload_key(self.db, self.clock.now(), project.id, server_id)
 
-    async def resume(self) -> None:
-        """After a platform restart: serve every server's current version again (a fresh process with a
-        fresh workload key) and restart the builds that were under way when the platform stopped."""
+    async def resume(self, *, serve: bool = True) -> None:
+        """After a platform restart: serve every server's current version again (a fresh process with
+        the server's workload key) and restart the builds that were under way when the platform stopped.
+        Replicas sharing a database serve through `McpFollower` instead (`serve=False`)."""
 
         def servers(session: Session) -> list[_Resumable]:
             out = []
@@ -542,7 +538,7 @@ class McpServerService:
         starting = asyncio.Semaphore(RESUME_CONCURRENCY)
 
         async def serve_again(item: _Resumable) -> None:
-            if item.current is not None and item.image is not None:
+            if serve and item.current is not None and item.image is not None:
                 try:
                     # A cluster's server outlives the platform with the key its rollout gave it: leave it be
                     # (serving it again from every replica's start would roll, and re-key, it each time).

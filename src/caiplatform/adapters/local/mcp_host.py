@@ -21,8 +21,9 @@ import os
 import secrets
 import shutil
 import sys
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -61,6 +62,7 @@ class _Serving:
     version: int
     digest: str
     host: str | None  # apps host when exposed
+    started: float = field(default_factory=time.monotonic)
 
 
 def _package_root() -> str:
@@ -242,6 +244,12 @@ class LocalMcpHost(McpHost):
 
     def serving(self, project_id: str, server: str) -> _Serving | None:
         return self._serving.get((project_id, server))
+
+    def served(self, older_than: float = 0.0) -> list[tuple[str, str]]:
+        """(project id, server) of every server this host runs a process of, started at least
+        `older_than` seconds ago."""
+        now = time.monotonic()
+        return [key for key, serving in self._serving.items() if now - serving.started >= older_than]
 
     async def remove(self, project_id: str, server: str) -> None:
         key = (project_id, server)

@@ -14,6 +14,7 @@ from caiplatform.db.models.identity import (  # noqa: F401
     User,
 )
 from caiplatform.db.models.mcp import McpServer, McpTool, McpVersion  # noqa: F401,E402
+from caiplatform.db.models.memorystore import MemoryStoreInstance  # noqa: F401
 from caiplatform.db.models.messaging import MessagingSubscription, MessagingTopic  # noqa: F401
 from caiplatform.db.models.secrets import SecretBinding  # noqa: F401
 from caiplatform.db.models.serverless import (  # noqa: F401,E402

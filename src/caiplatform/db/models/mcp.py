@@ -27,6 +27,12 @@ class McpServer(Base):
     url: Mapped[str] = mapped_column(String(500), default="")
     # `cai_mcp_` + 64 hex: minted once at creation and kept across redeploys.
     token: Mapped[str] = mapped_column(String(80))
+    # The `cai_wl_` key its processes present as CAI_PROJECT_KEY: minted once, kept across rollouts,
+    # restarts and replicas (like an agent's); revoked with the server.
+    workload_key_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    workload_key: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The replica that runs its process now ("" while nobody does): `services/mcp_replicas.py`.
+    owner: Mapped[str] = mapped_column(String(100), default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     __table_args__ = (UniqueConstraint("project_id", "name", name="uq_mcp_servers_project_name"),)
 
