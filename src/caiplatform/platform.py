@@ -502,7 +502,7 @@ class Platform:
         return self._build_agents()
 
     def _agent_secrets(self) -> Any:
-        from caiplatform.services.agents import LazyAgentSecrets
+        from caiplatform.adapters.tables.agent_secrets import LazyAgentSecrets
 
         return LazyAgentSecrets(lambda: self.agents.secret_port)
 

@@ -23,6 +23,11 @@ NAME_MESSAGE = "missing or invalid 'name' (must be a lowercase DNS label)"
 RUNTIME_ONLY_FOR_FUNCTIONS = "'runtime' only applies to framework=function"
 
 
+def unknown_agent(name: str) -> str:
+    """The 404 of a name that is no agent the caller may see."""
+    return f"unknown agent: {name}"
+
+
 def unknown_field_message(field: str) -> str:
     return f"unknown form field '{field}' (allowed: {', '.join(DEPLOY_FIELDS)}; the project is chosen with ?project=)"
 
