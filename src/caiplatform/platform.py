@@ -311,7 +311,11 @@ class Platform:
         self.projects.usage = lambda namespace: self.runtime.usage(namespace)
         self.agent_hooks.project_agents = lambda project_id: self.agents.project_agent_names(project_id)
         self.agent_hooks.user_agents = lambda user_id: self.agents.user_agents(user_id)
-        self.agent_hooks.unowned_agents = lambda: self.agents.unowned_agents()
+
+        async def unowned_agents() -> list[dict[str, Any]]:
+            return [view.to_json() for view in await self.agents.unowned_agents()]
+
+        self.agent_hooks.unowned_agents = unowned_agents
         self.profile.on_model_key_change = lambda key: self.agents.model_key_changed(key)
         for kind, route in (("agent", "agents"), ("function", "functions")):
             self.search.register(kind, search_sources.rows_source(

@@ -19,6 +19,7 @@ from caiplatform.db import Database
 from caiplatform.db.models import Project
 from caiplatform.db.models.agents import Agent
 from caiplatform.errors import Conflict, Forbidden, NotFound
+from caiplatform.models.agents import AgentView
 from caiplatform.pagination import Pager
 from caiplatform.ports.agent_secrets import AgentRef
 from caiplatform.ports.builder import Builder
@@ -256,7 +257,7 @@ class AgentBase:
             log.exception("runtime status of %s failed", record.name)
             return None
 
-    async def view(self, record: AgentRecord, status: WorkloadStatus | None = None) -> dict[str, Any]:
+    async def view(self, record: AgentRecord, status: WorkloadStatus | None = None) -> AgentView:
         if status is None:
             status = await self._status(record)
         body: dict[str, Any] = {
@@ -286,7 +287,7 @@ class AgentBase:
             body["message"] = record.message
         elif self._lacks_model_endpoint(record.framework, record.env):
             body["message"] = NO_MODEL_ENDPOINT_NOTE  # ready or not, it cannot answer: say so instead of looking fine
-        return body
+        return AgentView.of(body)
 
     def _lacks_model_endpoint(self, framework: str, env: dict[str, Any] | None) -> bool:
         return framework in MODEL_FRAMEWORKS and not self.settings.model_base_url and not (env or {}).get("MODEL_BASE_URL")

@@ -24,6 +24,7 @@ from caiplatform.db.models.agents import Agent, AgentBuild, AgentFile, AgentRevi
 from caiplatform.domain import agent_source
 from caiplatform.domain import agents as rules
 from caiplatform.errors import BadRequest, Conflict, Forbidden, PlatformError
+from caiplatform.models.agents import DeployAccepted, RedeployAccepted
 from caiplatform.ports.agent_secrets import AgentRef
 from caiplatform.ports.builder import BuildError, BuildRequest, Image, truncate_build_message
 from caiplatform.principal import Principal
@@ -112,7 +113,7 @@ class AgentBuilds(AgentRollout):
 
     # == deploy ======================================================================================
 
-    async def deploy(self, principal: Principal, project: str | None, upload: DeployUpload) -> dict[str, Any]:
+    async def deploy(self, principal: Principal, project: str | None, upload: DeployUpload) -> DeployAccepted:
         self.access.require_management(principal)
         if upload.unknown:
             raise BadRequest(rules.unknown_field_message(upload.unknown[0]))
@@ -141,7 +142,7 @@ class AgentBuilds(AgentRollout):
         files = await anyio.to_thread.run_sync(agent_source.extract_tarball, upload.code)
         return await self._claim_and_build(principal, project, name, files, framework=framework, runtime=runtime, kind=kind, config=config)
 
-    async def redeploy(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
+    async def redeploy(self, principal: Principal, name: str, project: str | None) -> RedeployAccepted:
         record = await self._locate(principal, name, project)
         count = await self.db.run(lambda s: len(list(s.scalars(select(AgentFile.path).where(AgentFile.agent_id == record.id)))))
         if count == 0:
@@ -151,9 +152,9 @@ class AgentBuilds(AgentRollout):
             kind=record.kind, config=None,
         )
         note = REDEPLOY_NOTE.format(name=record.name)
-        if "note" in result:  # the model endpoint is missing: the redeploy says so too
+        if result.note is not None:  # the model endpoint is missing: the redeploy says so too
             note += "; " + NO_MODEL_ENDPOINT_NOTE
-        return {**result, "files": count, "note": note}
+        return RedeployAccepted(agent=result.agent, build_id=result.build_id, files=count, note=note)
 
     def _cloud_credential_check(self, project: Project) -> None:
         settings = project.settings or {}
@@ -166,7 +167,7 @@ class AgentBuilds(AgentRollout):
     async def _claim_and_build(
         self, principal: Principal, project: str | None, name: str, files: dict[str, bytes] | None, *,
         framework: str, runtime: str | None, kind: str, config: dict[str, Any] | None,
-    ) -> dict[str, Any]:
+    ) -> DeployAccepted:
         now = self.clock.now()
         build_id = new_id()
 
@@ -240,10 +241,10 @@ class AgentBuilds(AgentRollout):
             await self.locks.release(build_lock(build_id))
             raise
         self._spawn(agent_id, self._build_and_roll(agent_id, build_id, principal))
-        result = {"agent": name, "build_id": build_id}
         if self._lacks_model_endpoint(framework, env):
-            result["note"] = DEPLOY_NOTE.format(name=name) + "; " + NO_MODEL_ENDPOINT_NOTE
-        return result
+            return DeployAccepted(agent=name, build_id=build_id,
+                                  note=DEPLOY_NOTE.format(name=name) + "; " + NO_MODEL_ENDPOINT_NOTE)
+        return DeployAccepted(agent=name, build_id=build_id)
 
     def _replace_files_sync(self, session: Session, agent_id: str, files: dict[str, bytes], now: datetime) -> None:
         session.execute(delete(AgentFile).where(AgentFile.agent_id == agent_id))

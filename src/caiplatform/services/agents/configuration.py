@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import builtins
 import logging
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -17,6 +15,27 @@ from caiplatform.db.models.agents import AgentFile, AgentSecret
 from caiplatform.domain import agent_source
 from caiplatform.domain import agents as rules
 from caiplatform.errors import BadRequest, NotFound
+from caiplatform.models.agents import (
+    AgentConfig,
+    AgentEnv,
+    ComputeConfig,
+    ConfigPatch,
+    ConfigUpdated,
+    EnvPatch,
+    EnvUpdated,
+    LogHistory,
+    LogLine,
+    SecretKeys,
+    SecretsPatch,
+    SecretsReplace,
+    SecretsUpdated,
+    SourceFile,
+    SourceFileDeleted,
+    SourceFileEntry,
+    SourceFiles,
+    SourceFileWrite,
+    SourceFileWritten,
+)
 from caiplatform.principal import Principal
 from caiplatform.services.agents.builds import AgentBuilds
 from caiplatform.services.agents.records import (
@@ -24,10 +43,7 @@ from caiplatform.services.agents.records import (
     FILES_NOTE,
     HISTORY_NOTE,
     LOG_HISTORY_DEFAULT,
-    NOTHING_TO_DO,
-    invalid_key,
 )
-from caiplatform.validation import ENV_NAME
 
 log = logging.getLogger(__name__)
 
@@ -37,41 +53,13 @@ class AgentConfiguration(AgentBuilds):
 
     # == env and secrets =============================================================================
 
-    @staticmethod
-    def _set_remove(body: Any) -> tuple[dict[str, Any], builtins.list[Any]]:
-        if not isinstance(body, dict):
-            raise BadRequest(NOTHING_TO_DO)
-        set_ = body.get("set")
-        remove = body.get("remove")
-        if set_ is not None and not isinstance(set_, dict):
-            raise BadRequest("'set' must be an object mapping names to values")
-        if remove is not None and not isinstance(remove, list):
-            raise BadRequest("'remove' must be an array of names")
-        if not set_ and not remove:
-            raise BadRequest(NOTHING_TO_DO)
-        return set_ or {}, remove or []
-
-    @staticmethod
-    def _value(key: str, value: Any, what: str) -> str:
-        if value is None:
-            return ""
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, str | int | float):
-            return str(value)
-        raise BadRequest(f"{what} values must be strings: {key}")
-
-    async def get_env(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
+    async def get_env(self, principal: Principal, name: str, project: str | None) -> AgentEnv:
         record = await self._locate(principal, name, project)
-        return {"agent": record.name, "env": record.env}
+        return AgentEnv(agent=record.name, env=record.env)
 
-    async def patch_env(self, principal: Principal, name: str, project: str | None, body: Any) -> dict[str, Any]:
+    async def patch_env(self, principal: Principal, name: str, project: str | None, patch: EnvPatch) -> EnvUpdated:
         record = await self._locate(principal, name, project)
-        set_, remove = self._set_remove(body)
-        for key in [*set_, *remove]:
-            if not isinstance(key, str) or not ENV_NAME.match(key):
-                raise BadRequest(invalid_key(key))
-        values = {k: self._value(k, v, "env") for k, v in set_.items()}
+        values, remove = patch.values(), patch.remove
 
         def run(session: Session) -> dict[str, str]:
             agent = self._agent_sync(session, record)
@@ -90,26 +78,17 @@ class AgentConfiguration(AgentBuilds):
 
         env = await self.db.run(run)
         await self._roll(record.id, "env")
-        return {"agent": record.name, "env_updated": True, "env": env}
+        return EnvUpdated(agent=record.name, env_updated=True, env=env)
 
-    async def secret_keys(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
+    async def secret_keys(self, principal: Principal, name: str, project: str | None) -> SecretKeys:
         record = await self._locate(principal, name, project)
         keys = await self.db.run(lambda s: sorted(s.scalars(select(AgentSecret.key).where(AgentSecret.agent_id == record.id))))
-        return {"agent": record.name, "keys": keys}
+        return SecretKeys(agent=record.name, keys=keys)
 
-    def _check_secret_map(self, values: Any) -> dict[str, str]:
-        if not isinstance(values, dict):
-            raise BadRequest("the body must be a JSON object mapping secret keys to values")
-        checked: dict[str, str] = {}
-        for key, value in values.items():
-            if not ENV_NAME.match(key):
-                raise BadRequest(invalid_key(key))
-            checked[key] = self._value(key, value, "secret")
-        return checked
-
-    async def put_secrets(self, principal: Principal, name: str, project: str | None, body: Any) -> dict[str, Any]:
+    async def put_secrets(self, principal: Principal, name: str, project: str | None,
+                          secrets: SecretsReplace) -> SecretsUpdated:
         record = await self._locate(principal, name, project)
-        values = {k: v for k, v in self._check_secret_map(body).items() if v != ""}
+        values = secrets.values()
 
         def run(session: Session) -> None:
             session.execute(delete(AgentSecret).where(AgentSecret.agent_id == record.id))
@@ -119,15 +98,12 @@ class AgentConfiguration(AgentBuilds):
 
         await self.db.run(run)
         await self._roll(record.id, "secrets")
-        return {"agent": record.name, "secrets_updated": True}
+        return SecretsUpdated(agent=record.name, secrets_updated=True)
 
-    async def patch_secrets(self, principal: Principal, name: str, project: str | None, body: Any) -> dict[str, Any]:
+    async def patch_secrets(self, principal: Principal, name: str, project: str | None,
+                            patch: SecretsPatch) -> SecretsUpdated:
         record = await self._locate(principal, name, project)
-        set_, remove = self._set_remove(body)
-        values = self._check_secret_map(set_)
-        for key in remove:
-            if not isinstance(key, str) or not ENV_NAME.match(key):
-                raise BadRequest(invalid_key(key))
+        values, remove = patch.values(), patch.remove
 
         def run(session: Session) -> list[str]:
             drop = set(remove) | {k for k, v in values.items() if v == ""}
@@ -143,17 +119,17 @@ class AgentConfiguration(AgentBuilds):
 
         keys = await self.db.run(run)
         await self._roll(record.id, "secrets")
-        return {"agent": record.name, "secrets_updated": True, "keys": keys}
+        return SecretsUpdated(agent=record.name, secrets_updated=True, keys=keys)
 
     # == config ======================================================================================
 
-    async def get_config(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
+    async def get_config(self, principal: Principal, name: str, project: str | None) -> AgentConfig:
         record = await self._locate(principal, name, project)
-        return {"agent": record.name, "config": record.config or None}
+        return AgentConfig(agent=record.name, config=ComputeConfig.of(record.config) if record.config else None)
 
-    async def patch_config(self, principal: Principal, name: str, project: str | None, body: Any) -> dict[str, Any]:
+    async def patch_config(self, principal: Principal, name: str, project: str | None, patch: ConfigPatch) -> ConfigUpdated:
         record = await self._locate(principal, name, project)
-        merged = rules.merge_config(record.config, body)
+        merged = rules.merge_config(record.config, patch.changes())
 
         def run(session: Session) -> None:
             agent = self._agent_sync(session, record)
@@ -162,7 +138,7 @@ class AgentConfiguration(AgentBuilds):
 
         await self.db.run(run)
         await self._roll(record.id, "config")
-        return {"agent": record.name, "config_updated": True, "config": merged or None}
+        return ConfigUpdated(agent=record.name, config_updated=True, config=ComputeConfig.of(merged) if merged else None)
 
     # == logs ========================================================================================
 
@@ -184,7 +160,8 @@ class AgentConfiguration(AgentBuilds):
         except (KeyError, ValueError, IndexError):
             return timedelta(days=14)
 
-    async def log_history(self, principal: Principal, name: str, project: str | None, limit: Any, since: Any) -> dict[str, Any]:
+    async def log_history(self, principal: Principal, name: str, project: str | None, limit: int | str | None = None,
+                          since: str | datetime | None = None) -> LogHistory:
         record = await self._locate(principal, name, project)
         if limit in (None, ""):
             count = LOG_HISTORY_DEFAULT
@@ -206,38 +183,36 @@ class AgentConfiguration(AgentBuilds):
             floor = max(floor, parsed)
         lines = await self.runtime.log_history(record.workload, since=floor, limit=count)
         body = [
-            {"ts": rfc3339(line.ts), "revision": line.revision, "pod": line.pod, "stream": line.stream, "message": line.message}
+            LogLine(ts=rfc3339(line.ts), revision=line.revision, pod=line.pod, stream=line.stream, message=line.message)
             for line in lines if line.ts >= floor
         ]
-        return {"agent": record.name, "lines": body, "count": len(body),
-                "note": HISTORY_NOTE.format(retention=self.settings.log_retention)}
+        return LogHistory(agent=record.name, lines=body, count=len(body),
+                          note=HISTORY_NOTE.format(retention=self.settings.log_retention))
 
     # == stored source files =========================================================================
 
-    async def list_files(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
+    async def list_files(self, principal: Principal, name: str, project: str | None) -> SourceFiles:
         record = await self._locate(principal, name, project)
         rows = await self.db.run(lambda s: [
-            {"path": f.path, "size": f.size, "updated_at": rfc3339(f.updated_at)}
+            SourceFileEntry(path=f.path, size=f.size, updated_at=rfc3339(f.updated_at))
             for f in s.scalars(select(AgentFile).where(AgentFile.agent_id == record.id).order_by(AgentFile.path))
         ])
-        return {"agent": record.name, "agent_id": record.id, "files": rows, "editable": True, "note": FILES_NOTE}
+        return SourceFiles(agent=record.name, agent_id=record.id, files=rows, editable=True, note=FILES_NOTE)
 
-    async def read_file(self, principal: Principal, name: str, project: str | None, path: str) -> dict[str, Any]:
+    async def read_file(self, principal: Principal, name: str, project: str | None, path: str) -> SourceFile:
         record = await self._locate(principal, name, project)
         clean = agent_source.clean_path(path)
         row = await self.db.run(lambda s: (lambda f: None if f is None else (f.content, f.updated_at))(s.get(AgentFile, (record.id, clean))))
         if row is None:
             raise NotFound(f"file {clean} not found")
         content, updated_at = row
-        return {"path": clean, "content": content.decode("utf-8", errors="replace"), "updated_at": rfc3339(updated_at)}
+        return SourceFile(path=clean, content=content.decode("utf-8", errors="replace"), updated_at=rfc3339(updated_at))
 
-    async def write_file(self, principal: Principal, name: str, project: str | None, path: str, body: Any) -> dict[str, Any]:
+    async def write_file(self, principal: Principal, name: str, project: str | None, path: str,
+                         file: SourceFileWrite) -> SourceFileWritten:
         record = await self._locate(principal, name, project)
         clean = agent_source.clean_path(path)
-        content = body.get("content") if isinstance(body, dict) else None
-        if not isinstance(content, str):
-            raise BadRequest("'content' is required and must be a string")
-        data = content.encode()
+        data = file.content.encode()
         now = self.clock.now()
 
         def run(session: Session) -> None:
@@ -248,9 +223,9 @@ class AgentConfiguration(AgentBuilds):
             self.audit.record(session, record.project.id, principal, "agent.file.write", f"{record.name}/{clean}", {"bytes": len(data)})
 
         await self.db.run(run)
-        return {"path": clean, "bytes": len(data), "note": FILE_NOTE.format(name=record.name)}
+        return SourceFileWritten(path=clean, bytes=len(data), note=FILE_NOTE.format(name=record.name))
 
-    async def delete_file(self, principal: Principal, name: str, project: str | None, path: str) -> dict[str, Any]:
+    async def delete_file(self, principal: Principal, name: str, project: str | None, path: str) -> SourceFileDeleted:
         record = await self._locate(principal, name, project)
         clean = agent_source.clean_path(path)
 
@@ -262,7 +237,7 @@ class AgentConfiguration(AgentBuilds):
             self.audit.record(session, record.project.id, principal, "agent.file.delete", f"{record.name}/{clean}")
 
         await self.db.run(run)
-        return {"deleted": clean}
+        return SourceFileDeleted(deleted=clean)
 
 
 async def _single(text: str) -> AsyncIterator[str]:

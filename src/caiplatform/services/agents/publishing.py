@@ -16,6 +16,7 @@ from caiplatform.clock import rfc3339
 from caiplatform.db.models import Project
 from caiplatform.db.models.agents import Agent
 from caiplatform.domain import agents as rules
+from caiplatform.models.agents import EmbedConfig, EmbedDeleted, EmbedUpdate
 from caiplatform.principal import Principal
 from caiplatform.ratelimit import TokenBucketLimiter
 from caiplatform.routing import HostGuard, Refusal, Upstream
@@ -153,13 +154,13 @@ class AgentPublishing(AgentBase):
     def _embed_view(embed: dict[str, Any] | None) -> dict[str, Any]:
         return {**rules.embed_defaults(), **(embed or {})}
 
-    async def get_embed(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
+    async def get_embed(self, principal: Principal, name: str, project: str | None) -> EmbedConfig:
         record = await self._locate(principal, name, project)
-        return {"agent": record.name, **self._embed_view(record.embed)}
+        return EmbedConfig.of({"agent": record.name, **self._embed_view(record.embed)})
 
-    async def put_embed(self, principal: Principal, name: str, project: str | None, body: Any) -> dict[str, Any]:
+    async def put_embed(self, principal: Principal, name: str, project: str | None, update: EmbedUpdate) -> EmbedConfig:
         record = await self._locate(principal, name, project)
-        merged = rules.merge_embed(record.embed, body)
+        merged = rules.merge_embed(record.embed, update.changes())
         now = self.clock.now()
 
         def run(session: Session) -> dict[str, Any]:
@@ -173,9 +174,9 @@ class AgentPublishing(AgentBase):
             return merged
 
         embed = await self.db.run(run)
-        return {"agent": record.name, **self._embed_view(embed)}
+        return EmbedConfig.of({"agent": record.name, **self._embed_view(embed)})
 
-    async def delete_embed(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
+    async def delete_embed(self, principal: Principal, name: str, project: str | None) -> EmbedDeleted:
         record = await self._locate(principal, name, project)
 
         def run(session: Session) -> None:
@@ -184,9 +185,9 @@ class AgentPublishing(AgentBase):
             self.audit.record(session, record.project.id, principal, "agent.embed.delete", record.name)
 
         await self.db.run(run)
-        return {"agent": record.name, "deleted": True}
+        return EmbedDeleted(agent=record.name, deleted=True)
 
-    async def rotate_embed_key(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
+    async def rotate_embed_key(self, principal: Principal, name: str, project: str | None) -> EmbedConfig:
         record = await self._locate(principal, name, project)
         now = self.clock.now()
 
@@ -199,7 +200,7 @@ class AgentPublishing(AgentBase):
             return embed
 
         embed = await self.db.run(run)
-        return {"agent": record.name, **self._embed_view(embed)}
+        return EmbedConfig.of({"agent": record.name, **self._embed_view(embed)})
 
     async def embed_target(self, key: str) -> EmbedTarget | None:
         def run(session: Session) -> EmbedTarget | None:

@@ -20,6 +20,7 @@ from caiplatform.db.models.agents import Agent, AgentRevision, AgentSecret
 from caiplatform.domain import agents as rules
 from caiplatform.domain.spec_document import sanitize_spec
 from caiplatform.errors import BadRequest
+from caiplatform.models.agents import AgentMetrics, AgentSpec, RevisionList, TrafficSet, TrafficSplit
 from caiplatform.ports.runtime import (
     Resources,
     RevisionSpec,
@@ -36,7 +37,6 @@ from caiplatform.services.agents.records import (
     READY_POLL_SECONDS,
     READY_TIMEOUT_SECONDS,
     SPEC_NOTE,
-    TRAFFIC_REQUIRED,
     WORKLOAD_TOKEN_TTL_SECONDS,
     AgentRecord,
     quota_message,
@@ -273,7 +273,7 @@ class AgentRollout(AgentPublishing):
 
     # == revisions and traffic =======================================================================
 
-    async def revisions(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
+    async def revisions(self, principal: Principal, name: str, project: str | None) -> RevisionList:
         record = await self._locate(principal, name, project)
         rows = await self.db.run(lambda s: [
             (r.name, r.generation, r.image, r.created_at, r.reason, r.message)
@@ -301,28 +301,11 @@ class AgentRollout(AgentPublishing):
                     "replicas": 0, "image": image, "url": "",
                 })
             out.append(body)
-        return {"agent": record.name, "revisions": out}
+        return RevisionList.of({"agent": record.name, "revisions": out})
 
-    async def set_traffic(self, principal: Principal, name: str, project: str | None, body: Any) -> dict[str, Any]:
+    async def set_traffic(self, principal: Principal, name: str, project: str | None, split: TrafficSplit) -> TrafficSet:
         record = await self._locate(principal, name, project)
-        split = body.get("traffic") if isinstance(body, dict) else None
-        if not isinstance(split, list) or not split:
-            raise BadRequest(TRAFFIC_REQUIRED)
-        targets: list[TrafficTarget] = []
-        seen: set[str] = set()
-        for entry in split:
-            if not isinstance(entry, dict) or not isinstance(entry.get("revision_name"), str) or not entry["revision_name"]:
-                raise BadRequest(f"{TRAFFIC_REQUIRED} (every entry needs revision_name and percent)")
-            percent = entry.get("percent")
-            if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
-                raise BadRequest(f"{TRAFFIC_REQUIRED} (percent must be an integer from 0 to 100)")
-            if entry["revision_name"] in seen:
-                raise BadRequest(f"{TRAFFIC_REQUIRED} (revision {entry['revision_name']} appears twice)")
-            seen.add(entry["revision_name"])
-            targets.append(TrafficTarget(percent=percent, revision_name=entry["revision_name"]))
-        total = sum(t.percent for t in targets)
-        if total != 100:
-            raise BadRequest(f"{TRAFFIC_REQUIRED} (percentages must sum to exactly 100, got {total})")
+        targets = [TrafficTarget(percent=share.percent, revision_name=share.revision_name) for share in split.traffic]
         runnable = await self.db.run(lambda s: set(s.scalars(
             select(AgentRevision.name).where(AgentRevision.agent_id == record.id, AgentRevision.reason == "")
         )))
@@ -335,11 +318,11 @@ class AgentRollout(AgentPublishing):
             raise BadRequest(exc.message) from None
         traffic = [{"revision_name": t.revision_name, "percent": t.percent} for t in targets]
         await self.db.run(lambda s: self.audit.record(s, record.project.id, principal, "agent.set-traffic", record.name, {"traffic": traffic}))
-        return {"agent": record.name, "traffic": traffic}
+        return TrafficSet.of({"agent": record.name, "traffic": traffic})
 
     # == spec and metrics ============================================================================
 
-    async def spec(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
+    async def spec(self, principal: Principal, name: str, project: str | None) -> AgentSpec:
         import yaml
 
         record = await self._locate(principal, name, project)
@@ -348,14 +331,14 @@ class AgentRollout(AgentPublishing):
             document = {"apiVersion": "serving.knative.dev/v1", "kind": "Service",
                         "metadata": {"name": record.name, "namespace": record.project.namespace}, "status": {"ready": False}}
         text = yaml.safe_dump(sanitize_spec(document), sort_keys=False, default_flow_style=False)
-        return {"agent": record.name, "yaml": text, "note": SPEC_NOTE}
+        return AgentSpec(agent=record.name, yaml=text, note=SPEC_NOTE)
 
-    async def metrics(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
+    async def metrics(self, principal: Principal, name: str, project: str | None) -> AgentMetrics:
         record = await self._locate(principal, name, project)
         metrics = await self.runtime.metrics(record.workload)
         status = await self._status(record)
         revisions = metrics.revisions if metrics else (status.revisions if status else [])
-        return {
+        return AgentMetrics.of({
             "agent": record.name,
             "instances": metrics.instances if metrics else 0,
             "revisions": [
@@ -366,4 +349,4 @@ class AgentRollout(AgentPublishing):
             "latest_ready_revision": status.latest_ready_revision if status else "",
             "target_concurrency": metrics.target_concurrency if metrics else 0,
             "note": METRICS_NOTE,
-        }
+        })

@@ -6,7 +6,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
-from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -15,7 +14,7 @@ from caiplatform import validation
 from caiplatform.db.models import ApiKey, Project
 from caiplatform.db.models.agents import Agent, AgentBuild, AgentFile, AgentRevision, AgentSecret
 from caiplatform.errors import Conflict, NotFound
-from caiplatform.pagination import Page, page_body
+from caiplatform.models.agents import AgentDeleted, AgentList, AgentView
 from caiplatform.principal import Principal
 from caiplatform.services.agent_directory import InvokeTarget
 from caiplatform.services.agents.configuration import AgentConfiguration
@@ -34,7 +33,8 @@ class AgentService(AgentConfiguration):
 
     # == list, get, delete ===========================================================================
 
-    async def list(self, principal: Principal, project: str | None, page_size: Any, page_token: str | None) -> dict[str, Any]:
+    async def list(self, principal: Principal, project: str | None, page_size: int | str | None = None,
+                   page_token: str | None = None) -> AgentList:
         self.access.require_management(principal)
 
         def run(session: Session) -> list[AgentRecord]:
@@ -57,12 +57,12 @@ class AgentService(AgentConfiguration):
         request = self.pager.request(f"agents:{project or '*'}:{principal.rate_key}", page_size, page_token)
         page = self.pager.page(records, request)
         views = [await self.view(r) for r in page.items]
-        return page_body("agents", Page(views, page.next_page_token, page.extra))
+        return AgentList(agents=views, next_page_token=page.next_page_token)
 
-    async def get(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
+    async def get(self, principal: Principal, name: str, project: str | None) -> AgentView:
         return await self.view(await self._locate(principal, name, project))
 
-    async def delete(self, principal: Principal, name: str, project: str | None) -> dict[str, Any]:
+    async def delete(self, principal: Principal, name: str, project: str | None) -> AgentDeleted:
         record = await self._locate(principal, name, project)
         await self._cancel_tasks(record.id)
         self._unpublish(record)
@@ -98,7 +98,7 @@ class AgentService(AgentConfiguration):
             with contextlib.suppress(Exception):
                 await self.builder.remove(image)
         self._roll_locks.pop(record.id, None)
-        return {"agent": record.name, "deleted": True}
+        return AgentDeleted(agent=record.name, deleted=True)
 
     async def purge_project(self, project_id: str) -> int:
         """Delete every agent of a project being deleted (for the projects area): runtime workloads, public
@@ -129,7 +129,7 @@ class AgentService(AgentConfiguration):
             (a.project_id, a.name) for a in s.scalars(select(Agent).where(Agent.owner_ref == f"user:{user_id}"))
         ])
 
-    async def unowned_agents(self) -> builtins.list[dict[str, Any]]:
+    async def unowned_agents(self) -> builtins.list[AgentView]:
         """Agents with no recorded owner, as agent views (`GET /v1/users`)."""
         records = await self.db.run(lambda s: [
             AgentRecord.of(a, p) for a, p in s.execute(
