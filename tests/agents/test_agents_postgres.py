@@ -9,9 +9,9 @@ from sqlalchemy import update
 from caiplatform.db import Database
 from caiplatform.db.models.agents import Agent
 from caiplatform.errors import Conflict
+from caiplatform.models.agents import EmbedUpdate, SecretsPatch, SourceFileWrite
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
-from caiplatform.models.agents import EmbedUpdate, SecretsPatch, SourceFileWrite
 from caiplatform.services.agents import DeployUpload
 from caiplatform.settings import Settings
 from caiplatform.testing import engines, tiny_app

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from caiplatform.errors import Conflict, Forbidden, NotFound, Unauthenticated
-from caiplatform.principal import Principal
 from caiplatform.models.agents import ConfigPatch, SecretsReplace
+from caiplatform.principal import Principal
 from caiplatform.services.agents import DeployUpload
 
 from .agents_support import FUNCTION, tarball

@@ -13,7 +13,7 @@ from pydantic import ConfigDict, Field, RootModel, model_validator
 
 from caiplatform.domain import agents as rules
 from caiplatform.errors import BadRequest
-from caiplatform.models.base import ListPage, RequestModel, ResponseModel, parse_request
+from caiplatform.models.base import ListPage, OpenResponseModel, RequestModel, ResponseModel, parse_request
 
 AgentState = Literal["building", "deploying", "ready", "failed"]
 EnvScalar = str | int | float | bool | None
@@ -428,3 +428,27 @@ class EmbedConfig(ResponseModel):
 class EmbedDeleted(ResponseModel):
     agent: str
     deleted: bool
+
+
+# ------------------------------------------------------------------------------------------ tool sandbox
+
+
+class SandboxToolCall(RequestModel):
+    """`POST /v1/projects/{project_id}/sandbox/tool-calls`: one of the calling agent's own tool functions."""
+
+    module_path: str = Field(description="a .py file of the agent's code, relative")
+    function: str = Field(description="a (dotted) Python name")
+    args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments")
+    timeout_s: int = Field(30, ge=1, le=120)
+
+
+class SandboxToolAnswer(OpenResponseModel):
+    """`{result}` or `{error}`, with how the call ran."""
+
+    result: Any = None
+    error: str | None = None
+    killed: Literal["timeout", "memory"] | None
+    message: str | None
+    duration_ms: int
+    startup_ms: int
+    timeout_s: int

@@ -50,8 +50,8 @@ from caiplatform.domain.vector import (
     quantization_json,
     quantization_of,
 )
-from caiplatform.models import vector as vector_models
 from caiplatform.errors import BadRequest, Conflict, NotFound, PlatformError, Unavailable
+from caiplatform.models import vector as vector_models
 from caiplatform.models.vector import IndexCreate, IndexCredential, IndexList, IndexPatch
 from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.vector import VectorEngine, VectorEngineRejected

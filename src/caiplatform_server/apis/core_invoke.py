@@ -95,7 +95,7 @@ USER_ID = {"name": "user_id", "in": "query", "required": True, "schema": {"type"
            "description": "Whose sessions."}
 
 
-def _page_args(request: Request) -> tuple[Any, str | None]:
+def _page_args(request: Request) -> tuple[str | None, str | None]:
     q = request.query_params
     return q.get("page_size", q.get("limit")), q.get("page_token")
 
@@ -105,8 +105,8 @@ def _page_args(request: Request) -> tuple[Any, str | None]:
 async def invoke(name: str, request: Request, principal: Principal = Depends(principal_of),
                  platform: Platform = Depends(platform_of)) -> Response:
     raw = await read_body(request, FUNCTION_BODY_LIMIT)
-    reply = await platform.invoke.invoke(principal, name, _project(request), raw)
-    return Response(reply.content, status_code=reply.status, headers=reply.headers, media_type=reply.media_type)
+    answer = await platform.invoke.invoke(principal, name, _project(request), raw)
+    return Response(answer.content, status_code=answer.status, headers=answer.headers, media_type=answer.media_type)
 
 
 @router.post(A + "/invoke/stream", summary="The same turn as an NDJSON stream",
@@ -191,10 +191,10 @@ async def _embed_turn(embed: EmbedTarget, request: Request, platform: Platform, 
         turn = await platform.invoke.stream(Principal.anonymous(client_ip), prepared.target.agent, None, raw,
                                             prepared=prepared)
         return TurnStreamResponse(turn, cors)
-    reply = await platform.invoke.invoke(Principal.anonymous(client_ip), prepared.target.agent, None, raw,
-                                         prepared=prepared)
-    return Response(reply.content, status_code=reply.status, headers={**reply.headers, **cors},
-                    media_type=reply.media_type)
+    answer = await platform.invoke.invoke(Principal.anonymous(client_ip), prepared.target.agent, None, raw,
+                                          prepared=prepared)
+    return Response(answer.content, status_code=answer.status, headers={**answer.headers, **cors},
+                    media_type=answer.media_type)
 
 
 @router.options("/v1/embed/{key}/config", include_in_schema=False)

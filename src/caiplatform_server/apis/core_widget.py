@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from importlib import resources
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
@@ -33,12 +34,12 @@ SCRIPT_HEADERS = {
 
 
 JS = "text/javascript"
-SCRIPT_ANSWER = {"description": "The script", "content": {JS: {"schema": {"type": "string"}}}}
-REDIRECT = {"description": "Redirect to the current version (Location: widget-<version>.js)",
+SCRIPT_ANSWER: dict[str, Any] = {"description": "The script", "content": {JS: {"schema": {"type": "string"}}}}
+REDIRECT: dict[str, Any] = {"description": "Redirect to the current version (Location: widget-<version>.js)",
             "headers": {"Location": {"schema": {"type": "string"}}}}
 
 
-def _script_operation(*answers: tuple[int, dict[str, object]]) -> dict[str, object]:
+def _script_operation(*answers: tuple[int, dict[str, Any]]) -> dict[str, Any]:
     kwargs = operation(security=ANONYMOUS, content_type=JS)
     kwargs["responses"].update(dict(answers))
     return kwargs
