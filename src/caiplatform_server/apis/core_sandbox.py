@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from caiplatform.codesandbox import CODE, TOOL
-from caiplatform.codesandbox.models import ExecuteRequest, ExecuteResult
+from caiplatform.codesandbox.models import ExecuteRequest, ExecuteResult, inline_schema
 from caiplatform.models.agents import SandboxToolAnswer, SandboxToolCall
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
@@ -17,12 +19,19 @@ from caiplatform_server.http import json_body
 router = APIRouter(tags=["code sandbox"])
 
 
+def _inline_body(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The execute body's schema inline (as the code sandbox documents it), not a reference."""
+    kwargs["openapi_extra"]["requestBody"]["content"]["application/json"]["schema"] = inline_schema(ExecuteRequest)
+    return kwargs
+
+
 @router.post(
     "/v1/projects/{project_id}/sandbox/execute",
     summary="Run a snippet in a fresh sandbox from the warm pool (a workload credential of the project only)",
     description=f"400: {CODE.timeout_message}; code is required; unsupported 'language'. 403: not a workload "
                 "credential. 404: another project's workload. 503: no warm sandbox pod available, try again shortly.",
-    **operation(body=ExecuteRequest, response=ExecuteResult, security=(WORKLOAD_KEY,), errors=(403, 404, 413)),
+    **_inline_body(operation(body=ExecuteRequest, response=ExecuteResult, security=(WORKLOAD_KEY,),
+                             errors=(403, 404, 413))),
 )
 async def execute(project_id: str, request: Request, principal: Principal = Depends(principal_of),
                   platform: Platform = Depends(platform_of)) -> JSONResponse:
