@@ -36,23 +36,31 @@ from caiplatform.domain.vector import (
     NAME_TAKEN,
     NOT_FOUND,
     NOT_READY,
-    VERBS,
     Index,
     IndexSpec,
     State,
     collection_name,
     collection_prefix,
     is_index_name,
-    parse_delete,
     parse_query,
-    parse_scroll,
     parse_upsert,
     quantization_json,
     quantization_of,
 )
 from caiplatform.errors import BadRequest, Conflict, NotFound, PlatformError, Unavailable
 from caiplatform.models import vector as vector_models
-from caiplatform.models.vector import IndexCreate, IndexCredential, IndexList, IndexPatch
+from caiplatform.models.vector import MISSING_VERB as MISSING_VERB
+from caiplatform.models.vector import UNKNOWN_VERB as UNKNOWN_VERB
+from caiplatform.models.vector import (
+    IndexCreate,
+    IndexCredential,
+    IndexDeletePoints,
+    IndexList,
+    IndexPatch,
+    IndexQuery,
+    IndexScroll,
+    IndexUpsert,
+)
 from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.vector import VectorEngine, VectorEngineRejected
 from caiplatform.principal import Principal
@@ -76,11 +84,6 @@ TOKEN_NOTE = (
     "snapshot; fetch this again after creating an index. The engine's master key is never returned."
 )
 TOKEN_TTL_SECONDS = 3600
-UNKNOWN_VERB = "unknown verb ':{verb}'; the supported verbs are :upsert, :query, :scroll and :delete-points"
-MISSING_VERB = (
-    "missing verb: data operations are POSTs to the index path with a verb suffix: "
-    ":upsert, :query, :scroll or :delete-points"
-)
 
 #: a health check: returns the error text, or None when healthy
 HealthCheck = Callable[[], Awaitable[str | None]]
@@ -429,31 +432,30 @@ class IndexService:
     # ------------------------------------------------------------------------------------ data verbs
 
     async def data(
-        self, principal: Principal, project_id: str, name: str, verb: str | None, body: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """Route a `POST .../indexes/{name}:{verb}` to its verb (400 for a missing or unknown one)."""
-        await self._project(principal, project_id)
-        if verb is None:
-            raise BadRequest(MISSING_VERB)
-        if verb not in VERBS:
-            raise BadRequest(UNKNOWN_VERB.format(verb=verb))
-        method = {
-            "upsert": self.upsert,
-            "query": self.query,
-            "scroll": self.scroll,
-            "delete-points": self.delete_points,
-        }[verb]
-        return await method(principal, project_id, name, body)
+        self, principal: Principal, project_id: str, name: str, request: vector_models.IndexDataRequest
+    ) -> vector_models.IndexDataResult:
+        """The verb a request model stands for (`POST .../indexes/{name}:{verb}`)."""
+        if isinstance(request, IndexUpsert):
+            return await self.upsert(principal, project_id, name, request)
+        if isinstance(request, IndexQuery):
+            return await self.query(principal, project_id, name, request)
+        if isinstance(request, IndexScroll):
+            return await self.scroll(principal, project_id, name, request)
+        return await self.delete_points(principal, project_id, name, request)
 
-    async def upsert(self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def upsert(
+        self, principal: Principal, project_id: str, name: str, body: IndexUpsert
+    ) -> vector_models.IndexUpsertResult:
         record = await self._ready(principal, project_id, name)
-        points = parse_upsert(body, record.spec.name, record.spec.dimensions, self.max_points)
+        points = parse_upsert(body.as_body(), record.spec.name, record.spec.dimensions, self.max_points)
         await self._data(record, self.engine.upsert(record.collection, points))
-        return {"index": record.spec.name, "upserted_count": len(points)}
+        return vector_models.IndexUpsertResult(index=record.spec.name, upserted_count=len(points))
 
-    async def query(self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def query(
+        self, principal: Principal, project_id: str, name: str, body: IndexQuery
+    ) -> vector_models.IndexQueryResult:
         record = await self._ready(principal, project_id, name)
-        request = parse_query(body, record.spec.name, record.spec.dimensions, self.max_top_k)
+        request = parse_query(body.as_body(), record.spec.name, record.spec.dimensions, self.max_top_k)
         hits = await self._data(
             record,
             self.engine.query(
@@ -468,6 +470,7 @@ class IndexService:
                 offset=request.offset,
             )
         )
+        # The engine's answer is the platform's own: built without re-validating every coordinate.
         results = []
         for hit in hits:
             item: dict[str, Any] = {"id": hit.id, "score": hit.score}
@@ -475,14 +478,15 @@ class IndexService:
                 item["payload"] = hit.payload or {}
             if request.with_vector and hit.vector is not None:
                 item["vector"] = hit.vector
-            results.append(item)
-        return {"index": record.spec.name, "results": results}
+            results.append(vector_models.IndexQueryHit.model_construct(**item))
+        return vector_models.IndexQueryResult.model_construct(index=record.spec.name, results=results)
 
-    async def scroll(self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def scroll(
+        self, principal: Principal, project_id: str, name: str, body: IndexScroll
+    ) -> vector_models.IndexScrollResult:
         record = await self._ready(principal, project_id, name)
-        limit, offset, scroll_filter = parse_scroll(body)
         points, next_offset = await self._data(
-            record, self.engine.scroll(record.collection, limit=limit, offset=offset, filter=scroll_filter)
+            record, self.engine.scroll(record.collection, limit=body.limit, offset=body.offset, filter=body.filter)
         )
         out: dict[str, Any] = {
             "index": record.spec.name,
@@ -490,18 +494,17 @@ class IndexService:
         }
         if next_offset is not None:
             out["next_offset"] = next_offset
-        return out
+        return vector_models.IndexScrollResult.of(out)
 
     async def delete_points(
-        self, principal: Principal, project_id: str, name: str, body: Mapping[str, Any]
-    ) -> dict[str, Any]:
+        self, principal: Principal, project_id: str, name: str, body: IndexDeletePoints
+    ) -> vector_models.IndexDeletePointsResult:
         record = await self._ready(principal, project_id, name)
-        ids, delete_filter = parse_delete(body)
-        await self._data(record, self.engine.delete_points(record.collection, ids=ids, filter=delete_filter))
+        await self._data(record, self.engine.delete_points(record.collection, ids=body.ids, filter=body.filter))
         out: dict[str, Any] = {"index": record.spec.name, "status": "ok"}
-        if ids is not None:
-            out["ids_requested"] = len(ids)
-        return out
+        if body.ids is not None:
+            out["ids_requested"] = len(body.ids)
+        return vector_models.IndexDeletePointsResult.of(out)
 
     # ------------------------------------------------------------------------------------ credential
 
@@ -537,7 +540,7 @@ class IndexService:
 
     # ------------------------------------------------------------------------------------ health
 
-    async def health(self) -> tuple[int, dict[str, Any]]:
+    async def health(self) -> tuple[int, vector_models.VectorHealth]:
         """`/healthz`: (200 or 503, `{status, dependencies: {vector_store, kubernetes, database}}`)."""
 
         async def engine_check() -> str | None:
@@ -569,4 +572,5 @@ class IndexService:
                 entry["error"] = error
             dependencies[key] = entry
         healthy = all(d["ok"] for d in dependencies.values())
-        return (200 if healthy else 503), {"status": "ok" if healthy else "degraded", "dependencies": dependencies}
+        return (200 if healthy else 503), vector_models.VectorHealth.of(
+            {"status": "ok" if healthy else "degraded", "dependencies": dependencies})
