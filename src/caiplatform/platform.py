@@ -316,7 +316,11 @@ class Platform:
         self.projects.usage = lambda namespace: self.runtime.usage(namespace)
         self.agent_hooks.project_agents = lambda project_id: self.agents.project_agent_names(project_id)
         self.agent_hooks.user_agents = lambda user_id: self.agents.user_agents(user_id)
-        self.agent_hooks.unowned_agents = lambda: self.agents.unowned_agents()
+
+        async def unowned_agents() -> list[dict[str, Any]]:
+            return [view.to_json() for view in await self.agents.unowned_agents()]
+
+        self.agent_hooks.unowned_agents = unowned_agents
         self.profile.on_model_key_change = lambda key: self.agents.model_key_changed(key)
         for kind, route in (("agent", "agents"), ("function", "functions")):
             self.search.register(kind, search_sources.rows_source(
@@ -522,7 +526,7 @@ class Platform:
         return self._build_agents()
 
     def _agent_secrets(self) -> Any:
-        from caiplatform.services.agents import LazyAgentSecrets
+        from caiplatform.adapters.tables.agent_secrets import LazyAgentSecrets
 
         return LazyAgentSecrets(lambda: self.agents.secret_port)
 

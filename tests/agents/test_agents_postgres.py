@@ -9,6 +9,7 @@ from sqlalchemy import update
 from caiplatform.db import Database
 from caiplatform.db.models.agents import Agent
 from caiplatform.errors import Conflict
+from caiplatform.models.agents import EmbedUpdate, SecretsPatch, SourceFileWrite
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.services.agents import DeployUpload
@@ -44,16 +45,16 @@ async def test_deploy_manage_and_delete_on_postgres(pg_platform):
     upload = DeployUpload(fields={"name": "pg", "framework": "function"}, code=tarball(FUNCTION))
     await agents.deploy(automation, "default", upload)
     await agents.wait_idle()
-    assert (await agents.get(automation, "pg", None))["ready"]
+    assert (await agents.get(automation, "pg", None)).ready
     await pg_platform.db.run(lambda s: s.execute(update(Agent).where(Agent.name == "pg").values(build_claimed_at=pg_platform.clock.now())))
     with pytest.raises(Conflict, match="a build is already in progress for agent pg"):
         await agents.redeploy(automation, "pg", None)
     await pg_platform.db.run(lambda s: s.execute(update(Agent).values(build_claimed_at=None)))
-    await agents.patch_secrets(automation, "pg", None, {"set": {"K": "v"}})
-    await agents.write_file(automation, "pg", None, "extra.py", {"content": "X = 1\n"})
-    await agents.put_embed(automation, "pg", None, {"enabled": True})
+    await agents.patch_secrets(automation, "pg", None, SecretsPatch(set={"K": "v"}))
+    await agents.write_file(automation, "pg", None, "extra.py", SourceFileWrite(content="X = 1\n"))
+    await agents.put_embed(automation, "pg", None, EmbedUpdate(enabled=True))
     await agents.wait_idle()
-    assert (await agents.get(automation, "pg", None))["latest_revision"] == "pg-00002"
-    assert [f["path"] for f in (await agents.list_files(automation, "pg", None))["files"]] == ["extra.py", "main.py"]
-    assert await agents.delete(automation, "pg", None) == {"agent": "pg", "deleted": True}
-    assert (await agents.list(automation, None, None, None))["agents"] == []
+    assert (await agents.get(automation, "pg", None)).latest_revision == "pg-00002"
+    assert [f.path for f in (await agents.list_files(automation, "pg", None)).files] == ["extra.py", "main.py"]
+    assert (await agents.delete(automation, "pg", None)).to_json() == {"agent": "pg", "deleted": True}
+    assert (await agents.list(automation, None)).agents == []

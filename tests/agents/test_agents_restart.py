@@ -23,7 +23,7 @@ async def test_a_build_cut_short_by_a_stop_resumes_on_start(tmp_path):
     try:
         upload = DeployUpload(fields={"name": "survivor", "framework": "function"}, code=tarball(FUNCTION))
         accepted = await first.agents.deploy(automation, "default", upload)
-        assert (await first.agents.get(automation, "survivor", None))["state"] == "building"
+        assert (await first.agents.get(automation, "survivor", None)).state == "building"
     finally:
         await first.aclose()  # stops mid-build: the background build is cancelled
 
@@ -32,12 +32,12 @@ async def test_a_build_cut_short_by_a_stop_resumes_on_start(tmp_path):
     try:
         for _ in range(600):
             view = await second.agents.get(automation, "survivor", None)
-            if view["state"] not in ("building", "deploying"):
+            if view.state not in ("building", "deploying"):
                 break
             await asyncio.sleep(0.1)
-        assert view["ready"], view
-        assert view["latest_revision"] == "survivor-00001"
+        assert view.ready, view
+        assert view.latest_revision == "survivor-00001"
         builds = await second.db.run(lambda s: [(b.id, b.state) for b in s.scalars(select(AgentBuild))])
-        assert builds == [(accepted["build_id"], "succeeded")]
+        assert builds == [(accepted.build_id, "succeeded")]
     finally:
         await second.aclose()

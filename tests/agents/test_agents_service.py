@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from caiplatform.errors import Conflict, Forbidden, NotFound, Unauthenticated
+from caiplatform.models.agents import ConfigPatch, SecretsReplace
 from caiplatform.models.secrets import BindingPut, SecretWrite
 from caiplatform.principal import Principal
 from caiplatform.services.agents import DeployUpload
@@ -54,14 +55,14 @@ async def test_bindings_reach_the_agent_and_roll_a_revision(platform, world, aut
     applied = await platform.secrets.apply(automation, world.project_id, "bound")
     assert applied.applied[0].version == 1
     keys = await platform.agents.secret_keys(automation, "bound", "default")
-    assert keys["keys"] == ["API_KEY"]
+    assert keys.keys == ["API_KEY"]
     await platform.agents.wait_idle()
     view = await platform.agents.get(automation, "bound", "default")
-    assert view["latest_revision"] == "bound-00002" and view["ready"]
+    assert view.latest_revision == "bound-00002" and view.ready
     # A redeploy puts the bound values in again; a delete forgets the bindings.
     await platform.agents.redeploy(automation, "bound", "default")
     await platform.agents.wait_idle()
-    assert (await platform.agents.secret_keys(automation, "bound", "default"))["keys"] == ["API_KEY"]
+    assert (await platform.agents.secret_keys(automation, "bound", "default")).keys == ["API_KEY"]
     await platform.agents.delete(automation, "bound", "default")
     assert (await platform.secrets.list_bindings(automation, world.project_id)).bindings == []
 
@@ -74,7 +75,7 @@ async def test_audit_rows_name_the_actor(platform, world):
     member = await platform.auth.authenticate(world.member["Authorization"].split()[1])
     await platform.agents.deploy(member, "default", _upload("audited"))
     await platform.agents.wait_idle()
-    await platform.agents.patch_config(member, "audited", None, {"timeout_seconds": 10})
+    await platform.agents.patch_config(member, "audited", None, ConfigPatch(timeout_seconds=10))
     await platform.agents.delete(member, "audited", None)
     rows = await platform.db.run(lambda s: [(a.action, a.actor) for a in s.scalars(select(AuditEntry).where(AuditEntry.target == "audited"))])
     assert ("agent.deploy", "member@example.com") in rows and ("agent.config", "member@example.com") in rows
@@ -86,7 +87,7 @@ async def test_purge_project_deletes_every_agent(platform, world, automation):
     await platform.agents.deploy(automation, "other", _upload("two"))
     await platform.agents.wait_idle()
     assert await platform.agents.purge_project(world.other_project_id) == 2
-    assert (await platform.agents.list(automation, "other", None, None))["agents"] == []
+    assert (await platform.agents.list(automation, "other")).agents == []
 
 
 async def test_hooks_for_the_identity_area(platform, world, automation):
@@ -98,16 +99,16 @@ async def test_hooks_for_the_identity_area(platform, world, automation):
     await platform.agents.wait_idle()
     assert await platform.agents.project_agent_names(world.project_id) == ["orphan", "owned"]
     assert await platform.agents.user_agents(member.user_id) == [(world.project_id, "owned")]
-    assert [v["name"] for v in await platform.agents.unowned_agents()] == ["orphan"]
+    assert [v.name for v in await platform.agents.unowned_agents()] == ["orphan"]
     # A new platform model key rolls every agent without a key of its own.
-    await platform.agents.put_secrets(automation, "owned", "default", {"MODEL_API_KEY": "own"})
+    await platform.agents.put_secrets(automation, "owned", "default", SecretsReplace({"MODEL_API_KEY": "own"}))
     await platform.agents.wait_idle()
     await platform.db.run(lambda s: s.add(PlatformSetting(key="model_api_key", value="platform-key")))
     assert await platform.agents.model_key_changed("platform-key") == []
     await platform.agents.wait_idle()
-    assert (await platform.agents.get(automation, "orphan", None))["latest_revision"] == "orphan-00002"
+    assert (await platform.agents.get(automation, "orphan", None)).latest_revision == "orphan-00002"
     owned = await platform.agents.get(automation, "owned", None)
-    assert owned["latest_revision"] == "owned-00002", owned.get("message")
+    assert owned.latest_revision == "owned-00002", owned.message
     target = await platform.agents.manage_target(automation, "orphan", None)
     endpoint = await platform.runtime.acquire(target.workload, timeout=5)
     async with endpoint.client() as http:

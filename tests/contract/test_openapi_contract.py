@@ -13,9 +13,11 @@ type, and a body that matches the declared schema.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -74,6 +76,21 @@ def test_every_error_answer_is_the_envelope():
                     assert ref.endswith("/ErrorEnvelope"), (method, path, status)
 
 
+def _encoded(kwargs: dict) -> dict:
+    """A multipart case as a body already encoded: the response check reads the request's content, which
+    httpx cannot give for a streamed multipart body; a generated part that is not text or bytes is sent as
+    its JSON text (a form carries nothing else)."""
+    files = kwargs.pop("files", None)
+    if not files:
+        return kwargs
+    parts = [(name, (filename, value if isinstance(value, bytes | str) else json.dumps(value)))
+             for name, (filename, value, *_) in files]
+    request = httpx.Request(kwargs["method"], kwargs["url"], files=parts, data=kwargs.pop("data", None) or None)
+    request.read()
+    headers = {k: v for k, v in (kwargs.get("headers") or {}).items() if k.lower() != "content-type"}
+    return {**kwargs, "headers": {**headers, "Content-Type": request.headers["content-type"]}, "content": request.content}
+
+
 @schema.parametrize()
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
@@ -86,7 +103,7 @@ def test_every_answer_matches_the_document(world, case):
             real = w.path_value(case.path, name, pick=next(PICKS))
             if real is not None:
                 case.path_parameters[name] = real
-    kwargs = case.as_transport_kwargs(base_url="http://testserver", headers=w.headers)
+    kwargs = _encoded(case.as_transport_kwargs(base_url="http://testserver", headers=w.headers))
     kwargs.pop("cookies", None)
     response = portal.call(lambda: w.client.request(**kwargs))
     case.validate_response(response, checks=CHECKS)

@@ -86,3 +86,23 @@ async def test_an_abandoned_stream_frees_its_runtime_slot(model_vars, platform, 
     # the only slot is free again: the next invoke gets it at once
     reply = await asyncio.wait_for(platform.invoke.invoke(anonymous, "fn", None, b'{"message": "again"}'), 10)
     assert json.loads(reply.content)["echo"] == "again"
+
+
+async def test_the_library_reads_a_turn_typed(model, model_vars, platform, tmp_path):
+    """The invoke service's answers as models: `Reply.response()` and `TurnStream.events()` (issue 19)."""
+    from caiplatform.models.invoke import InvokeRequest, OutputDelta, ToolCallEvent, TurnDone
+    from caiplatform.principal import Principal
+
+    await _deploy(platform, tmp_path, model_vars, "weather", "adk", ADK_WEATHER)
+    anonymous = Principal.anonymous("127.0.0.1")
+    model.set_script(WEATHER_SCRIPT)
+    answer = (await platform.invoke.invoke(anonymous, "weather", None, InvokeRequest(message="weather in Paris?"))).response()
+    assert answer.output == "It is sunny in Paris today."
+    assert [(c.name, c.summary) for c in answer.tool_calls] == [("get_weather", 'called with args={"city": "Paris"}')]
+
+    model.set_script(WEATHER_SCRIPT)
+    turn = await platform.invoke.stream(anonymous, "weather", None, InvokeRequest(message="weather in Paris?"))
+    events = [event async for event in turn.events()]
+    assert "".join(e.text for e in events if isinstance(e, OutputDelta)) == answer.output
+    assert any(isinstance(e, ToolCallEvent) and e.args == {"city": "Paris"} for e in events)
+    assert isinstance(events[-1], TurnDone) and events[-1].session_id == turn.headers["X-CAI-Session-Id"]

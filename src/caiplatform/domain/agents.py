@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from caiplatform.errors import BadRequest
+from caiplatform.validation import ENV_NAME
 
 # -- deploy form -------------------------------------------------------------------------------------
 
@@ -21,6 +22,11 @@ DEFAULT_FRAMEWORK = "adk"
 
 NAME_MESSAGE = "missing or invalid 'name' (must be a lowercase DNS label)"
 RUNTIME_ONLY_FOR_FUNCTIONS = "'runtime' only applies to framework=function"
+
+
+def unknown_agent(name: str) -> str:
+    """The 404 of a name that is no agent the caller may see."""
+    return f"unknown agent: {name}"
 
 
 def unknown_field_message(field: str) -> str:
@@ -241,3 +247,81 @@ def merge_embed(current: dict[str, Any] | None, patch: Any) -> dict[str, Any]:
     return merged
 
 
+
+
+# -- env, secrets, traffic ---------------------------------------------------------------------------
+
+NOTHING_TO_DO = "nothing to do: provide 'set' and/or 'remove'"
+TRAFFIC_REQUIRED = (
+    'traffic is required - send the complete split, e.g. {"traffic": [{"revision_name": "<name>-00002", "percent": 100}]}'
+)
+
+
+def invalid_key(key: Any) -> str:
+    return f"invalid secret key (must be a valid environment variable name): {key}"
+
+
+def set_remove(body: Any) -> tuple[dict[str, Any], list[Any]]:
+    """`{set: map, remove: [names]}` of the env and secrets PATCH bodies."""
+    if not isinstance(body, dict):
+        raise BadRequest(NOTHING_TO_DO)
+    set_ = body.get("set")
+    remove = body.get("remove")
+    if set_ is not None and not isinstance(set_, dict):
+        raise BadRequest("'set' must be an object mapping names to values")
+    if remove is not None and not isinstance(remove, list):
+        raise BadRequest("'remove' must be an array of names")
+    if not set_ and not remove:
+        raise BadRequest(NOTHING_TO_DO)
+    return set_ or {}, remove or []
+
+
+def check_names(names: Any) -> None:
+    for key in names:
+        if not isinstance(key, str) or not ENV_NAME.match(key):
+            raise BadRequest(invalid_key(key))
+
+
+def env_value(key: str, value: Any, what: str) -> str:
+    """A value of the env or secret map as the string the instance sees (null: "", a removal)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise BadRequest(f"{what} values must be strings: {key}")
+
+
+def check_secret_map(values: Any) -> dict[str, str]:
+    if not isinstance(values, dict):
+        raise BadRequest("the body must be a JSON object mapping secret keys to values")
+    checked: dict[str, str] = {}
+    for key, value in values.items():
+        if not ENV_NAME.match(key):
+            raise BadRequest(invalid_key(key))
+        checked[key] = env_value(key, value, "secret")
+    return checked
+
+
+def traffic_split(body: Any) -> list[tuple[str, int]]:
+    """`(revision_name, percent)` of a set-traffic body: the complete split, summing to exactly 100."""
+    split = body.get("traffic") if isinstance(body, dict) else None
+    if not isinstance(split, list) or not split:
+        raise BadRequest(TRAFFIC_REQUIRED)
+    targets: list[tuple[str, int]] = []
+    seen: set[str] = set()
+    for entry in split:
+        if not isinstance(entry, dict) or not isinstance(entry.get("revision_name"), str) or not entry["revision_name"]:
+            raise BadRequest(f"{TRAFFIC_REQUIRED} (every entry needs revision_name and percent)")
+        percent = entry.get("percent")
+        if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
+            raise BadRequest(f"{TRAFFIC_REQUIRED} (percent must be an integer from 0 to 100)")
+        if entry["revision_name"] in seen:
+            raise BadRequest(f"{TRAFFIC_REQUIRED} (revision {entry['revision_name']} appears twice)")
+        seen.add(entry["revision_name"])
+        targets.append((entry["revision_name"], percent))
+    total = sum(percent for _, percent in targets)
+    if total != 100:
+        raise BadRequest(f"{TRAFFIC_REQUIRED} (percentages must sum to exactly 100, got {total})")
+    return targets

@@ -20,10 +20,11 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import httpx
+from pydantic import ValidationError
 
 from caiplatform import json_input, validation
 from caiplatform.errors import (
@@ -36,6 +37,18 @@ from caiplatform.errors import (
     PlatformError,
     Unauthenticated,
     Unavailable,
+)
+from caiplatform.models.base import ResponseModel
+from caiplatform.models.invoke import (
+    STREAM_EVENT,
+    InvokeRequest,
+    InvokeResponse,
+    MemorizeResult,
+    PublicEmbedConfig,
+    SessionList,
+    StreamEvent,
+    Transcript,
+    UserList,
 )
 from caiplatform.ports.runtime import Endpoint, NoCapacity, WorkloadError, WorkloadRuntime
 from caiplatform.principal import Principal
@@ -69,6 +82,7 @@ EMBED_CONFIG_FIELDS = ("title", "subtitle", "greeting", "accent_color", "launche
 UPSTREAM_MAX_DEPTH = 128  # nesting of a harness's answer: a transcript holds callers' bodies of up to 64
 
 log = logging.getLogger(__name__)
+V = TypeVar("V", bound=ResponseModel)
 
 
 class AgentMemory(Protocol):
@@ -99,21 +113,46 @@ class Prepared:
 
 @dataclass
 class Reply:
-    """A buffered answer, passed through as the harness gave it."""
+    """A buffered answer, passed through as the harness gave it (the route sends its bytes as they are)."""
 
     status: int
     content: bytes
     headers: dict[str, str] = field(default_factory=dict)
     media_type: str = "application/json"
 
+    def value(self) -> Any:
+        """The decoded JSON answer (a function's own return value)."""
+        return json_input.decode(self.content, max_depth=UPSTREAM_MAX_DEPTH)
+
+    def response(self) -> InvokeResponse:
+        """An agent's answer as its model (`value()` for a function's own value)."""
+        return InvokeResponse.model_validate(self.value())
+
 
 @dataclass
 class TurnStream:
-    """An open NDJSON stream: `headers` are known before the first line; always `aclose()` it."""
+    """An open NDJSON stream: `headers` are known before the first line; always `aclose()` it.
+
+    `lines` are the harness's bytes as they arrive (what the route sends on); `events()` reads the same
+    stream as typed lines, one `StreamEvent` per line."""
 
     headers: dict[str, str]
     lines: AsyncIterator[bytes]
     aclose: Callable[[], Awaitable[None]]
+
+    async def events(self) -> AsyncIterator[StreamEvent]:
+        buffered = b""
+        try:
+            async for chunk in self.lines:
+                buffered += chunk
+                *complete, buffered = buffered.split(b"\n")
+                for line in complete:
+                    if line.strip():
+                        yield STREAM_EVENT.validate_json(line)
+            if buffered.strip():
+                yield STREAM_EVENT.validate_json(buffered)
+        finally:
+            await self.aclose()
 
 
 def _upstream_message(content: bytes, status: int) -> str:
@@ -253,9 +292,12 @@ class InvokeService:
         raise self._failed(target, message)
 
     # -- invoke ----------------------------------------------------------------------------------
-    async def prepare(self, principal: Principal, name: str, project: str | None, raw: bytes, *,
+    async def prepare(self, principal: Principal, name: str, project: str | None, raw: bytes | InvokeRequest, *,
                       target: InvokeTarget | None = None, allow_memorize: bool = True) -> Prepared:
-        """Invoke rules 1 to 7 up to the call itself (`target` given: the embed route found it)."""
+        """Invoke rules 1 to 7 up to the call itself (`target` given: the embed route found it). `raw` is the
+        body as sent (a function's event is any JSON) or, from the library, an `InvokeRequest`."""
+        if isinstance(raw, InvokeRequest):
+            raw = json.dumps(raw.model_dump(exclude_unset=True), ensure_ascii=False).encode()
         directory = self._wired()[0]
         if target is None and self.settings.invoke_auth_required and not principal.authenticated:
             raise Unauthenticated(INVOKE_AUTH_REQUIRED)
@@ -318,7 +360,7 @@ class InvokeService:
     def _turn_headers(self, prepared: Prepared) -> dict[str, str]:
         return {"Content-Type": prepared.content_type, **prepared.id_headers, **self._internal_headers(prepared.target)}
 
-    async def invoke(self, principal: Principal, name: str, project: str | None, raw: bytes, *,
+    async def invoke(self, principal: Principal, name: str, project: str | None, raw: bytes | InvokeRequest, *,
                      prepared: Prepared | None = None) -> Reply:
         """POST /v1/agents/{name}/invoke: one message, one reply (a function's own return value)."""
         deadline = time.monotonic() + self.timeout
@@ -332,7 +374,7 @@ class InvokeService:
             await self._memorize(prepared.target, prepared.ids.session_id, deadline)
         return Reply(200, content, prepared.id_headers, headers.get("content-type", "application/json"))
 
-    async def stream(self, principal: Principal, name: str, project: str | None, raw: bytes, *,
+    async def stream(self, principal: Principal, name: str, project: str | None, raw: bytes | InvokeRequest, *,
                      prepared: Prepared | None = None) -> TurnStream:
         """POST /v1/agents/{name}/invoke/stream. Errors before the first line are raised; later ones
         (timeout, oversized stream) end the stream with an `error` line."""
@@ -466,14 +508,23 @@ class InvokeService:
             params["page_token"] = page_token
         return params
 
-    async def users(self, principal: Principal, name: str, project: str | None, *, page_size: Any = None,
-                    page_token: str | None = None) -> dict[str, Any]:
+    def _browse_view(self, model: type[V], target: InvokeTarget, status: int, content: bytes) -> V:
+        answer = self._browse_result(target, status, content)
+        try:
+            return model.model_validate(answer)
+        except ValidationError as exc:
+            detail = exc.errors(include_url=False)[0].get("msg", "") if exc.errors() else ""
+            raise BadGateway(f"agent {target.agent}: the answer is not the {model.__name__} the platform expects: "
+                             f"{detail}") from None
+
+    async def users(self, principal: Principal, name: str, project: str | None, *, page_size: int | str | None = None,
+                    page_token: str | None = None) -> UserList:
         status, content, target = await self._browse(principal, name, project, "GET", "/internal/users",
                                                       self._paging(page_size, page_token))
-        return self._browse_result(target, status, content)
+        return self._browse_view(UserList, target, status, content)
 
     async def sessions(self, principal: Principal, name: str, project: str | None, user_id: str | None, *,
-                       page_size: Any = None, page_token: str | None = None) -> dict[str, Any]:
+                       page_size: int | str | None = None, page_token: str | None = None) -> SessionList:
         if not principal.authenticated:
             raise Unauthenticated(AUTH_REQUIRED)
         if not user_id:
@@ -482,12 +533,12 @@ class InvokeService:
             raise BadRequest(USER_ID_REQUIRED)
         params = {"user_id": user_id, **self._paging(page_size, page_token)}
         status, content, target = await self._browse(principal, name, project, "GET", "/internal/sessions", params)
-        return self._browse_result(target, status, content)
+        return self._browse_view(SessionList, target, status, content)
 
-    async def transcript(self, principal: Principal, name: str, project: str | None, session_id: str) -> dict[str, Any]:
+    async def transcript(self, principal: Principal, name: str, project: str | None, session_id: str) -> Transcript:
         self._session_path(principal, session_id)
         status, content, target = await self._browse(principal, name, project, "GET", f"/internal/sessions/{session_id}")
-        return self._browse_result(target, status, content)
+        return self._browse_view(Transcript, target, status, content)
 
     async def delete_session(self, principal: Principal, name: str, project: str | None, session_id: str) -> None:
         self._session_path(principal, session_id)
@@ -502,14 +553,14 @@ class InvokeService:
         validation.session_id(session_id)
 
     # -- long-term memory ----------------------------------------------------------------------------
-    async def memorize(self, principal: Principal, name: str, project: str | None, session_id: str) -> dict[str, str]:
+    async def memorize(self, principal: Principal, name: str, project: str | None, session_id: str) -> MemorizeResult:
         """POST /v1/agents/{name}/sessions/{id}/memorize: always authenticated, any caller of the agent."""
         self._session_path(principal, session_id)
         status, content, target = await self._browse(principal, name, project, "GET",
                                                      f"/internal/sessions/{session_id}", manage=False)
         session = self._browse_result(target, status, content)
         await self._commit(target, session)
-        return {"status": "ok"}
+        return MemorizeResult(status="ok")
 
     async def _memorize(self, target: InvokeTarget, session_id: str, deadline: float) -> None:
         if not self.internal_token:
@@ -556,7 +607,7 @@ class InvokeService:
             raise Forbidden(EMBED_ORIGIN.format(origin=origin))
         return embed, {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
 
-    async def embed_config(self, key: str, origin: str | None) -> tuple[dict[str, Any], dict[str, str]]:
+    async def embed_config(self, key: str, origin: str | None) -> tuple[PublicEmbedConfig, dict[str, str]]:
         embed, cors = await self.embed(key, origin)
         config = embed.config
         body: dict[str, Any] = {"agent": embed.target.agent}
@@ -564,9 +615,9 @@ class InvokeService:
             body[name] = config.get(name, "right" if name == "position" else "")
         body["position"] = body["position"] or "right"
         body["streaming"] = True
-        return body, cors
+        return PublicEmbedConfig.of(body), cors
 
-    async def embed_prepare(self, embed: EmbedTarget, raw: bytes, client_ip: str | None) -> Prepared:
+    async def embed_prepare(self, embed: EmbedTarget, raw: bytes | InvokeRequest, client_ip: str | None) -> Prepared:
         """POST /v1/embed/{key}/invoke (after `embed()` admitted the origin): an anonymous invoke of the
         embed's agent, without memorize."""
         return await self.prepare(Principal.anonymous(client_ip), embed.target.agent, None, raw,

@@ -10,7 +10,7 @@ import re
 from caiplatform.redaction import one_line
 
 # The one wording of "agents have no model": the 502 of a turn that could not reach one, and the deploy's
-# note and the agent view's message (services/agents.py).
+# note and the agent view's message (services/agents/).
 NO_MODEL_ENDPOINT = (
     "no model endpoint is configured: set MODEL_BASE_URL (an OpenAI-compatible endpoint, with MODEL_API_KEY "
     "and MODEL_NAME) on the server, or MODEL_BASE_URL in the agent's env; to try agents without a model "

@@ -4,6 +4,7 @@ config, revisions, traffic, spec, metrics, logs and the embed config. Invoke and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -14,10 +15,43 @@ from starlette.formparsers import MultiPartException
 
 from caiplatform.domain.agents import DEPLOY_FIELDS
 from caiplatform.errors import BadRequest
+from caiplatform.models.agents import (
+    AgentConfig,
+    AgentDeleted,
+    AgentEnv,
+    AgentList,
+    AgentMetrics,
+    AgentSpec,
+    AgentView,
+    ConfigPatch,
+    ConfigUpdated,
+    DeployAccepted,
+    DeployForm,
+    EmbedConfig,
+    EmbedDeleted,
+    EmbedUpdate,
+    EnvPatch,
+    EnvUpdated,
+    LogHistory,
+    RedeployAccepted,
+    RevisionList,
+    SecretKeys,
+    SecretsPatch,
+    SecretsReplace,
+    SecretsUpdated,
+    SourceFile,
+    SourceFileDeleted,
+    SourceFiles,
+    SourceFileWrite,
+    SourceFileWritten,
+    TrafficSet,
+    TrafficSplit,
+)
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.services.agents import FILE_BODY_LIMIT, SECRETS_BODY_LIMIT, DeployUpload
 from caiplatform_server.app_deps import platform_of, principal_of
+from caiplatform_server.contract import operation, reply
 from caiplatform_server.http import MiB, json_body, read_body
 
 router = APIRouter(tags=["agents"])
@@ -26,8 +60,18 @@ A = "/v1/agents/{name}"
 FORM_SLACK = 1 * MiB
 
 
+PROJECT = {"name": "project", "in": "query", "required": False, "schema": {"type": "string"},
+           "description": "The agent's project (slug, short id or id), when the name exists in several."}
+OWNER = (403, 404, 409)  # the owner gate: no recorded owner, not found or not yours, ambiguous name
+
+
 def _project(request: Request) -> str | None:
     return request.query_params.get("project") or None
+
+
+def op(*, query: Sequence[dict[str, Any]] = (), **kwargs: Any) -> dict[str, Any]:
+    """`operation(...)` of an agent route: every one takes `?project=`."""
+    return operation(query=[PROJECT, *query], **kwargs)
 
 
 async def _deploy_form(request: Request, limit: int) -> DeployUpload:
@@ -65,45 +109,52 @@ async def _deploy_form(request: Request, limit: int) -> DeployUpload:
     return upload
 
 
-@router.post("/v1/agents", status_code=202, summary="Deploy or redeploy from a .tar.gz (multipart)")
+@router.post("/v1/agents", summary="Deploy or redeploy from a .tar.gz (multipart)",
+             **op(multipart=DeployForm, response=DeployAccepted, status=202, errors=(*OWNER, 413)))
 async def deploy(
     request: Request, principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of)
 ) -> JSONResponse:
-    platform.access.require_management(principal)
     upload = await _deploy_form(request, platform.settings.max_upload_bytes + FORM_SLACK)
-    return JSONResponse(await platform.agents.deploy(principal, _project(request), upload), status_code=202)
+    return reply(await platform.agents.deploy(principal, _project(request), upload), status=202)
 
 
-@router.get("/v1/agents", summary="Agents and functions the caller may manage")
+@router.get("/v1/agents", summary="Agents and functions the caller may manage",
+            **op(response=AgentList, paginated=True, errors=(404, 409)))
 async def list_agents(
     request: Request, principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of)
-) -> dict[str, Any]:
+) -> JSONResponse:
     q = request.query_params
-    return await platform.agents.list(principal, _project(request), q.get("page_size", q.get("limit")), q.get("page_token"))
+    return reply(await platform.agents.list(principal, _project(request), q.get("page_size", q.get("limit")),
+                                            q.get("page_token")))
 
 
-@router.get(A, summary="One agent")
+@router.get(A, summary="One agent", **op(response=AgentView, errors=OWNER))
 async def get_agent(name: str, request: Request, principal: Principal = Depends(principal_of),
-                    platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.agents.get(principal, name, _project(request))
+                    platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.agents.get(principal, name, _project(request)))
 
 
-@router.delete(A, summary="Delete an agent (its sessions stay)")
+@router.delete(A, summary="Delete an agent (its sessions stay)", **op(response=AgentDeleted, errors=OWNER))
 async def delete_agent(name: str, request: Request, principal: Principal = Depends(principal_of),
-                       platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.agents.delete(principal, name, _project(request))
+                       platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.agents.delete(principal, name, _project(request)))
 
 
-@router.post(A + "/redeploy", status_code=202, summary="Rebuild from the stored source")
+@router.post(A + "/redeploy", summary="Rebuild from the stored source",
+             **op(response=RedeployAccepted, status=202, no_body=True, errors=OWNER))
 async def redeploy(name: str, request: Request, principal: Principal = Depends(principal_of),
                    platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return JSONResponse(await platform.agents.redeploy(principal, name, _project(request)), status_code=202)
+    return reply(await platform.agents.redeploy(principal, name, _project(request)), status=202)
 
 
 # -- logs -------------------------------------------------------------------------------------------
 
+FOLLOW = {"name": "follow", "in": "query", "required": False, "schema": {"type": "boolean", "default": False},
+          "description": "Keep tailing."}
 
-@router.get(A + "/logs", summary="Live logs of the newest instance (text/plain)")
+
+@router.get(A + "/logs", summary="Live logs of the newest instance (text/plain)",
+            **op(content_type="text/plain", query=[FOLLOW], errors=OWNER))
 async def logs(name: str, request: Request, principal: Principal = Depends(principal_of),
                platform: Platform = Depends(platform_of)) -> StreamingResponse:
     follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
@@ -111,141 +162,160 @@ async def logs(name: str, request: Request, principal: Principal = Depends(princ
     return StreamingResponse(lines, media_type="text/plain; charset=utf-8")
 
 
-@router.get(A + "/logs/history", summary="Persisted log lines")
+HISTORY_QUERY = [
+    {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "default": 500}},
+    {"name": "since", "in": "query", "required": False, "schema": {"type": "string", "format": "date-time"},
+     "description": "RFC 3339"},
+]
+
+
+@router.get(A + "/logs/history", summary="Persisted log lines",
+            **op(response=LogHistory, query=HISTORY_QUERY, errors=OWNER))
 async def log_history(name: str, request: Request, principal: Principal = Depends(principal_of),
-                      platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+                      platform: Platform = Depends(platform_of)) -> JSONResponse:
     q = request.query_params
-    return await platform.agents.log_history(principal, name, _project(request), q.get("limit"), q.get("since"))
+    return reply(await platform.agents.log_history(principal, name, _project(request), q.get("limit"), q.get("since")))
 
 
 # -- secrets and env --------------------------------------------------------------------------------
 
 
-@router.get(A + "/secrets", summary="Names of the agent's secret keys")
+@router.get(A + "/secrets", summary="Names of the agent's secret keys", **op(response=SecretKeys, errors=OWNER))
 async def secret_keys(name: str, request: Request, principal: Principal = Depends(principal_of),
-                      platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.agents.secret_keys(principal, name, _project(request))
+                      platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.agents.secret_keys(principal, name, _project(request)))
 
 
-@router.put(A + "/secrets", summary="Replace the agent's secret")
+@router.put(A + "/secrets", summary="Replace the agent's secret",
+            **op(body=SecretsReplace, response=SecretsUpdated, errors=(*OWNER, 413)))
 async def put_secrets(name: str, request: Request, principal: Principal = Depends(principal_of),
-                      platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    body = await json_body(request, SECRETS_BODY_LIMIT)
-    return await platform.agents.put_secrets(principal, name, _project(request), body)
+                      platform: Platform = Depends(platform_of)) -> JSONResponse:
+    secrets = SecretsReplace.parse(await json_body(request, SECRETS_BODY_LIMIT))
+    return reply(await platform.agents.put_secrets(principal, name, _project(request), secrets))
 
 
-@router.patch(A + "/secrets", summary="Merge into the agent's secret")
+@router.patch(A + "/secrets", summary="Merge into the agent's secret",
+              **op(body=SecretsPatch, response=SecretsUpdated, errors=(*OWNER, 413)))
 async def patch_secrets(name: str, request: Request, principal: Principal = Depends(principal_of),
-                        platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    body = await json_body(request, SECRETS_BODY_LIMIT)
-    return await platform.agents.patch_secrets(principal, name, _project(request), body)
+                        platform: Platform = Depends(platform_of)) -> JSONResponse:
+    patch = SecretsPatch.parse(await json_body(request, SECRETS_BODY_LIMIT))
+    return reply(await platform.agents.patch_secrets(principal, name, _project(request), patch))
 
 
-@router.get(A + "/env", summary="The agent's environment")
+@router.get(A + "/env", summary="The agent's environment", **op(response=AgentEnv, errors=OWNER))
 async def get_env(name: str, request: Request, principal: Principal = Depends(principal_of),
-                  platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.agents.get_env(principal, name, _project(request))
+                  platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.agents.get_env(principal, name, _project(request)))
 
 
-@router.patch(A + "/env", summary="Merge into the agent's environment")
+@router.patch(A + "/env", summary="Merge into the agent's environment",
+              **op(body=EnvPatch, response=EnvUpdated, errors=(*OWNER, 413)))
 async def patch_env(name: str, request: Request, principal: Principal = Depends(principal_of),
-                    platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    body = await json_body(request, SECRETS_BODY_LIMIT)
-    return await platform.agents.patch_env(principal, name, _project(request), body)
+                    platform: Platform = Depends(platform_of)) -> JSONResponse:
+    patch = EnvPatch.parse(await json_body(request, SECRETS_BODY_LIMIT))
+    return reply(await platform.agents.patch_env(principal, name, _project(request), patch))
 
 
 # -- stored source ----------------------------------------------------------------------------------
 
 
-@router.get(A + "/files", summary="The stored source files")
+@router.get(A + "/files", summary="The stored source files", **op(response=SourceFiles, errors=OWNER))
 async def list_files(name: str, request: Request, principal: Principal = Depends(principal_of),
-                     platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.agents.list_files(principal, name, _project(request))
+                     platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.agents.list_files(principal, name, _project(request)))
 
 
-@router.get(A + "/files/{path:path}", summary="One stored file")
+@router.get(A + "/files/{path:path}", summary="One stored file", **op(response=SourceFile, errors=OWNER))
 async def read_file(name: str, path: str, request: Request, principal: Principal = Depends(principal_of),
-                    platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.agents.read_file(principal, name, _project(request), path)
+                    platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.agents.read_file(principal, name, _project(request), path))
 
 
-@router.put(A + "/files/{path:path}", summary="Write one stored file (redeploy to run it)")
+@router.put(A + "/files/{path:path}", summary="Write one stored file (redeploy to run it)",
+            **op(body=SourceFileWrite, response=SourceFileWritten, errors=(*OWNER, 413)))
 async def write_file(name: str, path: str, request: Request, principal: Principal = Depends(principal_of),
-                     platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    body = await json_body(request, FILE_BODY_LIMIT)
-    return await platform.agents.write_file(principal, name, _project(request), path, body)
+                     platform: Platform = Depends(platform_of)) -> JSONResponse:
+    file = SourceFileWrite.parse(await json_body(request, FILE_BODY_LIMIT))
+    return reply(await platform.agents.write_file(principal, name, _project(request), path, file))
 
 
-@router.delete(A + "/files/{path:path}", summary="Delete one stored file")
+@router.delete(A + "/files/{path:path}", summary="Delete one stored file",
+               **op(response=SourceFileDeleted, errors=OWNER))
 async def delete_file(name: str, path: str, request: Request, principal: Principal = Depends(principal_of),
-                      platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.agents.delete_file(principal, name, _project(request), path)
+                      platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.agents.delete_file(principal, name, _project(request), path))
 
 
 # -- revisions, traffic, config, spec, metrics -------------------------------------------------------
 
 
-@router.get(A + "/revisions", summary="Revisions with live traffic, newest first")
+@router.get(A + "/revisions", summary="Revisions with live traffic, newest first",
+            **op(response=RevisionList, errors=OWNER))
 async def revisions(name: str, request: Request, principal: Principal = Depends(principal_of),
-                    platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.agents.revisions(principal, name, _project(request))
+                    platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.agents.revisions(principal, name, _project(request)))
 
 
-@router.post(A + "/set-traffic", status_code=202, summary="Replace the traffic split")
+@router.post(A + "/set-traffic", summary="Replace the traffic split",
+             **op(body=TrafficSplit, response=TrafficSet, status=202, errors=(*OWNER, 413)))
 async def set_traffic(name: str, request: Request, principal: Principal = Depends(principal_of),
                       platform: Platform = Depends(platform_of)) -> JSONResponse:
-    body = await json_body(request, 64 * 1024, optional=True)
-    return JSONResponse(await platform.agents.set_traffic(principal, name, _project(request), body), status_code=202)
+    split = TrafficSplit.parse(await json_body(request, 64 * 1024, optional=True))
+    return reply(await platform.agents.set_traffic(principal, name, _project(request), split), status=202)
 
 
-@router.get(A + "/config", summary="Compute config (null on platform defaults)")
+@router.get(A + "/config", summary="Compute config (null on platform defaults)",
+            **op(response=AgentConfig, errors=OWNER))
 async def get_config(name: str, request: Request, principal: Principal = Depends(principal_of),
-                     platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.agents.get_config(principal, name, _project(request))
+                     platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.agents.get_config(principal, name, _project(request)))
 
 
-@router.patch(A + "/config", summary="Sparse update of the compute config; rolls a revision")
+@router.patch(A + "/config", summary="Sparse update of the compute config; rolls a revision",
+              **op(body=ConfigPatch, response=ConfigUpdated, errors=(*OWNER, 413)))
 async def patch_config(name: str, request: Request, principal: Principal = Depends(principal_of),
-                       platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    body = await json_body(request, 64 * 1024)
-    return await platform.agents.patch_config(principal, name, _project(request), body)
+                       platform: Platform = Depends(platform_of)) -> JSONResponse:
+    patch = ConfigPatch.parse(await json_body(request, 64 * 1024))
+    return reply(await platform.agents.patch_config(principal, name, _project(request), patch))
 
 
-@router.get(A + "/spec", summary="Sanitized live spec (YAML)")
+@router.get(A + "/spec", summary="Sanitized live spec (YAML)", **op(response=AgentSpec, errors=OWNER))
 async def spec(name: str, request: Request, principal: Principal = Depends(principal_of),
-               platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.agents.spec(principal, name, _project(request))
+               platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.agents.spec(principal, name, _project(request)))
 
 
-@router.get(A + "/metrics", summary="Live counts")
+@router.get(A + "/metrics", summary="Live counts", **op(response=AgentMetrics, errors=OWNER))
 async def metrics(name: str, request: Request, principal: Principal = Depends(principal_of),
-                  platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.agents.metrics(principal, name, _project(request))
+                  platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.agents.metrics(principal, name, _project(request)))
 
 
 # -- embed config -----------------------------------------------------------------------------------
 
 
-@router.get(A + "/embed", summary="Chat widget config")
+@router.get(A + "/embed", summary="Chat widget config", **op(response=EmbedConfig, errors=OWNER))
 async def get_embed(name: str, request: Request, principal: Principal = Depends(principal_of),
-                    platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.agents.get_embed(principal, name, _project(request))
+                    platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.agents.get_embed(principal, name, _project(request)))
 
 
-@router.put(A + "/embed", summary="Partial update of the widget config; the first one mints the key")
+@router.put(A + "/embed", summary="Partial update of the widget config; the first one mints the key",
+            **op(body=EmbedUpdate, body_required=False, response=EmbedConfig, errors=(*OWNER, 413)))
 async def put_embed(name: str, request: Request, principal: Principal = Depends(principal_of),
-                    platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    body = await json_body(request, 64 * 1024, optional=True)
-    return await platform.agents.put_embed(principal, name, _project(request), body)
+                    platform: Platform = Depends(platform_of)) -> JSONResponse:
+    update = EmbedUpdate.parse(await json_body(request, 64 * 1024, optional=True))
+    return reply(await platform.agents.put_embed(principal, name, _project(request), update))
 
 
-@router.delete(A + "/embed", summary="Remove the widget config")
+@router.delete(A + "/embed", summary="Remove the widget config", **op(response=EmbedDeleted, errors=OWNER))
 async def delete_embed(name: str, request: Request, principal: Principal = Depends(principal_of),
-                       platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.agents.delete_embed(principal, name, _project(request))
+                       platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.agents.delete_embed(principal, name, _project(request)))
 
 
-@router.post(A + "/embed/rotate-key", summary="Mint a new public embed key")
+@router.post(A + "/embed/rotate-key", summary="Mint a new public embed key",
+             **op(response=EmbedConfig, no_body=True, errors=OWNER))
 async def rotate_embed_key(name: str, request: Request, principal: Principal = Depends(principal_of),
-                           platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.agents.rotate_embed_key(principal, name, _project(request))
+                           platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.agents.rotate_embed_key(principal, name, _project(request)))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -10,11 +11,22 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from caiplatform.errors import PlatformError
+from caiplatform.models.invoke import (
+    EmbedInvokeRequest,
+    InvokeRequest,
+    InvokeResponse,
+    MemorizeResult,
+    PublicEmbedConfig,
+    SessionList,
+    Transcript,
+    UserList,
+)
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.services.agent_directory import EmbedTarget
 from caiplatform.services.invoke import AGENT_BODY_LIMIT, FUNCTION_BODY_LIMIT, TurnStream
 from caiplatform_server.app_deps import platform_of, principal_of
+from caiplatform_server.contract import ANONYMOUS, CALLERS, _schema_ref, operation, reply
 from caiplatform_server.http import read_body
 
 router = APIRouter(tags=["invoke"])
@@ -44,74 +56,122 @@ class TurnStreamResponse(StreamingResponse):
             await self.turn.aclose()
 
 
+PROJECT = {"name": "project", "in": "query", "required": False, "schema": {"type": "string"},
+           "description": "The agent's project (slug, short id or id), when the name exists in several."}
+OWNER = (403, 404, 409)
+
+
+def op(*, query: Sequence[dict[str, Any]] = (), **kwargs: Any) -> dict[str, Any]:
+    """`operation(...)` of an agent route: every one takes `?project=`."""
+    return operation(query=[PROJECT, *query], **kwargs)
+
+
+def _invoke_operation(*, stream: bool | None, security: Sequence[str], query: Sequence[dict[str, Any]] = (),
+                      body: type[Any] = InvokeRequest) -> dict[str, Any]:
+    """An invoke route: the buffered answer is an agent's `InvokeResponse` or a function's own JSON value;
+    the stream is NDJSON lines (`StreamEvent`); `stream=None`: either, as the caller asks. Both carry the
+    minted ids as headers. Invoke is open by default (`INVOKE_AUTH_REQUIRED` closes it): a credential is
+    optional, which OpenAPI says with an empty security requirement."""
+    kwargs = operation(body=body, security=security, query=query, errors=(401, 403, 404, 409, 413, 502, 504),
+                       content_type=NDJSON if stream else "application/json")
+    headers = {name: {"schema": {"type": "string"}} for name in ("X-CAI-Session-Id", "X-CAI-User-Id")}
+    content: dict[str, Any] = {}
+    if stream is not False:
+        content[NDJSON] = {"schema": {"type": "string", "description": "one StreamEvent per line, in turn order"}}
+    if not stream:
+        content["application/json"] = {"schema": {"anyOf": [
+            _schema_ref(InvokeResponse), {"description": "a function's own return value"}]}}
+    kwargs["responses"][200] = {"description": "The turn's answer", "headers": headers, "content": content}
+    if security:
+        kwargs["openapi_extra"]["security"].append({})
+    return kwargs
+
+
 def _project(request: Request) -> str | None:
     return request.query_params.get("project") or None
 
 
-def _page_args(request: Request) -> tuple[Any, str | None]:
+USER_ID = {"name": "user_id", "in": "query", "required": True, "schema": {"type": "string"},
+           "description": "Whose sessions."}
+
+
+def _page_args(request: Request) -> tuple[str | None, str | None]:
     q = request.query_params
     return q.get("page_size", q.get("limit")), q.get("page_token")
 
 
-@router.post(A + "/invoke", summary="One message in, one reply out")
+@router.post(A + "/invoke", summary="One message in, one reply out",
+             **_invoke_operation(stream=False, security=CALLERS, query=[PROJECT]))
 async def invoke(name: str, request: Request, principal: Principal = Depends(principal_of),
                  platform: Platform = Depends(platform_of)) -> Response:
     raw = await read_body(request, FUNCTION_BODY_LIMIT)
-    reply = await platform.invoke.invoke(principal, name, _project(request), raw)
-    return Response(reply.content, status_code=reply.status, headers=reply.headers, media_type=reply.media_type)
+    answer = await platform.invoke.invoke(principal, name, _project(request), raw)
+    return Response(answer.content, status_code=answer.status, headers=answer.headers, media_type=answer.media_type)
 
 
-@router.post(A + "/invoke/stream", summary="The same turn as an NDJSON stream")
+@router.post(A + "/invoke/stream", summary="The same turn as an NDJSON stream",
+             **_invoke_operation(stream=True, security=CALLERS, query=[PROJECT]))
 async def invoke_stream(name: str, request: Request, principal: Principal = Depends(principal_of),
                         platform: Platform = Depends(platform_of)) -> Response:
     raw = await read_body(request, FUNCTION_BODY_LIMIT)
     return TurnStreamResponse(await platform.invoke.stream(principal, name, _project(request), raw))
 
 
-@router.get(A + "/users", summary="Callers of the agent")
+@router.get(A + "/users", summary="Callers of the agent",
+            **op(response=UserList, paginated=True, errors=(*OWNER, 502, 504)))
 async def users(name: str, request: Request, principal: Principal = Depends(principal_of),
-                platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+                platform: Platform = Depends(platform_of)) -> JSONResponse:
     size, token = _page_args(request)
-    return await platform.invoke.users(principal, name, _project(request), page_size=size, page_token=token)
+    return reply(await platform.invoke.users(principal, name, _project(request), page_size=size, page_token=token))
 
 
-@router.get(A + "/sessions", summary="One user's sessions")
+@router.get(A + "/sessions", summary="One user's sessions",
+            **op(response=SessionList, paginated=True, errors=(*OWNER, 502, 504), query=[USER_ID]))
 async def sessions(name: str, request: Request, principal: Principal = Depends(principal_of),
-                   platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+                   platform: Platform = Depends(platform_of)) -> JSONResponse:
     size, token = _page_args(request)
-    return await platform.invoke.sessions(principal, name, _project(request), request.query_params.get("user_id"),
-                                          page_size=size, page_token=token)
+    return reply(await platform.invoke.sessions(principal, name, _project(request),
+                                                request.query_params.get("user_id"), page_size=size, page_token=token))
 
 
-@router.get(A + "/sessions/{session_id}", summary="A session's transcript")
+@router.get(A + "/sessions/{session_id}", summary="A session's transcript",
+            **op(response=Transcript, errors=(*OWNER, 502, 504)))
 async def transcript(name: str, session_id: str, request: Request, principal: Principal = Depends(principal_of),
-                     platform: Platform = Depends(platform_of)) -> dict[str, Any]:
-    return await platform.invoke.transcript(principal, name, _project(request), session_id)
+                     platform: Platform = Depends(platform_of)) -> JSONResponse:
+    return reply(await platform.invoke.transcript(principal, name, _project(request), session_id))
 
 
-@router.delete(A + "/sessions/{session_id}", status_code=204, summary="Delete a session")
+@router.delete(A + "/sessions/{session_id}", summary="Delete a session",
+               **op(status=204, errors=(*OWNER, 502, 504)))
 async def delete_session(name: str, session_id: str, request: Request, principal: Principal = Depends(principal_of),
                          platform: Platform = Depends(platform_of)) -> Response:
     await platform.invoke.delete_session(principal, name, _project(request), session_id)
     return Response(status_code=204)
 
 
-@router.post(A + "/sessions/{session_id}/memorize", summary="Commit a session to long-term memory")
+@router.post(A + "/sessions/{session_id}/memorize", summary="Commit a session to long-term memory",
+             **op(response=MemorizeResult, no_body=True, errors=(*OWNER, 413, 502, 504)))
 async def memorize(name: str, session_id: str, request: Request, principal: Principal = Depends(principal_of),
-                   platform: Platform = Depends(platform_of)) -> dict[str, str]:
+                   platform: Platform = Depends(platform_of)) -> JSONResponse:
     await read_body(request, AGENT_BODY_LIMIT)
-    return await platform.invoke.memorize(principal, name, _project(request), session_id)
+    return reply(await platform.invoke.memorize(principal, name, _project(request), session_id))
 
 
 # -- public embed routes: anonymous, gated by the embed key and the Origin allowlist ----------------
 
-@router.get("/v1/embed/{key}/config", summary="Public widget config")
+@router.get("/v1/embed/{key}/config", summary="Public widget config",
+            **operation(response=PublicEmbedConfig, security=ANONYMOUS, errors=(403, 404)))
 async def embed_config(key: str, request: Request, platform: Platform = Depends(platform_of)) -> Response:
-    body, cors = await platform.invoke.embed_config(key, request.headers.get("origin"))
-    return JSONResponse(body, headers=cors)
+    config, cors = await platform.invoke.embed_config(key, request.headers.get("origin"))
+    return reply(config, headers=cors)
 
 
-@router.post("/v1/embed/{key}/invoke", summary="Public widget invoke")
+STREAM_QUERY = {"name": "stream", "in": "query", "required": False, "schema": {"type": "string", "enum": ["1", "true"]},
+                "description": "Answer as an NDJSON stream (as does Accept: application/x-ndjson)."}
+
+
+@router.post("/v1/embed/{key}/invoke", summary="Public widget invoke (JSON, or NDJSON with ?stream=1)",
+             **_invoke_operation(stream=None, security=ANONYMOUS, query=[STREAM_QUERY], body=EmbedInvokeRequest))
 async def embed_invoke(key: str, request: Request, platform: Platform = Depends(platform_of)) -> Response:
     embed, cors = await platform.invoke.embed(key, request.headers.get("origin"))
     cors = {**cors, "Access-Control-Expose-Headers": PREFLIGHT_HEADERS["Access-Control-Expose-Headers"]}
@@ -131,10 +191,10 @@ async def _embed_turn(embed: EmbedTarget, request: Request, platform: Platform, 
         turn = await platform.invoke.stream(Principal.anonymous(client_ip), prepared.target.agent, None, raw,
                                             prepared=prepared)
         return TurnStreamResponse(turn, cors)
-    reply = await platform.invoke.invoke(Principal.anonymous(client_ip), prepared.target.agent, None, raw,
-                                         prepared=prepared)
-    return Response(reply.content, status_code=reply.status, headers={**reply.headers, **cors},
-                    media_type=reply.media_type)
+    answer = await platform.invoke.invoke(Principal.anonymous(client_ip), prepared.target.agent, None, raw,
+                                          prepared=prepared)
+    return Response(answer.content, status_code=answer.status, headers={**answer.headers, **cors},
+                    media_type=answer.media_type)
 
 
 @router.options("/v1/embed/{key}/config", include_in_schema=False)

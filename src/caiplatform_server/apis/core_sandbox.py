@@ -5,49 +5,49 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
 
 from caiplatform.codesandbox import CODE, TOOL
 from caiplatform.codesandbox.models import ExecuteRequest, ExecuteResult, inline_schema
+from caiplatform.models.agents import SandboxToolAnswer, SandboxToolCall
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform_server.app_deps import platform_of, principal_of
+from caiplatform_server.contract import WORKLOAD_KEY, operation
 from caiplatform_server.http import json_body
 
 router = APIRouter(tags=["code sandbox"])
 
 
+def _inline_body(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The execute body's schema inline (as the code sandbox documents it), not a reference."""
+    kwargs["openapi_extra"]["requestBody"]["content"]["application/json"]["schema"] = inline_schema(ExecuteRequest)
+    return kwargs
+
+
 @router.post(
     "/v1/projects/{project_id}/sandbox/execute",
     summary="Run a snippet in a fresh sandbox from the warm pool (a workload credential of the project only)",
-    responses={200: {"model": ExecuteResult, "description": "The snippet ran (or was killed; see `killed`)."},
-               400: {"description": CODE.timeout_message + "; code is required; unsupported 'language'"},
-               401: {"description": "no credential"}, 403: {"description": "not a workload credential"},
-               404: {"description": "another project's workload"},
-               503: {"description": "no warm sandbox pod available, try again shortly"}},
-    openapi_extra={"requestBody": {"required": True,
-                                   "content": {"application/json": {"schema": inline_schema(ExecuteRequest)}}}},
+    description=f"400: {CODE.timeout_message}; code is required; unsupported 'language'. 403: not a workload "
+                "credential. 404: another project's workload. 503: no warm sandbox pod available, try again shortly.",
+    **_inline_body(operation(body=ExecuteRequest, response=ExecuteResult, security=(WORKLOAD_KEY,),
+                             errors=(403, 404, 413))),
 )
 async def execute(project_id: str, request: Request, principal: Principal = Depends(principal_of),
-                  platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+                  platform: Platform = Depends(platform_of)) -> JSONResponse:
     platform.code_sandbox.authorize(principal, project_id)  # who, before reading a body
     body = await json_body(request, CODE.body_bytes)
-    return await platform.code_sandbox.execute(principal, project_id, body)
+    return JSONResponse(await platform.code_sandbox.execute(principal, project_id, body))
 
 
 @router.post(
     "/v1/projects/{project_id}/sandbox/tool-calls",
     summary="Run one of the calling agent's own tool functions in a fresh sandbox (agents with TOOL_SANDBOX set)",
-    responses={200: {"description": "`{result}` or `{error}`, with `killed`, `message`, `duration_ms`, `startup_ms`"},
-               400: {"description": TOOL.timeout_message}, 403: {"description": "not an agent's workload credential"},
-               413: {"description": "body over 1 MiB"}},
-    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
-        "type": "object", "required": ["module_path", "function"],
-        "properties": {"module_path": {"type": "string", "description": "a .py file of the agent's code"},
-                       "function": {"type": "string"}, "args": {"type": "object"},
-                       "timeout_s": {"type": "integer", "minimum": 1, "maximum": 120, "default": 30}}}}}}},
+    description=f"400: {TOOL.timeout_message}. 403: not an agent's workload credential. 413: body over 1 MiB.",
+    **operation(body=SandboxToolCall, response=SandboxToolAnswer, security=(WORKLOAD_KEY,), errors=(403, 404, 413)),
 )
 async def tool_call(project_id: str, request: Request, principal: Principal = Depends(principal_of),
-                    platform: Platform = Depends(platform_of)) -> dict[str, Any]:
+                    platform: Platform = Depends(platform_of)) -> JSONResponse:
     platform.code_sandbox.authorize(principal, project_id)
     body = await json_body(request, TOOL.body_bytes)
-    return await platform.tool_sandbox.call(principal, project_id, body)
+    return JSONResponse(await platform.tool_sandbox.call(principal, project_id, body))

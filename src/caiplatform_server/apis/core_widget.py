@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import hashlib
 from importlib import resources
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
+
+from caiplatform_server.contract import ANONYMOUS, operation
 
 router = APIRouter(tags=["invoke"])
 
@@ -30,18 +33,32 @@ SCRIPT_HEADERS = {
 }
 
 
+JS = "text/javascript"
+SCRIPT_ANSWER: dict[str, Any] = {"description": "The script", "content": {JS: {"schema": {"type": "string"}}}}
+REDIRECT: dict[str, Any] = {"description": "Redirect to the current version (Location: widget-<version>.js)",
+            "headers": {"Location": {"schema": {"type": "string"}}}}
+
+
+def _script_operation(*answers: tuple[int, dict[str, Any]]) -> dict[str, Any]:
+    kwargs = operation(security=ANONYMOUS, content_type=JS)
+    kwargs["responses"].update(dict(answers))
+    return kwargs
+
+
 def _to_current() -> Response:
     # Relative, so the redirect also holds behind a proxy that mounts the platform under a prefix.
     return RedirectResponse(f"widget-{VERSION}.js", status_code=302,
                             headers={"Cache-Control": f"public, max-age={STABLE_MAX_AGE}"})
 
 
-@router.get("/v1/embed/widget.js", summary="The chat widget's script (redirects to the current version)")
+@router.get("/v1/embed/widget.js", summary="The chat widget's script (redirects to the current version)",
+            **_script_operation((302, REDIRECT), (200, SCRIPT_ANSWER)))
 async def widget_stable() -> Response:
     return _to_current()
 
 
-@router.get("/v1/embed/widget-{version}.js", summary="The chat widget's script, one version")
+@router.get("/v1/embed/widget-{version}.js", summary="The chat widget's script, one version",
+            **_script_operation((200, SCRIPT_ANSWER), (302, REDIRECT), (304, {"description": "Not modified"})))
 async def widget_versioned(version: str, request: Request) -> Response:
     if version != VERSION:  # an older (or unknown) version: never other bytes under an immutable address
         return _to_current()

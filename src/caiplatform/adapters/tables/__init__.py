@@ -1,0 +1,1 @@
+"""Adapters over the platform's own database tables."""

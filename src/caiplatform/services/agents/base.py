@@ -1,0 +1,309 @@
+"""The agents service's base: construction, background tasks, resolving a name to an agent (the owner
+gate of every management route), the agent view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from caiplatform import validation
+from caiplatform.clock import Clock, rfc3339
+from caiplatform.db import Database
+from caiplatform.db.models import Project
+from caiplatform.db.models.agents import Agent
+from caiplatform.errors import Conflict, Forbidden, NotFound
+from caiplatform.models.agents import AgentView
+from caiplatform.pagination import Pager
+from caiplatform.ports.agent_secrets import AgentRef
+from caiplatform.ports.builder import Builder
+from caiplatform.ports.runtime import (
+    WorkloadRef,
+    WorkloadRuntime,
+    WorkloadStatus,
+)
+from caiplatform.principal import Principal, PrincipalKind
+from caiplatform.routing import HostRouter
+from caiplatform.services.access import Access, ProjectGrant
+from caiplatform.services.agent_directory import InvokeTarget
+from caiplatform.services.agents.records import (
+    MODEL_FRAMEWORKS,
+    NO_MODEL_ENDPOINT_NOTE,
+    AgentRecord,
+    owner_ref_of,
+    unknown_agent,
+)
+from caiplatform.services.audit import AuditLog
+from caiplatform.services.service_quota import ServiceQuota
+from caiplatform.settings import Settings
+from caiplatform.worklocks import LocalWorkLocks
+
+log = logging.getLogger(__name__)
+
+
+class AgentBase:
+    """The agents service's ground floor: its collaborators, background tasks, the owner gate that
+    resolves a name to an agent, and the agent view."""
+
+
+    def __init__(
+        self,
+        db: Database,
+        access: Access,
+        audit: AuditLog,
+        clock: Clock,
+        pager: Pager,
+        settings: Settings,
+        builder: Builder,
+        runtime: WorkloadRuntime,
+        hosts: HostRouter,
+        *,
+        mode: str = "memory",
+        bound_values: Callable[[Principal | None, AgentRef], Any] | None = None,
+        forget_bindings: Callable[[str], Any] | None = None,
+        forget_memory: Callable[[InvokeTarget], Any] | None = None,
+        public_upstream: Callable[[InvokeTarget], Any] | None = None,
+        authenticate: Callable[[str], Awaitable[Principal]] | None = None,
+        quota: ServiceQuota | None = None,
+    ):
+        self.db = db
+        self.access = access
+        self.audit = audit
+        self.clock = clock
+        self.pager = pager
+        self.settings = settings
+        self.builder = builder
+        self.runtime = runtime
+        self.hosts = hosts
+        self.mode = mode
+        # Hooks into the secrets area: bound values at deploy, forget bindings at delete.
+        self.bound_values = bound_values
+        self.forget_bindings = forget_bindings
+        # Hooks into the invoke area: drop the long-term memory at delete; serve the published host.
+        self.forget_memory = forget_memory
+        self.public_upstream = public_upstream
+        # How a published `apikey` address checks the key it is shown (the platform's own keys).
+        self.authenticate = authenticate
+        self._tasks: dict[str, set[asyncio.Task[Any]]] = {}
+        self._roll_locks: dict[str, asyncio.Lock] = {}
+        # The project services quota, shared with the serverless area (the platform passes one object).
+        self.quota = quota if quota is not None else ServiceQuota(runtime.usage)
+        # A build runs under its work lock; replaced by the platform with locks in its database, so a
+        # build whose replica died (lock free, agent still `building`) is taken over by another.
+        self.locks: Any = LocalWorkLocks()
+        self._takeover: asyncio.Task[None] | None = None
+
+    def _spawn(self, agent_id: str, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        group = self._tasks.setdefault(agent_id, set())
+        group.add(task)
+        task.add_done_callback(group.discard)
+
+    async def _cancel_tasks(self, agent_id: str) -> None:
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks.pop(agent_id, set()) if t is not current]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def wait_idle(self, name: str | None = None) -> None:
+        """Wait for background builds and rollouts (tests and the CLI)."""
+        while True:
+            pending = [t for group in self._tasks.values() for t in group if not t.done()]
+            if not pending:
+                return
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    # == project and agent resolution ===============================================================
+
+    def _projects_sync(self, session: Session, principal: Principal, project: str | None) -> list[ProjectGrant]:
+        """Visible projects, narrowed by `?project=<slug|short|id>` (no grant there: 404)."""
+        if project:
+            grants = [self.access.grant_sync(session, principal, p) for p in self.access.project_by_ref_sync(session, project)]
+            grants = [g for g in grants if g.visible]
+            if not grants:
+                raise NotFound("not found")
+            return grants
+        grants = self.access.visible_projects_sync(session, principal)
+        if principal.kind is PrincipalKind.SERVICE_ACCOUNT:
+            grants = [g for g in grants if g.project.id == principal.project_id]
+        return grants
+
+    def _candidates_sync(self, session: Session, grants: list[ProjectGrant], name: str) -> list[tuple[Agent, Project, ProjectGrant]]:
+        by_id = {g.project.id: g for g in grants}
+        if not by_id:
+            return []
+        rows = session.execute(
+            select(Agent, Project).join(Project, Project.id == Agent.project_id)
+            .where(Agent.name == name, Agent.project_id.in_(list(by_id)))
+        ).all()
+        return [(a, p, by_id[p.id]) for a, p in rows]
+
+    @staticmethod
+    def _manages_all(principal: Principal, grant: ProjectGrant) -> bool:
+        return principal.kind in (PrincipalKind.AUTOMATION, PrincipalKind.INTERNAL) or grant.resource_role == "admin"
+
+    def _owner_gate_sync(self, session: Session, principal: Principal, grant: ProjectGrant, agent: Agent) -> None:
+        if self._manages_all(principal, grant):
+            return
+        if grant.resource_role is None:
+            raise NotFound(unknown_agent(agent.name))
+        if agent.owner_ref is None:
+            raise Forbidden(
+                f"agent {agent.name} has no recorded owner: only a project admin can redeploy or manage it"
+            )
+        if agent.owner_ref != owner_ref_of(principal):
+            raise NotFound(unknown_agent(agent.name))
+
+    def _locate_sync(self, session: Session, principal: Principal, name: str, project: str | None) -> tuple[Agent, Project, ProjectGrant]:
+        """The owner gate of every management route."""
+        validation.agent_name(name)  # 400 `invalid agent name (must be a lowercase DNS label)`
+        grants = self._projects_sync(session, principal, project)
+        found = self._candidates_sync(session, grants, name)
+        if not found:
+            raise NotFound(unknown_agent(name))
+        if len(found) > 1:
+            # Someone else's agent looks like a missing one: only the ones this caller may manage count.
+            allowed, refusals = [], []
+            for candidate in found:
+                try:
+                    self._owner_gate_sync(session, principal, candidate[2], candidate[0])
+                    allowed.append(candidate)
+                except (NotFound, Forbidden) as exc:
+                    refusals.append(exc)
+            if len(allowed) > 1:
+                raise Conflict(
+                    f"agent {name} exists in several projects ({', '.join(sorted(p.slug for _, p, _ in allowed))}); "
+                    "add ?project=<slug> to choose one"
+                )
+            if not allowed:
+                raise next((e for e in refusals if isinstance(e, Forbidden)), refusals[0])
+            return allowed[0]
+        agent, proj, grant = found[0]
+        self._owner_gate_sync(session, principal, grant, agent)
+        return agent, proj, grant
+
+    async def _locate(self, principal: Principal, name: str, project: str | None) -> AgentRecord:
+        self.access.require_management(principal)
+
+        def run(session: Session) -> AgentRecord:
+            agent, proj, _ = self._locate_sync(session, principal, name, project)
+            return AgentRecord.of(agent, proj)
+
+        return await self.db.run(run)
+
+    async def _record_by_id(self, agent_id: str) -> AgentRecord | None:
+        def run(session: Session) -> AgentRecord | None:
+            agent = session.get(Agent, agent_id)
+            if agent is None:
+                return None
+            project = session.get(Project, agent.project_id)
+            if project is None:
+                return None
+            return AgentRecord.of(agent, project)
+
+        return await self.db.run(run)
+
+    @staticmethod
+    def _project_sync(session: Session, project_id: str) -> Project:
+        project = session.get(Project, project_id)
+        if project is None:
+            raise NotFound("not found")
+        return project
+
+    @staticmethod
+    def _agent_sync(session: Session, record: AgentRecord) -> Agent:
+        agent = session.get(Agent, record.id)
+        if agent is None:
+            raise NotFound(unknown_agent(record.name))
+        return agent
+
+    def _deploy_project_sync(self, session: Session, principal: Principal, name: str, project: str | None) -> ProjectGrant:
+        grants = self._projects_sync(session, principal, project)
+        if project:
+            return grants[0]
+        existing = self._candidates_sync(session, grants, name)
+        if len(existing) > 1:
+            raise Conflict(
+                f"agent {name} exists in several projects ({', '.join(sorted(p.slug for _, p, _ in existing))}); "
+                "add ?project=<slug> to choose one"
+            )
+        if existing:
+            return existing[0][2]
+        writable = [g for g in grants if g.resource_role is not None]
+        if len(writable) == 1:
+            return writable[0]
+        raise Conflict("request resolved to no project: add ?project=<slug> or use a project-scoped credential")
+
+    # == views ======================================================================================
+
+    def _internal_url(self, record: AgentRecord, status: WorkloadStatus | None) -> str:
+        if status is not None and status.url:
+            return status.url
+        return f"http://{record.name}.{record.project.namespace}.svc.cluster.local"
+
+    async def _status(self, record: AgentRecord) -> WorkloadStatus | None:
+        try:
+            return await self.runtime.status(record.workload)
+        except Exception:  # noqa: BLE001 - a view must not fail because the runtime hiccuped
+            log.exception("runtime status of %s failed", record.name)
+            return None
+
+    async def view(self, record: AgentRecord, status: WorkloadStatus | None = None) -> AgentView:
+        if status is None:
+            status = await self._status(record)
+        body: dict[str, Any] = {
+            "name": record.name,
+            "state": record.state,
+            "status": record.state,
+            "ready": record.state == "ready",
+            "kind": record.kind,
+            "framework": record.framework,
+        }
+        if record.kind == "function":
+            body["runtime"] = record.runtime or "python"
+        body.update({
+            "image": record.image,
+            "url": self._internal_url(record, status),
+            "public_url": self.hosts.public_url(record.name, record.project.short),
+            "latest_revision": record.latest_revision,
+            "owner": record.owner_email,
+            "project": record.project.slug,
+            "project_id": record.project.id,
+            "created_at": rfc3339(record.created_at),
+            "updated_at": rfc3339(record.updated_at),
+        })
+        if record.external_url:
+            body["external_url"] = record.external_url
+        if record.message:
+            body["message"] = record.message
+        elif self._lacks_model_endpoint(record.framework, record.env):
+            body["message"] = NO_MODEL_ENDPOINT_NOTE  # ready or not, it cannot answer: say so instead of looking fine
+        return AgentView.of(body)
+
+    def _lacks_model_endpoint(self, framework: str, env: dict[str, Any] | None) -> bool:
+        return framework in MODEL_FRAMEWORKS and not self.settings.model_base_url and not (env or {}).get("MODEL_BASE_URL")
+
+    # == invoke targets ===============================================================================
+
+    @staticmethod
+    def _target_of(record: AgentRecord) -> InvokeTarget:
+        return InvokeTarget(
+            agent=record.name, agent_id=record.id, project_id=record.project.id, project_short=record.project.short,
+            kind=record.kind, framework=record.framework, workload=record.workload,
+        )
+
+    def _target(self, agent: Agent, project: Project) -> InvokeTarget:
+        return InvokeTarget(
+            agent=agent.name, agent_id=agent.id, project_id=project.id, project_short=project.short,
+            kind=agent.kind, framework=agent.framework,
+            workload=WorkloadRef(project.id, project.short, agent.name, agent.kind),
+        )
