@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 from pydantic.json_schema import models_json_schema
 
@@ -149,6 +149,8 @@ def operation(
     if content_type is not None:
         responses[status] = {"description": "Success", "content": {content_type: {"schema": {"type": "string"}}}}
         kwargs["response_model"] = None
+        # The route answers with its own Response; without this FastAPI would also advertise JSON.
+        kwargs["response_class"] = Response
     elif isinstance(response, tuple):
         responses[status] = {"description": "Success: the verb's result",
                              "content": {"application/json": {"schema": one_of(response)}}}

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from caiplatform.client._async.resources.agents import AsyncAgentsResource as GeneratedAgents
+from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
 from caiplatform.client.source import detect_framework, tar_directory
+from caiplatform.models.invoke import STREAM_EVENT, InvokeRequest, InvokeResponse, StreamEvent
 
 READY_TIMEOUT = 600.0
 
@@ -48,3 +53,33 @@ class AsyncAgentsResource(GeneratedAgents):
             return bool(view.get("ready"))
 
         return await self._client.poll(fetch, settled, timeout=timeout, interval=interval)
+
+    async def invoke(self, name: str, body: InvokeRequest | None = None, /, *, project: str | None = None,
+                     timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> InvokeResponse | Any:
+        """One message in, one reply out: an agent's `InvokeResponse`; a function's own return value as it
+        returned it."""
+        model = body if body is not None else InvokeRequest.parse(fields)
+        answer = await self._client.request_json("POST", f"/v1/agents/{name}/invoke", params={"project": project},
+                                                  timeout=timeout, json=body_of(model))
+        try:
+            return InvokeResponse.model_validate(answer)
+        except ValidationError:
+            return answer
+
+    async def invoke_stream(self, name: str, body: InvokeRequest | None = None, /, *,
+                            project: str | None = None, timeout: float | None | NotGiven = NOT_GIVEN,
+                            **fields: Any) -> AsyncIterator[StreamEvent]:
+        """The same turn, event by event as the agent writes it; the `output` deltas add up to the reply."""
+        model = body if body is not None else InvokeRequest.parse(fields)
+        async for line in self._client.stream_lines("POST", f"/v1/agents/{name}/invoke/stream",
+                                                    params={"project": project}, timeout=timeout,
+                                                    json=body_of(model)):
+            yield STREAM_EVENT.validate_json(line)
+
+    async def logs(self, name: str, /, *, project: str | None = None, follow: bool | None = None,
+                   timeout: float | None | NotGiven = NOT_GIVEN) -> AsyncIterator[str]:  # type: ignore[override]
+        """The newest instance's log lines as they arrive; with `follow`, until the caller stops."""
+        async for line in self._client.stream_lines("GET", f"/v1/agents/{name}/logs",
+                                                    params={"project": project, "follow": follow},
+                                                    timeout=None if follow else timeout):
+            yield line

@@ -58,9 +58,9 @@ class AsyncServicesResource(AsyncResource):
         """Every revision, newest first (never paged)"""
         return await self._client.request("GET", f"/v1/projects/{project_id}/services/{name}/revisions", ServiceRevisionList, timeout=timeout)
 
-    async def logs(self, project_id: str, name: str, /, *, tail: int | None = None, follow: bool | None = None, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    async def logs(self, project_id: str, name: str, /, *, tail: int | None = None, follow: bool | None = None, timeout: float | None | NotGiven = NOT_GIVEN) -> str:
         """Lines of the newest instance (text/plain)"""
-        return await self._client.request_json("GET", f"/v1/projects/{project_id}/services/{name}/logs", params={"tail": tail, "follow": follow}, timeout=timeout)
+        return await self._client.request_text("GET", f"/v1/projects/{project_id}/services/{name}/logs", params={"tail": tail, "follow": follow}, timeout=timeout)
 
     async def spec(self, project_id: str, name: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> ServiceSpecDocument:
         """The sanitized live spec as YAML"""

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from caiplatform.client._sync.resources.base import Resource
-from caiplatform.client._base import NOT_GIVEN, NotGiven
+from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
+from caiplatform.models.agents import SandboxToolAnswer, SandboxToolCall
 
 
 class SandboxResource(Resource):
@@ -18,6 +19,7 @@ class SandboxResource(Resource):
         """Run a snippet in a fresh sandbox from the warm pool (a workload credential of the project only)"""
         return self._client.request_json("POST", f"/v1/projects/{project_id}/sandbox/execute", timeout=timeout, json=body if body is not None else {})
 
-    def tool_call(self, project_id: str, body: dict[str, Any] | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    def tool_call(self, project_id: str, body: SandboxToolCall | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> SandboxToolAnswer:
         """Run one of the calling agent's own tool functions in a fresh sandbox (agents with TOOL_SANDBOX set)"""
-        return self._client.request_json("POST", f"/v1/projects/{project_id}/sandbox/tool-calls", timeout=timeout, json=body if body is not None else {})
+        model = body if body is not None else SandboxToolCall.parse(fields)
+        return self._client.request("POST", f"/v1/projects/{project_id}/sandbox/tool-calls", SandboxToolAnswer, timeout=timeout, json=body_of(model))

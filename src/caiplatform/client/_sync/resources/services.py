@@ -59,9 +59,9 @@ class ServicesResource(Resource):
         """Every revision, newest first (never paged)"""
         return self._client.request("GET", f"/v1/projects/{project_id}/services/{name}/revisions", ServiceRevisionList, timeout=timeout)
 
-    def logs(self, project_id: str, name: str, /, *, tail: int | None = None, follow: bool | None = None, timeout: float | None | NotGiven = NOT_GIVEN) -> Any:
+    def logs(self, project_id: str, name: str, /, *, tail: int | None = None, follow: bool | None = None, timeout: float | None | NotGiven = NOT_GIVEN) -> str:
         """Lines of the newest instance (text/plain)"""
-        return self._client.request_json("GET", f"/v1/projects/{project_id}/services/{name}/logs", params={"tail": tail, "follow": follow}, timeout=timeout)
+        return self._client.request_text("GET", f"/v1/projects/{project_id}/services/{name}/logs", params={"tail": tail, "follow": follow}, timeout=timeout)
 
     def spec(self, project_id: str, name: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> ServiceSpecDocument:
         """The sanitized live spec as YAML"""
