@@ -162,7 +162,8 @@ def _rebuilds(tool: Any) -> bool:
 
 def crewai_tools(crew: Any, code_dir: Path) -> list[str]:
     """Route the crew's own tools (its agents', manager's and tasks') through the tool sandbox."""
-    moved, kept = [], []
+    moved: list[str] = []
+    kept: list[str] = []
     holders = [*(getattr(crew, "agents", None) or []), getattr(crew, "manager_agent", None),
                *(getattr(crew, "tasks", None) or [])]
     for holder in holders:

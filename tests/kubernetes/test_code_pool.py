@@ -1,0 +1,122 @@
+"""The code sandbox's warm pool on a cluster (`adapters.kubernetes.codepool`), on the emulated cluster with
+the code pods' kubelet and network double (`testing.kube_codepods`): warm pods, one snippet each then
+deleted, refilled; the Pod and NetworkPolicy valid for the two newest Kubernetes versions (strict), and every
+call allowed by the shipped ClusterRole."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+
+import pytest
+
+from caiplatform.adapters.kubernetes.codepool import KubernetesWarmPool
+from caiplatform.codesandbox import CODE, NO_WARM_SANDBOX, CodeSandboxService
+from caiplatform.errors import Unavailable
+from caiplatform.principal import Principal, PrincipalKind
+from caiplatform.testing.kube_cluster import emulated_cluster, live
+from caiplatform.testing.kube_codepods import OOM_MARKER, CodePods
+from caiplatform.testing.kube_schemas import audit
+from tests.conformance.kube_support import ROLE
+
+NAMESPACE = "caiplatform-sandbox"
+
+
+@pytest.fixture
+def cluster():
+    with emulated_cluster() as emulated:
+        yield emulated
+
+
+@contextlib.asynccontextmanager
+async def pool_on(cluster, **options):
+    pods = CodePods(cluster.emulator)
+    kubelet = asyncio.ensure_future(pods.run())
+    pool = KubernetesWarmPool(cluster.settings, CODE, transport=pods, poll_seconds=0.02, **options)
+    try:
+        yield pool, pods
+    finally:
+        await pool.close()
+        kubelet.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await kubelet
+
+
+async def until(check, timeout: float = 20.0):
+    for _ in range(int(timeout / 0.02)):
+        if check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+def sandbox_pods(cluster) -> dict[str, dict]:
+    return {name: obj.raw for ns, name, obj in live(cluster.emulator, "pods") if ns == NAMESPACE}
+
+
+def workload(project_id: str) -> Principal:
+    return Principal(kind=PrincipalKind.WORKLOAD, project_id=project_id, key_id="wk1")
+
+
+async def test_warm_pods_run_one_snippet_each_and_the_pool_refills(cluster):
+    project_id = str(uuid.uuid4())
+    async with pool_on(cluster, gvisor=True) as (pool, pods):
+        service = CodeSandboxService(pool, CODE)
+        pool.start()
+        await until(lambda: pool.describe()["warm"] == 3)
+        first = sandbox_pods(cluster)
+        assert len(first) == 3
+        for pod in first.values():
+            spec = pod["spec"]
+            assert spec["runtimeClassName"] == "gvisor"
+            (container,) = spec["containers"]
+            limits = {"cpu": "1", "memory": "512Mi"}
+            assert container["resources"] == {"limits": limits, "requests": limits}
+            assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
+            assert container["image"] == cluster.settings.harness_image
+        (policy,) = [o.raw for ns, _, o in live(cluster.emulator, "networkpolicies", "networking.k8s.io") if ns == NAMESPACE]
+        assert policy["spec"]["egress"] == [] and "Egress" in policy["spec"]["policyTypes"]
+
+        result = await service.execute(workload(project_id), project_id, {"code": "import math\nprint(math.factorial(20))"})
+        assert result["exit_code"] == 0 and result["stdout"] == "2432902008176640000\n" and result["killed"] is None
+        used = pods.runs[-1]["pod"]
+        assert used in first and pods.runs[-1]["request"]["argv"][0] == "python"  # the pod image's interpreter
+        # The pod that ran it is deleted, never reused; a fresh one takes its place.
+        await until(lambda: used not in sandbox_pods(cluster) and pool.describe()["warm"] == 3)
+        assert len(sandbox_pods(cluster)) == 3
+        shell = await service.execute(workload(project_id), project_id, {"code": "echo hi >&2", "language": "shell"})
+        assert shell["stderr"] == "hi\n" and pods.runs[-1]["pod"] != used
+
+        killed = await service.execute(workload(project_id), project_id, {"code": f"{OOM_MARKER}\nx = 1"})
+        assert killed["killed"] == "memory" and "(512Mi)" in killed["message"]
+        await until(lambda: pool.describe()["warm"] == 3)
+        assert pool.describe()["served"] == 3 and pool.describe()["backend"] == "kubernetes"
+        assert len({run["pod"] for run in pods.runs}) == 3
+    assert sandbox_pods(cluster) == {}  # closing the pool deletes its pods
+    audit(cluster.emulator, cluster.calls(), ROLE)
+
+
+async def test_without_gvisor_the_pods_run_on_the_default_runtime_and_may_use_the_network(cluster):
+    async with pool_on(cluster, size=1, network=True) as (pool, _):
+        pool.start()
+        await until(lambda: pool.describe()["warm"] == 1)
+        (pod,) = sandbox_pods(cluster).values()
+        assert "runtimeClassName" not in pod["spec"]
+        (policy,) = [o.raw for ns, _, o in live(cluster.emulator, "networkpolicies", "networking.k8s.io") if ns == NAMESPACE]
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+    audit(cluster.emulator, cluster.calls(), ROLE)
+
+
+async def test_no_warm_pod_within_the_wait_is_the_503(cluster):
+    async with pool_on(cluster, size=1, wait_seconds=0.5) as (pool, pods):
+        pods.hold_ready = True  # pods that never become ready (an image still pulling)
+        with pytest.raises(Unavailable) as refused:
+            await pool.acquire()
+        assert refused.value.message == NO_WARM_SANDBOX
+        assert pool.describe()["refused"] == 1 and pool.describe()["starting"] == 1
+        pods.hold_ready = False
+        sandbox, waited = await pool.acquire()
+        assert waited < 5
+        await pool.release(sandbox, ran=False)
+    audit(cluster.emulator, cluster.calls(), ROLE)
