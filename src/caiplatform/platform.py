@@ -372,7 +372,9 @@ class Platform:
         call, with the agent's image."""
         from caiplatform.codesandbox.tool_calls import ToolCallService
 
-        return ToolCallService(self.db, self.sandbox, self.builder.resolve)
+        # On a cluster the agent's image is in a registry, not on this machine: not there yet (docs/codesandbox.md).
+        unavailable = "sandboxed tool calls are not available on a Kubernetes cluster yet" if self.on_cluster else None
+        return ToolCallService(self.db, self.sandbox, self.builder.resolve, unavailable=unavailable)
 
     def supervisor(self) -> Any:
         """The one process supervisor of this platform (engines and workloads), created on first use.

@@ -120,3 +120,15 @@ async def test_no_warm_pod_within_the_wait_is_the_503(cluster):
         assert waited < 5
         await pool.release(sandbox, ran=False)
     audit(cluster.emulator, cluster.calls(), ROLE)
+
+
+async def test_sandboxed_tool_calls_are_a_clear_503_on_a_cluster():
+    from caiplatform.codesandbox.tool_calls import ToolCallService
+
+    async def no_image(reference):
+        raise AssertionError("not looked up")
+
+    tools = ToolCallService(None, None, no_image, unavailable="sandboxed tool calls are not available on a Kubernetes cluster yet")  # type: ignore[arg-type]
+    project_id = str(uuid.uuid4())
+    with pytest.raises(Unavailable, match="not available on a Kubernetes cluster yet"):
+        await tools.call(workload(project_id), project_id, {"module_path": "tools.py", "function": "where"})
