@@ -1,6 +1,7 @@
-"""Issue 27 for CrewAI, over HTTP on one real `caiplatform serve`: a crew with the code tool
-(`crewai_code_tool()`) runs the snippet its scripted model writes, and with `TOOL_SANDBOX` set its own tools
-(a `@tool` function and a `BaseTool` subclass) run in the tool sandbox instead of the agent's process.
+"""Issue 27 for CrewAI, over HTTP on one real `caiplatform serve`: the crew of `examples/crewai-code` (the
+code tool, `crewai_code_tool()`) runs the snippet its scripted model writes, and with `TOOL_SANDBOX` set a
+crew's own tools (a `@tool` function and a `BaseTool` subclass) run in the tool sandbox instead of the
+agent's process.
 
 The platform's local builder installs the pinned crewai into the agent's own environment, as for any crew
 (about 40 s; `tests/harness_turns/test_crewai.py` tests that path on its own).
@@ -18,7 +19,7 @@ from caiplatform.testing.model_server import ScriptedModel, Step, tool_step
 from caiplatform.testing.serve import ServeProcess
 
 from ..agents.agents_support import tarball
-from ..examples_support import wait_ready
+from ..examples_support import example_tarball, wait_ready
 from ..harness_turns.test_crewai import REQUIREMENTS
 
 pytestmark = pytest.mark.e2e
@@ -80,20 +81,21 @@ def server(tmp_path_factory, model):
            "MODEL_NAME": "scripted", "CREWAI_DISABLE_TELEMETRY": "true"}
     running = ServeProcess(data_dir, env=env).start()
     http = httpx.Client(base_url=running.base_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
-    response = http.post("/v1/agents", params={"project": "default"}, data={"name": "crew", "framework": "crewai"},
-                         files={"code": ("code.tar.gz", tarball(CREW), "application/gzip")})
-    assert response.status_code == 202, response.text
-    wait_ready(http, "crew", timeout=600)
+    for name, code in (("crew", tarball(CREW)), ("coder", example_tarball("crewai-code"))):
+        response = http.post("/v1/agents", params={"project": "default"}, data={"name": name, "framework": "crewai"},
+                             files={"code": ("code.tar.gz", code, "application/gzip")})
+        assert response.status_code == 202, response.text
+        wait_ready(http, name, timeout=600)  # the second reuses the first's environment (same requirements)
     yield running, http
     http.close()
     running.stop()
 
 
-def tool_results(server, model, script: list) -> tuple[dict, list]:
-    """Invoke the crew with the model following `script`: its answer and the tool results of the turn."""
+def tool_results(server, model, script: list, agent: str = "crew") -> tuple[dict, list]:
+    """Invoke `agent` with the model following `script`: its answer and the tool results of the turn."""
     running, _ = server
     model.set_script(script)
-    answer = httpx.post(f"{running.base_url}/v1/agents/crew/invoke", json={"message": "go"}, timeout=180)
+    answer = httpx.post(f"{running.base_url}/v1/agents/{agent}/invoke", json={"message": "go"}, timeout=180)
     assert answer.status_code == 200, answer.text
     body = answer.json()
     return body, [p["function_response"]["response"] for e in body["events"] for p in e["content"]["parts"]
@@ -106,7 +108,8 @@ def result_text(response: dict) -> str:
 
 def test_the_crew_calls_the_code_tool_and_gets_the_snippets_output(server, model):
     body, results = tool_results(server, model, [
-        tool_step("run_code", code="import math\nprint(math.factorial(20))"), Step(content="20! is 2432902008176640000.")])
+        tool_step("run_code", code="import math\nprint(math.factorial(20))"), Step(content="20! is 2432902008176640000.")],
+        agent="coder")
     assert body["output"] == "20! is 2432902008176640000."
     answer = json.loads(result_text(results[0]))
     assert answer["exit_code"] == 0 and answer["stdout"] == "2432902008176640000\n", results
