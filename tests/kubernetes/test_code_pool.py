@@ -132,3 +132,28 @@ async def test_sandboxed_tool_calls_are_a_clear_503_on_a_cluster():
     project_id = str(uuid.uuid4())
     with pytest.raises(Unavailable, match="not available on a Kubernetes cluster yet"):
         await tools.call(workload(project_id), project_id, {"module_path": "tools.py", "function": "where"})
+
+
+async def test_a_fourth_concurrent_snippet_waits_for_a_fresh_pod_and_ended_pods_are_swept(cluster):
+    project_id = str(uuid.uuid4())
+    async with pool_on(cluster) as (pool, pods):
+        service = CodeSandboxService(pool, CODE)
+        pool.start()
+        await until(lambda: pool.describe()["warm"] == 3)
+        answers = await asyncio.gather(*(service.execute(workload(project_id), project_id,
+                                                         {"code": "import time\ntime.sleep(1)"}) for _ in range(4)))
+        assert all(a["exit_code"] == 0 for a in answers)
+        waited = sorted(a["waited_ms"] for a in answers)
+        assert waited[-1] >= 900 and waited[0] < 900, waited  # the fourth waited for a pod to come free
+        assert len({run["pod"] for run in pods.runs}) == 4
+    # A pod that ended but was left behind (a replica stopped mid-snippet) goes when a pool next starts.
+    async with pool_on(cluster, size=1) as (first, _):
+        first.start()
+        await until(lambda: first.describe()["warm"] == 1)
+        (leftover,) = sandbox_pods(cluster)
+        [obj for ns, n, obj in live(cluster.emulator, "pods") if n == leftover][0].patch(
+            {"status": {"phase": "Failed"}, "metadata": {"labels": {"caiplatform.dev/sandbox-pool": "gone-replica"}}})
+        async with pool_on(cluster, size=1) as (second, _):
+            second.start()
+            await until(lambda: leftover not in sandbox_pods(cluster))
+    audit(cluster.emulator, cluster.calls(), ROLE)

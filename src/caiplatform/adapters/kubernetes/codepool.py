@@ -170,6 +170,11 @@ class KubernetesWarmPool:
         await self.kube.create_or_patch(partial(net.create_namespaced_network_policy, self.namespace),
                                         partial(net.patch_namespaced_network_policy, POLICY_NAME, self.namespace),
                                         self.network_policy())
+        # Pods that ended and were never deleted (a replica that stopped mid-snippet): of no use to anyone.
+        for pod in await self.kube.items(core.list_namespaced_pod, self.namespace, labels={PART_LABEL: PART}):
+            if ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed"):
+                log.info("%s sandbox pool: deleting ended pod %s", self.name, pod["metadata"]["name"])
+                await self.delete_pod(pod["metadata"]["name"])
         self._prepared = True
 
     async def delete_pod(self, name: str) -> None:
