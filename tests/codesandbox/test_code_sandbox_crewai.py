@@ -3,8 +3,8 @@ code tool, `crewai_code_tool()`) runs the snippet its scripted model writes, and
 crew's own tools (a `@tool` function and a `BaseTool` subclass) run in the tool sandbox instead of the
 agent's process.
 
-The platform's local builder installs the pinned crewai into the agent's own environment, as for any crew
-(about 40 s; `tests/harness_turns/test_crewai.py` tests that path on its own).
+The platform's local builder installs the pinned crewai into the agents' own environment, as for any crew
+(about 40 s on an idle machine, minutes on a busy one; `tests/harness_turns/test_crewai.py` tests that path).
 """
 
 from __future__ import annotations
