@@ -360,9 +360,18 @@ class Platform:
         from a warm pool. Filled by `start()` on a server; on first use in memory."""
         from caiplatform.codesandbox import CODE, CodeSandboxService, WarmPool
 
-        pool = WarmPool(self.sandbox, CODE, size=self.settings.code_sandbox_pool_size,
-                        wait_seconds=self.settings.code_sandbox_wait_seconds,
-                        network=self.settings.code_sandbox_network)
+        pool: Any
+        if self.on_cluster:  # pods from a warm pool in the sandbox namespace (docs/codesandbox.md)
+            from caiplatform.adapters.kubernetes.codepool import KubernetesWarmPool
+
+            pool = KubernetesWarmPool(self.cluster_settings(), CODE, namespace=self.settings.code_sandbox_namespace,
+                                      size=self.settings.code_sandbox_pool_size,
+                                      wait_seconds=self.settings.code_sandbox_wait_seconds,
+                                      network=self.settings.code_sandbox_network, gvisor=self.settings.kube_gvisor)
+        else:
+            pool = WarmPool(self.sandbox, CODE, size=self.settings.code_sandbox_pool_size,
+                            wait_seconds=self.settings.code_sandbox_wait_seconds,
+                            network=self.settings.code_sandbox_network)
         self._closers.append(pool.close)
         return CodeSandboxService(pool, CODE)
 
@@ -372,7 +381,9 @@ class Platform:
         call, with the agent's image."""
         from caiplatform.codesandbox.tool_calls import ToolCallService
 
-        return ToolCallService(self.db, self.sandbox, self.builder.resolve)
+        # On a cluster the agent's image is in a registry, not on this machine: not there yet (docs/codesandbox.md).
+        unavailable = "sandboxed tool calls are not available on a Kubernetes cluster yet" if self.on_cluster else None
+        return ToolCallService(self.db, self.sandbox, self.builder.resolve, unavailable=unavailable)
 
     def supervisor(self) -> Any:
         """The one process supervisor of this platform (engines and workloads), created on first use.
@@ -410,8 +421,8 @@ class Platform:
             follower = AgentFollower(self.agents)  # serve what the others rolled out
             follower.start()
             self._closers.append(follower.close)
-        if self.mode != "memory" and self.sandbox_status()["status"] in ("on", "off"):
-            self.code_sandbox.pool.start()  # warm sandboxes ready before the first snippet
+        if self.mode != "memory" and (self.on_cluster or self.sandbox_status()["status"] in ("on", "off")):
+            self.code_sandbox.pool.start()  # warm sandboxes (or pods) ready before the first snippet
         # Vector indexes: open the engine, finish the collection creations a previous run left pending.
         await self.indexes.engine.start()
         self._closers.append(self.indexes.engine.close)

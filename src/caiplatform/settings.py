@@ -110,3 +110,7 @@ class Settings(BaseSettings):
     code_sandbox_pool_size: int = Field(3, ge=0, validation_alias=_env("CAI_CODE_SANDBOX_POOL_SIZE"))
     code_sandbox_wait_seconds: float = Field(30.0, gt=0, validation_alias=_env("CAI_CODE_SANDBOX_WAIT_SECONDS"))
     code_sandbox_network: bool = Field(False, validation_alias=_env("CAI_CODE_SANDBOX_NETWORK"))
+    # On a cluster: the namespace of the warm sandbox pods, and whether the cluster has a RuntimeClass `gvisor`
+    # (then the pods run under it).
+    code_sandbox_namespace: str = Field("caiplatform-sandbox", validation_alias=_env("CAI_CODE_SANDBOX_NAMESPACE"))
+    kube_gvisor: bool = Field(False, validation_alias=_env("CAI_KUBE_GVISOR"))

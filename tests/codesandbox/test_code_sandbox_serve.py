@@ -9,6 +9,7 @@ every limit is checked on the path a deployed agent takes. The wait for a warm s
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import time
 import uuid
 from pathlib import Path
@@ -105,6 +106,17 @@ root_agent = LlmAgent(name="coder", model=adk_model(), instruction="Compute with
 '''}
 
 
+# An ADK agent with the code sandbox as its code executor: the ```python blocks its model writes run there.
+ADK_EXECUTOR = {"agent.py": '''
+from google.adk.agents import LlmAgent
+from caiplatform.turns.code_tool import adk_code_executor
+from caiplatform.turns.models import adk_model
+
+root_agent = LlmAgent(name="executor", model=adk_model(), instruction="Compute by writing Python.",
+                      code_executor=adk_code_executor())
+'''}
+
+
 class Server:
     def __init__(self, root: Path, model_url: str):
         self.data_dir = root / "data"
@@ -115,13 +127,15 @@ class Server:
         self.http = httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
         for name, framework, code in (("coder", "langgraph", example_tarball("langgraph-code")),
                                       ("caller", "function", tarball(CALLER)), ("toolie", "langgraph", tarball(TOOLIE)),
-                                      ("adkcoder", "adk", tarball(ADK_CODER))):
+                                      ("adkcoder", "adk", tarball(ADK_CODER)),
+                                      ("adkexec", "adk", tarball(ADK_EXECUTOR))):
             response = self.http.post("/v1/agents", params={"project": "default"},
                                       data={"name": name, "framework": framework},
                                       files={"code": ("code.tar.gz", code, "application/gzip")})
             assert response.status_code == 202, response.text
         self.caller = wait_ready(self.http, "caller")
         self.coder = wait_ready(self.http, "coder")
+        wait_ready(self.http, "adkexec")
         for name in ("toolie", "adkcoder"):
             wait_ready(self.http, name)
             patched = self.http.patch(f"/v1/agents/{name}/env", json={"set": {"TOOL_SANDBOX": "1", "CHOICE": "blue"}})
@@ -175,6 +189,20 @@ def test_an_adk_agent_calls_the_code_tool(server, model):
     _, results = tool_results(server, model, "adkcoder", [
         tool_step("run_code", code="print(sum(range(101)))"), Step(content="5050")])
     assert results[0]["stdout"] == "5050\n" and results[0]["exit_code"] == 0, results
+
+
+def test_an_adk_code_executor_runs_the_models_code_blocks_in_the_sandbox(server, model):
+    model.set_script([Step(content="Let me compute.\n```python\nimport os, math\nprint(math.factorial(20), "
+                                   "'CAI_PROJECT_KEY' in os.environ)\n"
+                                   "open(os.path.join(os.environ['OUTPUT_DIR'], 'f.txt'), 'w').write('x')\n```"),
+                      Step(content="20! is 2432902008176640000.")])
+    answer = httpx.post(f"{server.base}/v1/agents/adkexec/invoke", json={"message": "what is 20!?"}, timeout=120)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["output"].endswith("20! is 2432902008176640000."), answer.json()
+    # The model's next request carries the sandbox's output (no agent key in the snippet's environment); the
+    # file it wrote became an artifact of the turn (ADK names it in the result it shows the model).
+    seen = json.dumps(model.requests[-1].body["messages"])
+    assert "2432902008176640000 False" in seen and "Saved artifacts:" in seen and "`f.txt`" in seen, seen
 
 
 def test_with_tool_sandbox_set_the_agents_own_tool_runs_in_a_sandbox(server, model):

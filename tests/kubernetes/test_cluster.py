@@ -14,18 +14,22 @@ from pathlib import Path
 import pytest
 
 from caiplatform.adapters.kubernetes.builder import KanikoJobBuilder
+from caiplatform.adapters.kubernetes.codepool import KubernetesWarmPool
 from caiplatform.adapters.kubernetes.mcp_host import KnativeMcpHost
 from caiplatform.adapters.kubernetes.memorystore import ValkeyStatefulSetProvisioner
 from caiplatform.adapters.kubernetes.projects import KubernetesProjectProvisioner
 from caiplatform.adapters.kubernetes.runtime import KnativeRuntime
+from caiplatform.codesandbox import CODE, CodeSandboxService
 from caiplatform.domain.memorystore import InstanceSpec
 from caiplatform.ports.builder import BuildError, BuildRequest
 from caiplatform.ports.mcp_host import McpBuild, McpDeployment, McpServeError
 from caiplatform.ports.projects import ProjectSpec
 from caiplatform.ports.runtime import RevisionSpec, Scaling, TrafficTarget, WorkloadRef
+from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.routing import HostRouter
 from caiplatform.testing import sources
 from caiplatform.testing.kube_cluster import emulated_cluster, live
+from caiplatform.testing.kube_codepods import CodePods
 from caiplatform.testing.kube_emulator import snapshot
 from caiplatform.testing.kube_schemas import audit, cluster_role, unused_rules
 from tests.conformance.kube_support import ROLE
@@ -195,6 +199,16 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     await projects.deprovision(project)
     assert await projects.provisioned(project) == []
     assert not [1 for (_, ons, _), o in snapshot(cluster.emulator) if ons == ns and not o.deleted]
+
+    # The code sandbox: a pod of the warm pool runs one snippet and is deleted (tests/kubernetes/test_code_pool.py).
+    pods = CodePods(cluster.emulator)
+    kubelet = asyncio.ensure_future(pods.run())
+    pool = KubernetesWarmPool(settings, CODE, size=1, transport=pods, poll_seconds=0.02)
+    snippet = await CodeSandboxService(pool, CODE).execute(
+        Principal(kind=PrincipalKind.WORKLOAD, project_id=project_id), project_id, {"code": "print(1 + 1)"})
+    assert snippet["stdout"] == "2\n"
+    await pool.close()
+    kubelet.cancel()
 
     for adapter in (projects, runtime, stores, builder):
         await adapter.close()

@@ -63,15 +63,8 @@ def _outputs(output: Path, cap: int, max_files: int) -> tuple[list[dict], bool]:
     return found, truncated
 
 
-def main() -> int:
-    channel = sys.stdout.buffer
-    work = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/work")
-    channel.write(b"ready\n")
-    channel.flush()
-    line = sys.stdin.buffer.readline()
-    if not line:
-        return 0  # discarded before it ran anything
-    request = json.loads(line)
+def run_request(work: Path, request: dict) -> dict:
+    """Run one snippet request in `work`; its answer (also what a cluster pod's `pod_server` answers)."""
     output = work / "output"
     output.mkdir(parents=True, exist_ok=True)
     _write_inputs(work, request.get("files") or [])
@@ -101,6 +94,18 @@ def main() -> int:
     for name, sink in sinks.items():
         answer[name] = sink.get("data", b"").decode("utf-8", "replace")
         answer[f"{name}_truncated"] = bool(sink.get("truncated"))
+    return answer
+
+
+def main() -> int:
+    channel = sys.stdout.buffer
+    work = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/work")
+    channel.write(b"ready\n")
+    channel.flush()
+    line = sys.stdin.buffer.readline()
+    if not line:
+        return 0  # discarded before it ran anything
+    answer = run_request(work, json.loads(line))
     channel.write(json.dumps(answer).encode() + b"\n")
     channel.flush()
     return 0

@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 from pathlib import PurePosixPath
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from caiplatform.codesandbox.limits import SandboxLimits
 from caiplatform.codesandbox.models import ExecuteResult
@@ -45,11 +45,22 @@ def languages() -> dict[str, list[str]]:
 EXTENSIONS = {"python": "py", "shell": "sh", "nodejs": "js"}
 
 
+class SandboxPool(Protocol):
+    """A warm pool: `WarmPool` here, `adapters.kubernetes.codepool.KubernetesWarmPool` on a cluster."""
+
+    def start(self) -> None: ...
+    async def acquire(self) -> tuple[Any, float]: ...
+    async def release(self, sandbox: Any, *, ran: bool = True) -> None: ...
+    def describe(self) -> dict[str, Any]: ...
+    async def close(self) -> None: ...
+
+
 class CodeSandboxService:
-    def __init__(self, pool: WarmPool, limits: SandboxLimits):
+    def __init__(self, pool: WarmPool | SandboxPool, limits: SandboxLimits):
         self.pool = pool
         self.limits = limits
-        self.languages = languages()
+        # The interpreters where the snippets run: this server's, or those of the pool's pod image.
+        self.languages: dict[str, list[str]] = getattr(pool, "languages", None) or languages()
 
     # -- who may call ------------------------------------------------------------------------------
 

@@ -38,10 +38,12 @@ WITHHELD = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVA
 
 
 class ToolCallService:
-    def __init__(self, db: Database, sandbox: Sandbox, resolve_image: Callable[[str], Awaitable[Any]]):
+    def __init__(self, db: Database, sandbox: Sandbox, resolve_image: Callable[[str], Awaitable[Any]],
+                 *, unavailable: str | None = None):
         self.db = db
         self.sandbox = sandbox
         self.resolve_image = resolve_image
+        self.unavailable = unavailable  # why this platform cannot run tool calls (503), if it cannot
         self.limits = TOOL
         self._ids = itertools.count(1)
 
@@ -69,6 +71,8 @@ class ToolCallService:
         if not isinstance(args, dict):
             raise BadRequest("invalid 'args': expected a JSON object of keyword arguments")
         timeout_s = self.limits.check_timeout(body.get("timeout_s"))
+        if self.unavailable:
+            raise Unavailable(self.unavailable)
         name, image, env = await self._agent(principal)
         code_dir = image.env["CAI_CODE_DIR"]
         python = image.command[0] if image.command and Path(image.command[0]).is_absolute() else "python3"

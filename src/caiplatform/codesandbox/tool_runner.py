@@ -3,7 +3,9 @@
 Run with the agent's Python environment and `<code_dir>` as argument. Protocol as `runner.py`: it says
 `ready`, reads one JSON line `{module_path, function, args}`, imports `<code_dir>/<module_path>` (the code
 directory first on `sys.path`, so sibling modules import), calls `function(**args)` (awaiting a coroutine)
-and answers one JSON line `{result}` or `{error}`.
+and answers one JSON line `{result}` or `{error}`. A name that holds a framework's tool object (CrewAI's or
+LangChain's `@tool`) calls the function it wraps (`.func`); a method of a class (a CrewAI `BaseTool`
+subclass's `_run`) is called on an instance built with no arguments.
 """
 
 from __future__ import annotations
@@ -27,7 +29,11 @@ def call(code_dir: Path, request: dict) -> dict:
     spec.loader.exec_module(module)
     target: Any = module
     for part in request["function"].split("."):
-        target = getattr(target, part)
+        owner, target = target, getattr(target, part)
+        if inspect.isclass(owner) and inspect.isfunction(inspect.getattr_static(owner, part)):
+            target = getattr(owner(), part)  # a method: on an instance, as the agent's tool object had it
+        elif not inspect.isroutine(target) and not inspect.isclass(target) and callable(getattr(target, "func", None)):
+            target = target.func  # a `@tool` object: the function it wraps
     value = target(**(request.get("args") or {}))
     if inspect.isawaitable(value):
         value = asyncio.run(value)  # type: ignore[arg-type]

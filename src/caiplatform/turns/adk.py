@@ -28,6 +28,7 @@ from caiplatform.turns.loader import load_entry
 
 try:
     from google.adk.agents.run_config import RunConfig, StreamingMode
+    from google.adk.artifacts import InMemoryArtifactService
     from google.adk.events import Event
     from google.adk.runners import Runner
     from google.adk.sessions import BaseSessionService, Session
@@ -179,8 +180,10 @@ class AdkRunner(TurnRunner):
         self.sessions = sessions
         self.session_service = StoreSessionService(sessions, self.agent)
         self.root_agent = root_agent
+        # ADK's code executors need an artifact service (they keep a snippet's output files there); they
+        # live only as long as this process, like the turn that made them.
         self.runner = Runner(app_name=self.agent, agent=root_agent, session_service=self.session_service,
-                             auto_create_session=True)
+                             artifact_service=InMemoryArtifactService(), auto_create_session=True)
 
     @classmethod
     def from_dir(cls, code_dir: str | Path, **kwargs: Any) -> AdkRunner:

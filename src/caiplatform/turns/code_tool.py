@@ -80,10 +80,14 @@ def run_code(code: str, language: str = "python", timeout_s: int | None = None,
         timeout_s: seconds it may run, 1 to 60 (default 20).
         files: input files (relative path -> text content) written next to the snippet.
     """
+    return for_model(_post(code, language, timeout_s, files))
+
+
+def _post(code: str, language: str = "python", timeout_s: int | None = None,
+          files: dict[str, str] | None = None) -> httpx.Response:
     url, headers = _endpoint()
-    response = httpx.post(url, json=_body(code, language, timeout_s, files), headers=headers,
-                          timeout=(timeout_s or 60) + HTTP_SLACK_SECONDS)
-    return for_model(response)
+    return httpx.post(url, json=_body(code, language, timeout_s, files), headers=headers,
+                      timeout=(timeout_s or 60) + HTTP_SLACK_SECONDS)
 
 
 async def arun_code(code: str, language: str = "python", timeout_s: int | None = None,
@@ -121,19 +125,26 @@ def crewai_code_tool() -> Any:
 
 def adk_code_executor() -> Any:
     """An ADK code executor that runs the model's code blocks in the code sandbox (`code_executor=`)."""
+    import mimetypes
+
     from google.adk.code_executors import BaseCodeExecutor
-    from google.adk.code_executors.code_execution_utils import CodeExecutionResult
+    from google.adk.code_executors.code_execution_utils import CodeExecutionResult, File
 
     class SandboxCodeExecutor(BaseCodeExecutor):  # type: ignore[misc]
-        """Each code block the model writes runs in a fresh sandbox of the platform's code sandbox."""
+        """Each code block the model writes runs in a fresh sandbox of the platform's code sandbox; the files
+        it writes to $OUTPUT_DIR become the turn's artifacts."""
 
         def execute_code(self, invocation_context: Any, code_execution_input: Any) -> Any:
-            result = run_code(code_execution_input.code)
+            response = _post(code_execution_input.code, timeout_s=self.timeout_seconds)
+            result = for_model(response)
             if "error" in result:
                 return CodeExecutionResult(stdout="", stderr=str(result["error"]))
             stderr = result.get("stderr", "")
             if result.get("message"):
                 stderr = f"{stderr}\n{result['message']}".strip()
-            return CodeExecutionResult(stdout=result.get("stdout", ""), stderr=stderr)
+            written = [File(name=f["path"], content=f["content_base64"],
+                            mime_type=mimetypes.guess_type(f["path"])[0] or "application/octet-stream")
+                       for f in response.json().get("files") or []]
+            return CodeExecutionResult(stdout=result.get("stdout", ""), stderr=stderr, output_files=written)
 
     return SandboxCodeExecutor()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -236,25 +236,31 @@ class CrewAIRunner(TurnRunner):
         _require()
         super().__init__(**kwargs)
         self.crew = crew
+        # Called on each turn's fresh crew before it runs (`TOOL_SANDBOX`: its tools go to the tool sandbox).
+        self.prepare_crew: Callable[[Any], object] | None = None
 
     @classmethod
     def from_dir(cls, code_dir: str | Path, **kwargs: Any) -> CrewAIRunner:
         _require()
         return cls(load_entry(code_dir, "crewai").crew, **kwargs)
 
-    def _fresh_crew(self) -> Any:
+    def fresh_crew(self) -> Any:
+        """The crew of one turn: the factory's result, or a copy of the module-level crew."""
         if isinstance(self.crew, Crew):
-            return self.crew.copy()
-        if callable(self.crew):
+            crew = self.crew.copy()
+        elif callable(self.crew):
             crew = self.crew()
             if not isinstance(crew, Crew):
                 raise TypeError("crew() must return a crewai.Crew")
-            return crew
-        raise TypeError("`crew` must be a crewai.Crew or a zero-argument function returning one")
+        else:
+            raise TypeError("`crew` must be a crewai.Crew or a zero-argument function returning one")
+        if self.prepare_crew is not None:
+            self.prepare_crew(crew)
+        return crew
 
     async def _turn(self, ctx: TurnContext) -> AsyncIterator[StreamLine]:
         router = _Router.get()
-        crew = self._fresh_crew()
+        crew = self.fresh_crew()
         task_ids = [str(t.id) for t in crew.tasks]
         sink = _TurnSink(asyncio.get_running_loop(), task_ids[-1] if task_ids else "")
         for task_id in task_ids:

@@ -7,8 +7,10 @@ qualified name) is replaced by a proxy with the same name, signature and docstri
 agent's image in a fresh sandbox (2 CPU, 1 GiB, `timeout_s` 30 s) and answers its return value. A tool the
 proxy cannot describe that way (a closure, a library's tool) keeps running in the process, and is logged.
 
-Frameworks: LangGraph (the tools of every `ToolNode` of the compiled graph) and ADK (function tools of the
-root agent and its sub-agents). CrewAI tools are not wrapped yet.
+Frameworks: LangGraph (the tools of every `ToolNode` of the compiled graph), ADK (function tools of the
+root agent and its sub-agents) and CrewAI (the tools of every agent and task of each crew a turn kicks off:
+a `@tool` function's `func`, or the `_run` of a `BaseTool` subclass that builds with no arguments, which the
+sandbox then builds the same way).
 """
 
 from __future__ import annotations
@@ -124,6 +126,55 @@ def _adk(agent: Any, code_dir: Path) -> list[str]:
     return moved
 
 
+SANDBOXED = "__cai_tool_sandbox__"  # set on a CrewAI tool once its callable is a proxy
+
+
+def _crewai_tool(tool: Any, code_dir: Path) -> bool:
+    """Point one CrewAI tool at the tool sandbox (in place); whether it now runs there."""
+    if getattr(tool, SANDBOXED, False):
+        return True
+    func = getattr(tool, "func", None)
+    if callable(func) and "func" in type(tool).model_fields:  # `@tool` / `Tool(func=...)`
+        address = _address(func, code_dir)
+        if address is None:
+            return False
+        sync, asynchronous = proxy(func, *address)
+        object.__setattr__(tool, "func", asynchronous if inspect.iscoroutinefunction(func) else sync)
+    else:  # a BaseTool subclass of the agent's own: the sandbox builds it with no arguments and calls _run
+        run = inspect.getattr_static(type(tool), "_run", None)
+        address = _address(run, code_dir) if inspect.isfunction(run) else None
+        if address is None or not _rebuilds(tool):
+            return False
+        sync, _ = proxy(tool._run, *address)  # the bound method: the model's arguments, without self
+        object.__setattr__(tool, "_run", sync)
+    object.__setattr__(tool, SANDBOXED, True)
+    return True
+
+
+def _rebuilds(tool: Any) -> bool:
+    """Whether `type(tool)()` is this same tool (so the sandbox, which builds it that way, runs what the agent has)."""
+    derived = {"args_schema", "current_usage_count"}  # made per instance from `_run`'s signature; a counter
+    try:
+        return bool(type(tool)().model_dump(exclude=derived) == tool.model_dump(exclude=derived))
+    except Exception:  # noqa: BLE001 - needs arguments, or does not compare: it stays in the process
+        return False
+
+
+def crewai_tools(crew: Any, code_dir: Path) -> list[str]:
+    """Route the crew's own tools (its agents', manager's and tasks') through the tool sandbox."""
+    moved: list[str] = []
+    kept: list[str] = []
+    holders = [*(getattr(crew, "agents", None) or []), getattr(crew, "manager_agent", None),
+               *(getattr(crew, "tasks", None) or [])]
+    for holder in holders:
+        for tool in getattr(holder, "tools", None) or []:
+            (moved if _crewai_tool(tool, code_dir) else kept).append(str(getattr(tool, "name", tool)))
+    if kept:
+        log.debug("TOOL_SANDBOX: CrewAI tools %s are not the agent's own (or need arguments) and stay in the process",
+                  ", ".join(kept))
+    return list(dict.fromkeys(moved))
+
+
 def sandbox_tools(runner: Any, code_dir: str | Path) -> list[str]:
     """Route the agent's own tools through the tool sandbox; the names of those moved."""
     root = Path(code_dir).resolve()
@@ -132,6 +183,9 @@ def sandbox_tools(runner: Any, code_dir: str | Path) -> list[str]:
         moved = _langgraph(runner.graph, root)
     elif framework == "adk":
         moved = _adk(runner.root_agent, root)
+    elif framework == "crewai":  # a turn kicks off a fresh crew: each one's tools are routed before it runs
+        runner.prepare_crew = functools.partial(crewai_tools, code_dir=root)
+        moved = crewai_tools(runner.fresh_crew(), root)
     else:
         log.warning("TOOL_SANDBOX is set but %s tools are not run in the tool sandbox yet", framework)
         return []

@@ -1,0 +1,309 @@
+"""The code sandbox's warm pool on a cluster: pods started ahead, each runs one snippet and is deleted.
+
+The same contract as the local `caiplatform.codesandbox.WarmPool` (`start`, `acquire`, `release`,
+`describe`, `close`), so `CodeSandboxService` runs on either. A warm sandbox is a bare Pod in the sandbox
+namespace (`CAI_CODE_SANDBOX_NAMESPACE`) running `python -m caiplatform.codesandbox.pod_server` from the
+harness image: it is ready when its readiness probe (`GET /ready`) passes, takes one `POST /run` on its own
+address (the runner's request and answer, `codesandbox/runner.py`), then exits; the platform deletes it
+and a fresh pod takes its place. Limits 1 CPU and 512 MiB (requests equal to limits), no service-account
+token, no host namespaces, a non-root user without privileges, a read-only root filesystem with an
+`emptyDir` for `/tmp`, and `runtimeClassName: gvisor` where the operator says the cluster has it
+(`CAI_KUBE_GVISOR`). A NetworkPolicy of the namespace denies the pods all egress (unless
+`CAI_CODE_SANDBOX_NETWORK`) and admits only the control plane's namespace to the runner's port.
+
+A snippet killed for memory takes the whole container with it (cgroup v2 kills the container's group):
+the call to the pod breaks and its status says `OOMKilled`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import httpx
+
+from caiplatform.adapters.kubernetes.client import KIND_LABEL, PART_LABEL, ClusterSettings, KubeClient, owned
+from caiplatform.codesandbox.limits import NO_WARM_SANDBOX, SandboxLimits
+from caiplatform.codesandbox.pool import RETRY_SECONDS, RunOutcome
+from caiplatform.errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+PART = "code-sandbox"
+OWNER_LABEL = "caiplatform.dev/sandbox-pool"  # which control-plane process made the pod
+PORT = 8080
+READY_SECONDS = 120.0  # a pod that is not ready by then (image pull included) is deleted and replaced
+SANDBOX_UID = 65532
+POLICY_NAME = "code-sandbox"
+#: Interpreters in the harness image (`backends/kubernetes/Containerfile.harness`), on its PATH.
+POD_LANGUAGES = {"python": ["python"], "shell": ["bash"], "nodejs": ["node"]}
+
+
+@dataclass
+class PodSandbox:
+    """One warm pod, claimed by a caller for its one snippet."""
+
+    id: str
+    address: str
+    pool: KubernetesWarmPool
+    started: float = field(default_factory=time.monotonic)
+
+    async def run(self, request: dict[str, Any], deadline: float) -> RunOutcome:
+        try:
+            response = await self.pool.http.post(f"http://{self.address}:{PORT}/run", json=request, timeout=deadline)
+            if response.status_code == 200:
+                return RunOutcome(response.json(), False, "")
+            why = f"the sandbox pod answered {response.status_code}: {response.text[:500]}"
+        except (httpx.HTTPError, ValueError) as exc:
+            why = f"the sandbox pod stopped answering: {type(exc).__name__}"
+        terminated = await self.pool.termination(self.id)
+        if terminated.get("reason") == "OOMKilled":
+            return RunOutcome(None, True, "OOMKilled")
+        return RunOutcome(None, False, f"{why} {terminated.get('message') or ''}".strip())
+
+    async def discard(self) -> None:
+        await self.pool.delete_pod(self.id)
+
+
+class KubernetesWarmPool:
+    """At most `size` code sandbox pods at a time, warm or running one snippet (document 1's warm pool)."""
+
+    languages = POD_LANGUAGES
+
+    def __init__(self, settings: ClusterSettings, limits: SandboxLimits, *, namespace: str = "caiplatform-sandbox",
+                 image: str | None = None, size: int | None = None, wait_seconds: float | None = None,
+                 network: bool = False, gvisor: bool = False, name: str = "code",
+                 transport: httpx.AsyncBaseTransport | None = None, poll_seconds: float = 0.5,
+                 ready_seconds: float = READY_SECONDS, kube: KubeClient | None = None):
+        self.settings = settings
+        self.kube = kube or KubeClient(settings)
+        self.limits = limits
+        self.name = name
+        self.namespace = namespace
+        self.image = image or settings.harness_image
+        self.size = limits.pool_size if size is None else size
+        self.wait_seconds = limits.wait_seconds if wait_seconds is None else wait_seconds
+        self.network = network
+        self.runtime_class = "gvisor" if gvisor else None
+        self.poll_seconds = poll_seconds
+        self.ready_seconds = ready_seconds
+        self.http = httpx.AsyncClient(transport=transport, timeout=30)
+        self.owner = f"{socket.gethostname()[:30]}-{os.getpid()}-{secrets.token_hex(3)}".lower().replace("_", "-")
+        self._ready: asyncio.Queue[PodSandbox] = asyncio.Queue()
+        self._starting = 0
+        self._busy = 0
+        self._served = 0
+        self._failed_starts = 0
+        self._refused = 0
+        self._last_error = ""
+        self._changed = asyncio.Event()
+        self._filler: asyncio.Task[None] | None = None
+        self._prepared = False
+
+    # -- the objects ---------------------------------------------------------------------------------
+
+    def pod(self, name: str) -> dict[str, Any]:
+        """The Pod of one warm sandbox."""
+        resources = {"cpu": self.limits.cpu, "memory": self.limits.memory}
+        spec: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "hostNetwork": False, "hostPID": False, "hostIPC": False,
+            "terminationGracePeriodSeconds": 0,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": SANDBOX_UID, "runAsGroup": SANDBOX_UID,
+                                "fsGroup": SANDBOX_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "sandbox",
+                "image": self.image,
+                "command": ["python", "-m", "caiplatform.codesandbox.pod_server", str(PORT), "/tmp/work"],
+                "ports": [{"name": "runner", "containerPort": PORT, "protocol": "TCP"}],
+                "env": [{"name": "HOME", "value": "/tmp"}, {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+                "resources": {"limits": dict(resources), "requests": dict(resources)},
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": PORT}, "periodSeconds": 1,
+                                   "failureThreshold": 1},
+                "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+            }],
+            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+        }
+        if self.runtime_class:
+            spec["runtimeClassName"] = self.runtime_class
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": self.namespace,
+                             "labels": owned({PART_LABEL: PART, KIND_LABEL: "code-sandbox", OWNER_LABEL: self.owner})},
+                "spec": spec}
+
+    def network_policy(self) -> dict[str, Any]:
+        """The sandbox pods: reached only from the control plane's namespace on the runner's port; no egress."""
+        policy: dict[str, Any] = {
+            "podSelector": {"matchLabels": {PART_LABEL: PART}},
+            "policyTypes": ["Ingress"] if self.network else ["Ingress", "Egress"],
+            "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": self.settings.platform_namespace}}}],
+                "ports": [{"protocol": "TCP", "port": PORT}]}],
+        }
+        if not self.network:
+            policy["egress"] = []
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": POLICY_NAME, "namespace": self.namespace, "labels": owned({PART_LABEL: PART})},
+                "spec": policy}
+
+    async def _prepare(self) -> None:
+        """The sandbox namespace and its network policy (idempotent)."""
+        if self._prepared:
+            return
+        core, net = self.kube.core, self.kube.networking
+        if await self.kube.get(core.read_namespace, self.namespace) is None:
+            body = {"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": self.namespace, "labels": owned({PART_LABEL: PART})}}
+            await self.kube.create_or_patch(core.create_namespace, partial(core.patch_namespace, self.namespace), body)
+        await self.kube.create_or_patch(partial(net.create_namespaced_network_policy, self.namespace),
+                                        partial(net.patch_namespaced_network_policy, POLICY_NAME, self.namespace),
+                                        self.network_policy())
+        # Pods that ended and were never deleted (a replica that stopped mid-snippet): of no use to anyone.
+        for pod in await self.kube.items(core.list_namespaced_pod, self.namespace, labels={PART_LABEL: PART}):
+            if ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed"):
+                log.info("%s sandbox pool: deleting ended pod %s", self.name, pod["metadata"]["name"])
+                await self.delete_pod(pod["metadata"]["name"])
+        self._prepared = True
+
+    async def delete_pod(self, name: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.kube.delete(self.kube.core.delete_namespaced_pod, name, self.namespace, grace_period_seconds=0)
+
+    async def termination(self, name: str) -> dict[str, Any]:
+        """How the pod's container ended (`reason`, `exitCode`, `message`), {} while it runs or when gone."""
+        pod = await self.kube.get(self.kube.core.read_namespaced_pod, name, self.namespace)
+        for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+            for state in (status.get("state") or {}, status.get("lastState") or {}):
+                if state.get("terminated"):
+                    return dict(state["terminated"])
+        return {}
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._filler is None or self._filler.done():
+            self._filler = asyncio.get_running_loop().create_task(self._fill(), name=f"{self.name}-sandbox-pods")
+            log.info("%s sandbox pool: keeping %d warm pods in namespace %s (runtime class %s, network %s)", self.name,
+                     self.size, self.namespace, self.runtime_class or "default", "allowed" if self.network else "none")
+
+    async def close(self) -> None:
+        if self._filler is not None:
+            self._filler.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._filler
+        with contextlib.suppress(Exception):  # every pod this process made, warm or starting
+            for pod in await self.kube.items(self.kube.core.list_namespaced_pod, self.namespace,
+                                             labels={PART_LABEL: PART, OWNER_LABEL: self.owner}):
+                await self.delete_pod(pod["metadata"]["name"])
+        while not self._ready.empty():
+            self._ready.get_nowait()
+        await self.http.aclose()
+        await self.kube.close()
+
+    def describe(self) -> dict[str, Any]:
+        warm = self._ready.qsize()
+        body: dict[str, Any] = {
+            "status": "ok" if warm or self._busy or self._starting else ("idle" if self._filler is None else "empty"),
+            "backend": "kubernetes", "namespace": self.namespace, "runtime_class": self.runtime_class,
+            "size": self.size, "warm": warm, "starting": self._starting, "running": self._busy,
+            "served": self._served, "refused": self._refused, "failed_starts": self._failed_starts,
+            "network": "allowed" if self.network else "none",
+            "limits": {"cpu": self.limits.cpu, "memory": self.limits.memory},
+        }
+        if self._last_error:
+            body["last_error"] = self._last_error
+        return body
+
+    async def _fill(self) -> None:
+        while True:
+            try:
+                await self._prepare()
+            except Exception as exc:  # noqa: BLE001 - reported in /healthz, tried again
+                self._failed_starts += 1
+                self._last_error = f"preparing namespace {self.namespace}: {exc}"
+                log.warning("%s sandbox pool: %s", self.name, self._last_error)
+                await asyncio.sleep(RETRY_SECONDS)
+                continue
+            missing = self.size - (self._ready.qsize() + self._starting + self._busy)
+            if missing > 0:
+                self._starting += missing
+                results = await asyncio.gather(*(self._start_one() for _ in range(missing)), return_exceptions=True)
+                self._starting -= missing
+                failed = [r for r in results if isinstance(r, BaseException)]
+                for result in results:
+                    if isinstance(result, PodSandbox):
+                        self._ready.put_nowait(result)
+                if failed:
+                    self._failed_starts += len(failed)
+                    self._last_error = str(failed[0])
+                    log.warning("%s sandbox pool: %d pod(s) failed to start: %s", self.name, len(failed), failed[0])
+                    await asyncio.sleep(RETRY_SECONDS)
+                continue
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def _start_one(self) -> PodSandbox:
+        name = f"{self.name}-sandbox-{secrets.token_hex(5)}"
+        await self.kube.call(self.kube.core.create_namespaced_pod, self.namespace, self.pod(name))
+        deadline = time.monotonic() + self.ready_seconds
+        try:
+            while True:
+                pod = await self.kube.get(self.kube.core.read_namespaced_pod, name, self.namespace)
+                status = (pod or {}).get("status") or {}
+                if pod is None or status.get("phase") in ("Succeeded", "Failed"):
+                    raise RuntimeError(f"sandbox pod {name} ended before it was used: {status.get('reason') or 'gone'}")
+                ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+                if ready and status.get("podIP"):
+                    log.debug("%s sandbox pool: %s is warm", self.name, name)
+                    return PodSandbox(name, status["podIP"], self)
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sandbox pod {name} was not ready within {self.ready_seconds:.0f} s")
+                await asyncio.sleep(self.poll_seconds)
+        except BaseException:
+            await self.delete_pod(name)
+            raise
+
+    # -- use -----------------------------------------------------------------------------------------
+
+    async def acquire(self) -> tuple[PodSandbox, float]:
+        """A warm pod and how long the caller waited for it (seconds); 503 past the wait."""
+        self.start()
+        begun = time.monotonic()
+        while True:
+            try:
+                sandbox = await asyncio.wait_for(self._ready.get(), self.wait_seconds - (time.monotonic() - begun))
+            except TimeoutError:
+                self._refused += 1
+                log.warning("%s sandbox pool: no warm pod within %.0f s (%s)", self.name, self.wait_seconds,
+                            self.describe())
+                raise Unavailable(NO_WARM_SANDBOX) from None
+            self._busy += 1
+            pod = await self.kube.get(self.kube.core.read_namespaced_pod, sandbox.id, self.namespace)
+            if pod is not None and ((pod.get("status") or {}).get("phase")) == "Running":
+                return sandbox, time.monotonic() - begun
+            log.warning("%s sandbox pool: pod %s went away while warm; replaced", self.name, sandbox.id)
+            await self.release(sandbox, ran=False)
+
+    async def release(self, sandbox: PodSandbox, *, ran: bool = True) -> None:
+        """Delete a pod that ran its snippet; a fresh one takes its place."""
+        try:
+            await sandbox.discard()
+        finally:
+            self._busy -= 1
+            self._served += int(ran)
+            self._changed.set()
+
+
+__all__ = ["KubernetesWarmPool", "PodSandbox"]

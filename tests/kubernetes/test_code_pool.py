@@ -1,0 +1,159 @@
+"""The code sandbox's warm pool on a cluster (`adapters.kubernetes.codepool`), on the emulated cluster with
+the code pods' kubelet and network double (`testing.kube_codepods`): warm pods, one snippet each then
+deleted, refilled; the Pod and NetworkPolicy valid for the two newest Kubernetes versions (strict), and every
+call allowed by the shipped ClusterRole."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+
+import pytest
+
+from caiplatform.adapters.kubernetes.codepool import KubernetesWarmPool
+from caiplatform.codesandbox import CODE, NO_WARM_SANDBOX, CodeSandboxService
+from caiplatform.errors import Unavailable
+from caiplatform.principal import Principal, PrincipalKind
+from caiplatform.testing.kube_cluster import emulated_cluster, live
+from caiplatform.testing.kube_codepods import OOM_MARKER, CodePods
+from caiplatform.testing.kube_schemas import audit
+from tests.conformance.kube_support import ROLE
+
+NAMESPACE = "caiplatform-sandbox"
+
+
+@pytest.fixture
+def cluster():
+    with emulated_cluster() as emulated:
+        yield emulated
+
+
+@contextlib.asynccontextmanager
+async def pool_on(cluster, **options):
+    pods = CodePods(cluster.emulator)
+    kubelet = asyncio.ensure_future(pods.run())
+    pool = KubernetesWarmPool(cluster.settings, CODE, transport=pods, poll_seconds=0.02, **options)
+    try:
+        yield pool, pods
+    finally:
+        await pool.close()
+        kubelet.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await kubelet
+
+
+async def until(check, timeout: float = 20.0):
+    for _ in range(int(timeout / 0.02)):
+        if check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+def sandbox_pods(cluster) -> dict[str, dict]:
+    return {name: obj.raw for ns, name, obj in live(cluster.emulator, "pods") if ns == NAMESPACE}
+
+
+def workload(project_id: str) -> Principal:
+    return Principal(kind=PrincipalKind.WORKLOAD, project_id=project_id, key_id="wk1")
+
+
+async def test_warm_pods_run_one_snippet_each_and_the_pool_refills(cluster):
+    project_id = str(uuid.uuid4())
+    async with pool_on(cluster, gvisor=True) as (pool, pods):
+        service = CodeSandboxService(pool, CODE)
+        pool.start()
+        await until(lambda: pool.describe()["warm"] == 3)
+        first = sandbox_pods(cluster)
+        assert len(first) == 3
+        for pod in first.values():
+            spec = pod["spec"]
+            assert spec["runtimeClassName"] == "gvisor"
+            (container,) = spec["containers"]
+            limits = {"cpu": "1", "memory": "512Mi"}
+            assert container["resources"] == {"limits": limits, "requests": limits}
+            assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
+            assert container["image"] == cluster.settings.harness_image
+        (policy,) = [o.raw for ns, _, o in live(cluster.emulator, "networkpolicies", "networking.k8s.io") if ns == NAMESPACE]
+        assert policy["spec"]["egress"] == [] and "Egress" in policy["spec"]["policyTypes"]
+
+        result = await service.execute(workload(project_id), project_id, {"code": "import math\nprint(math.factorial(20))"})
+        assert result["exit_code"] == 0 and result["stdout"] == "2432902008176640000\n" and result["killed"] is None
+        used = pods.runs[-1]["pod"]
+        assert used in first and pods.runs[-1]["request"]["argv"][0] == "python"  # the pod image's interpreter
+        # The pod that ran it is deleted, never reused; a fresh one takes its place.
+        await until(lambda: used not in sandbox_pods(cluster) and pool.describe()["warm"] == 3)
+        assert len(sandbox_pods(cluster)) == 3
+        shell = await service.execute(workload(project_id), project_id, {"code": "echo hi >&2", "language": "shell"})
+        assert shell["stderr"] == "hi\n" and pods.runs[-1]["pod"] != used
+
+        killed = await service.execute(workload(project_id), project_id, {"code": f"{OOM_MARKER}\nx = 1"})
+        assert killed["killed"] == "memory" and "(512Mi)" in killed["message"]
+        await until(lambda: pool.describe()["warm"] == 3)
+        assert pool.describe()["served"] == 3 and pool.describe()["backend"] == "kubernetes"
+        assert len({run["pod"] for run in pods.runs}) == 3
+    assert sandbox_pods(cluster) == {}  # closing the pool deletes its pods
+    audit(cluster.emulator, cluster.calls(), ROLE)
+
+
+async def test_without_gvisor_the_pods_run_on_the_default_runtime_and_may_use_the_network(cluster):
+    async with pool_on(cluster, size=1, network=True) as (pool, _):
+        pool.start()
+        await until(lambda: pool.describe()["warm"] == 1)
+        (pod,) = sandbox_pods(cluster).values()
+        assert "runtimeClassName" not in pod["spec"]
+        (policy,) = [o.raw for ns, _, o in live(cluster.emulator, "networkpolicies", "networking.k8s.io") if ns == NAMESPACE]
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+    audit(cluster.emulator, cluster.calls(), ROLE)
+
+
+async def test_no_warm_pod_within_the_wait_is_the_503(cluster):
+    async with pool_on(cluster, size=1, wait_seconds=0.5) as (pool, pods):
+        pods.hold_ready = True  # pods that never become ready (an image still pulling)
+        with pytest.raises(Unavailable) as refused:
+            await pool.acquire()
+        assert refused.value.message == NO_WARM_SANDBOX
+        assert pool.describe()["refused"] == 1 and pool.describe()["starting"] == 1
+        pods.hold_ready = False
+        sandbox, waited = await pool.acquire()
+        assert waited < 5
+        await pool.release(sandbox, ran=False)
+    audit(cluster.emulator, cluster.calls(), ROLE)
+
+
+async def test_sandboxed_tool_calls_are_a_clear_503_on_a_cluster():
+    from caiplatform.codesandbox.tool_calls import ToolCallService
+
+    async def no_image(reference):
+        raise AssertionError("not looked up")
+
+    tools = ToolCallService(None, None, no_image, unavailable="sandboxed tool calls are not available on a Kubernetes cluster yet")  # type: ignore[arg-type]
+    project_id = str(uuid.uuid4())
+    with pytest.raises(Unavailable, match="not available on a Kubernetes cluster yet"):
+        await tools.call(workload(project_id), project_id, {"module_path": "tools.py", "function": "where"})
+
+
+async def test_a_fourth_concurrent_snippet_waits_for_a_fresh_pod_and_ended_pods_are_swept(cluster):
+    project_id = str(uuid.uuid4())
+    async with pool_on(cluster) as (pool, pods):
+        service = CodeSandboxService(pool, CODE)
+        pool.start()
+        await until(lambda: pool.describe()["warm"] == 3)
+        answers = await asyncio.gather(*(service.execute(workload(project_id), project_id,
+                                                         {"code": "import time\ntime.sleep(1)"}) for _ in range(4)))
+        assert all(a["exit_code"] == 0 for a in answers)
+        waited = sorted(a["waited_ms"] for a in answers)
+        assert waited[-1] >= 900 and waited[0] < 900, waited  # the fourth waited for a pod to come free
+        assert len({run["pod"] for run in pods.runs}) == 4
+    # A pod that ended but was left behind (a replica stopped mid-snippet) goes when a pool next starts.
+    async with pool_on(cluster, size=1) as (first, _):
+        first.start()
+        await until(lambda: first.describe()["warm"] == 1)
+        (leftover,) = sandbox_pods(cluster)
+        [obj for ns, n, obj in live(cluster.emulator, "pods") if n == leftover][0].patch(
+            {"status": {"phase": "Failed"}, "metadata": {"labels": {"caiplatform.dev/sandbox-pool": "gone-replica"}}})
+        async with pool_on(cluster, size=1) as (second, _):
+            second.start()
+            await until(lambda: leftover not in sandbox_pods(cluster))
+    audit(cluster.emulator, cluster.calls(), ROLE)
