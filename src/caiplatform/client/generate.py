@@ -49,8 +49,10 @@ def expected_resources() -> dict[Path, str]:
     from caiplatform.client import resources_codegen
 
     folder = SOURCE / "resources"
-    sources = resources_codegen.render(served_document())
-    custom = {path.stem.removeprefix("custom_") for path in folder.glob("custom_*.py")}
+    overridden = {path.stem.removeprefix("custom_"): set(re.findall(r"^    (?:async )?def (\w+)\(", path.read_text(), re.M))
+                  for path in folder.glob("custom_*.py")}
+    sources = resources_codegen.render(served_document(), overridden)
+    custom = set(overridden)
     files = {folder / f"{resource}.py": text for resource, text in sources.items()}
     files[folder / "__init__.py"] = resources_codegen.render_package(sorted(sources), custom)
     return files

@@ -128,9 +128,11 @@ def describe(http_method: str, path: str, name: Name, op: dict[str, Any], models
                 candidate = _ref_name(option)
                 if candidate and _verb_matches(name.verb, candidate):
                     ref = candidate
-        alternatives = {code: _ref_name(body.get("content", {}).get("application/json", {}).get("schema"))
-                        for code, body in op.get("responses", {}).items() if code.startswith("2") and code != success}
-        alternatives = {code: name for code, name in alternatives.items() if name in models and name != ref}
+        alternatives: dict[str, str] = {}
+        for code, answered in op.get("responses", {}).items():
+            other = _ref_name(answered.get("content", {}).get("application/json", {}).get("schema"))
+            if code.startswith("2") and code != success and other in models and other != ref and other is not None:
+                alternatives[code] = other
         if ref in models and alternatives:
             method.answer = "statuses:" + ",".join([f"{success}={ref}", *(f"{c}={n}" for c, n in alternatives.items())])
             method.imports.update([ref, *alternatives.values()])
@@ -254,8 +256,9 @@ def import_line(module: str, names: list[str]) -> str:
     return f"from {module} import (\n" + "".join(f"    {name},\n" for name in names) + ")\n"
 
 
-def render(document: dict[str, Any]) -> dict[str, str]:
-    """`{module name: source}` for `_async/resources/`, one module per resource, and `__init__`'s attach."""
+def render(document: dict[str, Any], overridden: dict[str, set[str]] | None = None) -> dict[str, str]:
+    """`{module name: source}` for `_async/resources/`, one module per resource. `overridden`: the methods
+    that a resource's hand-written subclass defines itself (they are left out of the generated class)."""
     models = model_classes()
     by_resource: dict[str, list[Method]] = {}
     for (http_method, path), names in OPERATIONS.items():
@@ -263,6 +266,8 @@ def render(document: dict[str, Any]) -> dict[str, str]:
         if op is None:
             continue
         for name in names:
+            if name.method in (overridden or {}).get(name.resource, set()):
+                continue
             by_resource.setdefault(name.resource, []).append(describe(http_method, path, name, op, models))
     sources: dict[str, str] = {}
     for resource, methods in sorted(by_resource.items()):
@@ -287,8 +292,8 @@ def render(document: dict[str, Any]) -> dict[str, str]:
             lines += [*standard, "\n"]
         lines.append("from caiplatform.client._async.resources.base import AsyncResource\n")
         lines.append(f"from caiplatform.client._base import {', '.join(used)}\n")
-        for module, names in sorted(imports.items()):
-            lines.append(import_line(module, sorted(names, key=_isort_key)))
+        for module, imported in sorted(imports.items()):
+            lines.append(import_line(module, sorted(imported, key=_isort_key)))
         sources[resource] = "".join(lines) + body
     return sources
 

@@ -41,7 +41,6 @@ from caiplatform.models.agents import (
     TrafficSet,
     TrafficSplit,
 )
-from caiplatform.models.invoke import InvokeRequest
 
 
 class AsyncAgentsResource(AsyncResource):
@@ -70,10 +69,6 @@ class AsyncAgentsResource(AsyncResource):
     async def redeploy(self, name: str, /, *, project: str | None = None, timeout: float | None | NotGiven = NOT_GIVEN) -> RedeployAccepted:
         """Rebuild from the stored source"""
         return await self._client.request("POST", f"/v1/agents/{name}/redeploy", RedeployAccepted, params={"project": project}, timeout=timeout)
-
-    async def logs(self, name: str, /, *, project: str | None = None, follow: bool | None = None, timeout: float | None | NotGiven = NOT_GIVEN) -> str:
-        """Live logs of the newest instance (text/plain)"""
-        return await self._client.request_text("GET", f"/v1/agents/{name}/logs", params={"project": project, "follow": follow}, timeout=timeout)
 
     async def log_history(self, name: str, /, *, project: str | None = None, since: str | None = None, timeout: float | None | NotGiven = NOT_GIVEN) -> LogHistory:
         """Persisted log lines"""
@@ -161,13 +156,3 @@ class AsyncAgentsResource(AsyncResource):
     async def rotate_embed_key(self, name: str, /, *, project: str | None = None, timeout: float | None | NotGiven = NOT_GIVEN) -> EmbedConfig:
         """Mint a new public embed key"""
         return await self._client.request("POST", f"/v1/agents/{name}/embed/rotate-key", EmbedConfig, params={"project": project}, timeout=timeout)
-
-    async def invoke(self, name: str, body: InvokeRequest | None = None, /, *, project: str | None = None, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> Any:
-        """One message in, one reply out"""
-        model = body if body is not None else InvokeRequest.parse(fields)
-        return await self._client.request_json("POST", f"/v1/agents/{name}/invoke", params={"project": project}, timeout=timeout, json=body_of(model))
-
-    def invoke_stream(self, name: str, body: InvokeRequest | None = None, /, *, project: str | None = None, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> AsyncIterator[str]:
-        """The same turn as an NDJSON stream"""
-        model = body if body is not None else InvokeRequest.parse(fields)
-        return self._client.stream_lines("POST", f"/v1/agents/{name}/invoke/stream", params={"project": project}, timeout=timeout, json=body_of(model))

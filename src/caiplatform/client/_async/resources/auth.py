@@ -8,16 +8,11 @@ from typing import Any
 
 from caiplatform.client._async.resources.base import AsyncResource
 from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
-from caiplatform.models.auth import LoginRequest, Me, PasswordChange, SignIn
+from caiplatform.models.auth import Me, PasswordChange, SignIn
 
 
 class AsyncAuthResource(AsyncResource):
     """Sign-in and the calling principal."""
-
-    async def login(self, body: LoginRequest | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> SignIn:
-        """Sign in with e-mail and password"""
-        model = body if body is not None else LoginRequest.parse(fields)
-        return await self._client.request("POST", "/v1/auth/login", SignIn, timeout=timeout, json=body_of(model))
 
     async def me(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Me:
         """The signed-in principal"""

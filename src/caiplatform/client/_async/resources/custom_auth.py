@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from caiplatform.client._async.resources.auth import AsyncAuthResource as GeneratedAuth
+from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
+from caiplatform.models.auth import LoginRequest, SignIn
 
 
 class AsyncAuthResource(GeneratedAuth):
-    async def login(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def login(self, body: LoginRequest | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN,
+                    **fields: Any) -> SignIn:
         """Sign in with e-mail and password; the session token answers every later call of this client."""
-        signed_in = await super().login(*args, **kwargs)
-        token = signed_in.get("token") if isinstance(signed_in, dict) else getattr(signed_in, "token", None)
-        if token:
-            self._client.with_token(token)
+        model = body if body is not None else LoginRequest.parse(fields)
+        signed_in = await self._client.request("POST", "/v1/auth/login", SignIn, timeout=timeout, json=body_of(model))
+        self._client.with_token(signed_in.token)
         return signed_in

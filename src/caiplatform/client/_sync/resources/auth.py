@@ -9,16 +9,11 @@ from typing import Any
 
 from caiplatform.client._sync.resources.base import Resource
 from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
-from caiplatform.models.auth import LoginRequest, Me, PasswordChange, SignIn
+from caiplatform.models.auth import Me, PasswordChange, SignIn
 
 
 class AuthResource(Resource):
     """Sign-in and the calling principal."""
-
-    def login(self, body: LoginRequest | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> SignIn:
-        """Sign in with e-mail and password"""
-        model = body if body is not None else LoginRequest.parse(fields)
-        return self._client.request("POST", "/v1/auth/login", SignIn, timeout=timeout, json=body_of(model))
 
     def me(self, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Me:
         """The signed-in principal"""
