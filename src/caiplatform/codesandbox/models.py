@@ -7,31 +7,56 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
+
+from caiplatform.models.base import RequestModel, ResponseModel
 
 Language = Literal["python", "shell", "nodejs"]
 
 
-class InputFile(BaseModel):
+class InputFile(RequestModel):
     path: str = Field(description="Relative path under the snippet's working directory (no `..`, not absolute).")
     content: str = Field(description="The file's content: text, or base64 when `encoding` is `base64`.")
     encoding: Literal["utf-8", "base64"] = "utf-8"
 
 
-class ExecuteRequest(BaseModel):
+class ExecuteRequest(RequestModel):
     code: str = Field(description="The snippet.")
-    language: Language = Field("python", description="`python`; `shell` and `nodejs` where the server has them.")
+    language: str = Field("python", description="`python`; `shell` and `nodejs` where the server has them.")
     timeout_s: int = Field(20, description="Seconds the snippet may run, 1 to 60 (default 20).")
     files: list[InputFile] = Field(default_factory=list, description="Written into the working directory first.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _rules(cls, data: Any) -> Any:
+        """The messages of document 1 and of the wire format, before pydantic's own checks; the language
+        depends on the machine's toolchains and is checked by the service."""
+        if not isinstance(data, dict):
+            return data
+        from caiplatform.codesandbox.limits import CODE
+        from caiplatform.codesandbox.service import check_files
 
-class OutputFile(BaseModel):
+        code = data.get("code")
+        if not isinstance(code, str) or not code.strip():
+            from caiplatform.errors import BadRequest
+
+            raise BadRequest("code is required")
+        checked = {**data, "timeout_s": CODE.check_timeout(data.get("timeout_s"))}
+        check_files(data.get("files"))
+        if checked.get("language") is None:
+            checked.pop("language", None)
+        if checked.get("files") is None:
+            checked.pop("files", None)
+        return checked
+
+
+class OutputFile(ResponseModel):
     path: str = Field(description="Relative to `$OUTPUT_DIR`.")
     size: int
     content_base64: str
 
 
-class ExecuteResult(BaseModel):
+class ExecuteResult(ResponseModel):
     exit_code: int | None = Field(description="The snippet's exit status (negative: killed by that signal); null "
                                   "when the sandbox died before it could report one.")
     stdout: str

@@ -17,7 +17,7 @@ from pathlib import PurePosixPath
 from typing import Any, Literal, Protocol
 
 from caiplatform.codesandbox.limits import SandboxLimits
-from caiplatform.codesandbox.models import ExecuteResult
+from caiplatform.codesandbox.models import ExecuteRequest, ExecuteResult
 from caiplatform.codesandbox.pool import GRACE_SECONDS, RunOutcome, WarmPool
 from caiplatform.errors import BadRequest, Forbidden, NotFound, Unauthenticated
 from caiplatform.principal import Principal, PrincipalKind
@@ -43,6 +43,33 @@ def languages() -> dict[str, list[str]]:
 
 
 EXTENSIONS = {"python": "py", "shell": "sh", "nodejs": "js"}
+
+
+def check_files(value: Any) -> list[dict[str, str]]:
+    """The input files of a snippet as `{path, content_base64}`; a bad one is the 400 naming it."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BadRequest("invalid 'files': expected a list of {path, content, encoding}")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or not isinstance(item.get("path"), str) or not isinstance(item.get("content"), str):
+            raise BadRequest(f"invalid 'files[{i}]': expected {{path, content, encoding}} with string path and content")
+        path = PurePosixPath(item["path"])
+        if not item["path"] or path.is_absolute() or ".." in path.parts or path.parts[0] == SNIPPET_DIR:
+            raise BadRequest(f"invalid 'files[{i}].path': a relative path without '..' (and not under {SNIPPET_DIR}/)")
+        encoding = item.get("encoding", "utf-8")
+        if encoding == "base64":
+            try:
+                data = base64.b64decode(item["content"], validate=True)
+            except (binascii.Error, ValueError):
+                raise BadRequest(f"invalid 'files[{i}].content': not base64") from None
+        elif encoding == "utf-8":
+            data = item["content"].encode()
+        else:
+            raise BadRequest(f"invalid 'files[{i}].encoding': utf-8 or base64")
+        out.append({"path": str(path), "content_base64": base64.b64encode(data).decode()})
+    return out
 
 
 class SandboxPool(Protocol):
@@ -88,43 +115,19 @@ class CodeSandboxService:
 
     @staticmethod
     def _files(value: Any) -> list[dict[str, str]]:
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            raise BadRequest("invalid 'files': expected a list of {path, content, encoding}")
-        out = []
-        for i, item in enumerate(value):
-            if not isinstance(item, dict) or not isinstance(item.get("path"), str) or not isinstance(item.get("content"), str):
-                raise BadRequest(f"invalid 'files[{i}]': expected {{path, content, encoding}} with string path and content")
-            path = PurePosixPath(item["path"])
-            if not item["path"] or path.is_absolute() or ".." in path.parts or path.parts[0] == SNIPPET_DIR:
-                raise BadRequest(f"invalid 'files[{i}].path': a relative path without '..' (and not under {SNIPPET_DIR}/)")
-            encoding = item.get("encoding", "utf-8")
-            if encoding == "base64":
-                try:
-                    data = base64.b64decode(item["content"], validate=True)
-                except (binascii.Error, ValueError):
-                    raise BadRequest(f"invalid 'files[{i}].content': not base64") from None
-            elif encoding == "utf-8":
-                data = item["content"].encode()
-            else:
-                raise BadRequest(f"invalid 'files[{i}].encoding': utf-8 or base64")
-            out.append({"path": str(path), "content_base64": base64.b64encode(data).decode()})
-        return out
+        return check_files(value)
 
     # -- the call ----------------------------------------------------------------------------------
 
-    async def execute(self, principal: Principal, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def execute(self, principal: Principal, project_id: str, request: ExecuteRequest) -> ExecuteResult:
         pid = self.authorize(principal, project_id)
-        code = body.get("code")
-        if not isinstance(code, str) or not code.strip():
-            raise BadRequest("code is required")
-        timeout_s = self.limits.check_timeout(body.get("timeout_s"))
-        language = self._language(body.get("language"))
-        files = self._files(body.get("files"))
+        code = request.code
+        timeout_s = self.limits.check_timeout(request.timeout_s)
+        language = self._language(request.language)
+        files = self._files([file.model_dump() for file in request.files])
         snippet = f"{SNIPPET_DIR}/snippet.{EXTENSIONS[language]}"
         files.append({"path": snippet, "content_base64": base64.b64encode(code.encode()).decode()})
-        request = {
+        run = {
             "argv": [*self.languages[language], snippet], "files": files, "timeout_s": timeout_s,
             "stdout_cap": self.limits.stdout_cap, "stderr_cap": self.limits.stderr_cap,
             "files_cap": self.limits.files_cap, "max_files": self.limits.max_files,
@@ -132,17 +135,17 @@ class CodeSandboxService:
         sandbox, waited = await self.pool.acquire()
         begun = time.monotonic()
         try:
-            outcome = await sandbox.run(request, timeout_s + GRACE_SECONDS)
+            outcome = await sandbox.run(run, timeout_s + GRACE_SECONDS)
         finally:
             await self.pool.release(sandbox)
         duration = time.monotonic() - begun
         result = self._result(outcome, language, timeout_s, duration, waited)
         log.info("code sandbox: %s ran a %s snippet for project %s (key %s): exit %s%s in %d ms", sandbox.id,
-                 language, pid, principal.key_id, result["exit_code"],
-                 f", killed ({result['killed']})" if result["killed"] else "", result["duration_ms"])
+                 language, pid, principal.key_id, result.exit_code,
+                 f", killed ({result.killed})" if result.killed else "", result.duration_ms)
         return result
 
-    def _result(self, outcome: RunOutcome, language: str, timeout_s: int, duration: float, waited: float) -> dict[str, Any]:
+    def _result(self, outcome: RunOutcome, language: str, timeout_s: int, duration: float, waited: float) -> ExecuteResult:
         answer = outcome.answer or {}
         killed: Literal["timeout", "memory"] | None = None
         message = None
@@ -163,4 +166,4 @@ class CodeSandboxService:
             language=language,  # type: ignore[arg-type]
             timeout_s=timeout_s,
         )
-        return result.model_dump()
+        return result

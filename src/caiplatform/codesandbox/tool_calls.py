@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
@@ -25,7 +25,8 @@ from caiplatform.codesandbox.limits import TOOL, MiB
 from caiplatform.codesandbox.pool import sandbox_limits, start_sandbox
 from caiplatform.codesandbox.service import CodeSandboxService
 from caiplatform.db import Database
-from caiplatform.errors import BadRequest, Forbidden, Unavailable
+from caiplatform.errors import Forbidden, Unavailable
+from caiplatform.models.agents import SandboxToolAnswer, SandboxToolCall
 from caiplatform.principal import Principal
 from caiplatform.sandbox import Confinement, Sandbox
 
@@ -59,18 +60,10 @@ class ToolCallService:
         env = {k: str(v) for k, v in (agent.env or {}).items() if not any(w in k.upper() for w in WITHHELD)}
         return agent.name, image, env
 
-    async def call(self, principal: Principal, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, principal: Principal, project_id: str, request: SandboxToolCall) -> SandboxToolAnswer:
         CodeSandboxService.authorize(principal, project_id)
-        module_path, function = body.get("module_path"), body.get("function")
-        if not isinstance(module_path, str) or not module_path.endswith(".py") or PurePosixPath(module_path).is_absolute() \
-                or ".." in PurePosixPath(module_path).parts:
-            raise BadRequest("invalid 'module_path': a relative path of a .py file of the agent's code")
-        if not isinstance(function, str) or not all(p.isidentifier() for p in function.split(".")):
-            raise BadRequest("invalid 'function': a (dotted) Python name")
-        args = body.get("args") or {}
-        if not isinstance(args, dict):
-            raise BadRequest("invalid 'args': expected a JSON object of keyword arguments")
-        timeout_s = self.limits.check_timeout(body.get("timeout_s"))
+        module_path, function, args = request.module_path, request.function, request.args
+        timeout_s = self.limits.check_timeout(request.timeout_s)
         if self.unavailable:
             raise Unavailable(self.unavailable)
         name, image, env = await self._agent(principal)
@@ -107,4 +100,4 @@ class ToolCallService:
             answer.update(outcome.answer)
         log.info("tool sandbox: %s ran %s:%s of agent %s in %d ms%s", ident, module_path, function, name,
                  answer["duration_ms"], f" (killed: {answer['killed']})" if answer["killed"] else "")
-        return json.loads(json.dumps(answer, default=str))
+        return SandboxToolAnswer.model_validate(json.loads(json.dumps(answer, default=str)))

@@ -441,6 +441,27 @@ class SandboxToolCall(RequestModel):
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments")
     timeout_s: int = Field(30, ge=1, le=120)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _rules(cls, data: Any) -> Any:
+        """The tool call's messages (document 1's limits for `timeout_s`), before pydantic's own checks."""
+        if not isinstance(data, dict):
+            return data
+        from pathlib import PurePosixPath
+
+        from caiplatform.codesandbox.limits import TOOL
+
+        module_path, function = data.get("module_path"), data.get("function")
+        if not isinstance(module_path, str) or not module_path.endswith(".py") or \
+                PurePosixPath(module_path).is_absolute() or ".." in PurePosixPath(module_path).parts:
+            raise BadRequest("invalid 'module_path': a relative path of a .py file of the agent's code")
+        if not isinstance(function, str) or not all(p.isidentifier() for p in function.split(".")):
+            raise BadRequest("invalid 'function': a (dotted) Python name")
+        args = data.get("args") or {}
+        if not isinstance(args, dict):
+            raise BadRequest("invalid 'args': expected a JSON object of keyword arguments")
+        return {**data, "args": args, "timeout_s": TOOL.check_timeout(data.get("timeout_s"))}
+
 
 class SandboxToolAnswer(OpenResponseModel):
     """`{result}` or `{error}`, with how the call ran."""

@@ -13,7 +13,7 @@ from caiplatform.models.agents import SandboxToolAnswer, SandboxToolCall
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform_server.app_deps import platform_of, principal_of
-from caiplatform_server.contract import WORKLOAD_KEY, operation
+from caiplatform_server.contract import WORKLOAD_KEY, operation, reply
 from caiplatform_server.http import json_body
 
 router = APIRouter(tags=["code sandbox"])
@@ -36,8 +36,8 @@ def _inline_body(kwargs: dict[str, Any]) -> dict[str, Any]:
 async def execute(project_id: str, request: Request, principal: Principal = Depends(principal_of),
                   platform: Platform = Depends(platform_of)) -> JSONResponse:
     platform.code_sandbox.authorize(principal, project_id)  # who, before reading a body
-    body = await json_body(request, CODE.body_bytes)
-    return JSONResponse(await platform.code_sandbox.execute(principal, project_id, body))
+    body = ExecuteRequest.parse(await json_body(request, CODE.body_bytes))
+    return reply(await platform.code_sandbox.execute(principal, project_id, body))
 
 
 @router.post(
@@ -49,5 +49,5 @@ async def execute(project_id: str, request: Request, principal: Principal = Depe
 async def tool_call(project_id: str, request: Request, principal: Principal = Depends(principal_of),
                     platform: Platform = Depends(platform_of)) -> JSONResponse:
     platform.code_sandbox.authorize(principal, project_id)
-    body = await json_body(request, TOOL.body_bytes)
-    return JSONResponse(await platform.tool_sandbox.call(principal, project_id, body))
+    body = SandboxToolCall.parse(await json_body(request, TOOL.body_bytes))
+    return reply(await platform.tool_sandbox.call(principal, project_id, body))
