@@ -87,6 +87,7 @@ class World:
 
     def fill(self, path: str, overrides: dict[str, str]) -> str:
         names = {"agents": "fn1", "services": "svc1", "indexes": "i1", "memorystores": "m1", "mcpservers": "mcp1",
+                 "secrets": "sec1",
                  "triggers": "tr1"}
 
         def value(match: re.Match[str]) -> str:
