@@ -3,8 +3,10 @@ code tool, `crewai_code_tool()`) runs the snippet its scripted model writes, and
 crew's own tools (a `@tool` function and a `BaseTool` subclass) run in the tool sandbox instead of the
 agent's process.
 
-The platform's local builder installs the pinned crewai into the agents' own environment, as for any crew
-(about 40 s on an idle machine, minutes on a busy one; `tests/harness_turns/test_crewai.py` tests that path).
+The deploys go through the platform's local builder (a real build of each agent's source), but the serve
+starts from the crewai environment the tests already installed in the checkout's test cache
+(`tests/crewai_support.py`, shared with `tests/harness_turns/test_crewai.py`, which tests the install
+itself): installing crewai again into the serve's fresh data dir takes minutes on a busy machine.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import pytest
 
 from caiplatform.testing.model_server import ScriptedModel, Step, tool_step
 from caiplatform.testing.serve import ServeProcess
+from caiplatform.testing.turn_checks import write_agent
 
 from ..agents.agents_support import tarball
-from ..examples_support import example_tarball, wait_ready
-from ..harness_turns.test_crewai import REQUIREMENTS
+from ..crewai_support import REQUIREMENTS, build_in_cache, environment_of, seed_environment
+from ..examples_support import EXAMPLES, example_tarball, wait_ready
 
 pytestmark = pytest.mark.e2e
 TOKEN = "codesandbox-crewai-automation-token"
@@ -76,16 +79,27 @@ def model():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, model):
+    source = write_agent(tmp_path_factory.mktemp("codesandbox-crew-src"), CREW)
+    cached = environment_of(build_in_cache(source, "crew"))
     data_dir: Path = tmp_path_factory.mktemp("codesandbox-crewai") / "data"
     env = {"CAI_AUTOMATION_TOKEN": TOKEN, "MODEL_BASE_URL": model.url, "MODEL_API_KEY": "test-key",
            "MODEL_NAME": "scripted", "CREWAI_DISABLE_TELEMETRY": "true"}
     running = ServeProcess(data_dir, env=env).start()
     http = httpx.Client(base_url=running.base_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
+    projects = http.get("/v1/projects").json()["projects"]
+    default = next(p for p in projects if p["slug"] == "default")
+    seeded = seed_environment(cached, data_dir, source, default["short"])
+    assert (EXAMPLES / "crewai-code" / "requirements.txt").read_text() == REQUIREMENTS  # the same environment
     for name, code in (("crew", tarball(CREW)), ("coder", example_tarball("crewai-code"))):
         response = http.post("/v1/agents", params={"project": "default"}, data={"name": name, "framework": "crewai"},
                              files={"code": ("code.tar.gz", code, "application/gzip")})
         assert response.status_code == 202, response.text
-        wait_ready(http, name, timeout=600)  # the second reuses the first's environment (same requirements)
+        wait_ready(http, name, timeout=600)
+    # Both agents were built by the serve's builder, into images that run in the seeded environment
+    # (no build installed another one).
+    images = [json.loads(p.read_text()) for p in (data_dir / "images").glob("*/image.json")]
+    assert sorted(i["python"] for i in images) == [str(seeded / "bin" / "python")] * 2, images
+    assert [p.name for p in seeded.parent.iterdir()] == [seeded.name]
     yield running, http
     http.close()
     running.stop()

@@ -4,14 +4,13 @@ the platform's), and the real harness process (`python -m caiplatform.harness`) 
 scripted model.
 
 The environment is built once and kept in the checkout's git-ignored `.caiplatform/test-cache/` (or
-`CAI_TEST_CACHE_DIR`), never under the user's home (see `crewai_image`): the first run installs crewai
-(about 25 s with a warm network), later runs reuse it and take seconds; deleting the checkout deletes it.
+`CAI_TEST_CACHE_DIR`), never under the user's home (see `tests/crewai_support.py`): the first run installs
+crewai (about 25 s with a warm network), later runs reuse it and take seconds; deleting the checkout
+deletes it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import fcntl
 import json
 import os
 import uuid
@@ -21,19 +20,18 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from caiplatform.adapters.local.builder import LocalBuilder
-from caiplatform.ports.builder import BuildRequest, Image
+from caiplatform.ports.builder import Image
 from caiplatform.supervisor import ProcessSpec, ProcessSupervisor, free_port
 from caiplatform.testing.http import healthz_probe
 from caiplatform.testing.model_server import Step, model_env, tool_step
 from caiplatform.testing.turn_checks import check_stream_shape, check_transcript, joined, write_agent
 
+from ..crewai_support import REQUIREMENTS, build_in_cache
+
 pytestmark = pytest.mark.asyncio(loop_scope="module")  # one harness process serves the module
 
 AGENT = "weather"
 TOKEN = "internal-token-for-crewai"
-# Pinned so the cached environment is what the tests describe (a new crewai release is a new environment).
-REQUIREMENTS = "crewai==1.15.30\n"
 
 CREW = {
     "requirements.txt": REQUIREMENTS,
@@ -57,24 +55,11 @@ CREW = {
 }
 
 
-def cache_root() -> Path:
-    base = os.environ.get("CAI_TEST_CACHE_DIR") or str(Path(__file__).resolve().parents[2] / ".caiplatform" / "test-cache")
-    return Path(base) / "crewai"
-
-
 @pytest.fixture(scope="session")
 def crewai_image(tmp_path_factory) -> Image:
-    """The crew built by the local builder. Its data dir (environments and pip's cache) stays in the
-    project's test cache: environments are keyed by the requirements, the interpreter and the platform's
-    paths, so a later run reuses the installed one. A file lock keeps two concurrent runs from building
-    the same environment at once."""
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    source = write_agent(tmp_path_factory.mktemp("crew-src"), CREW)
-    with open(root / "build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        request = BuildRequest(str(uuid.uuid4()), "crewtest", AGENT, "crewai", source)
-        return asyncio.run(LocalBuilder(root / "data").build(request))
+    """The crew built by the local builder into the test cache (`tests/crewai_support.py`): the first run
+    installs crewai, later runs (and the other tests of crews) reuse the environment."""
+    return build_in_cache(write_agent(tmp_path_factory.mktemp("crew-src"), CREW), AGENT)
 
 
 @pytest.fixture(scope="session")
