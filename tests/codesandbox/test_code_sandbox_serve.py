@@ -38,8 +38,9 @@ def handle(event, context):
     if event.get("project"):
         url = url.split("/v1/projects/")[0] + "/v1/projects/" + event["project"] + "/sandbox"
     body = dict(event["body"])
-    body["code"] = body.get("code", "").replace("{KEY}", os.environ["CAI_PROJECT_KEY"]).replace(
-        "{CODE_DIR}", os.environ.get("CAI_CODE_DIR", ""))
+    if "code" in body:
+        body["code"] = body["code"].replace("{KEY}", os.environ["CAI_PROJECT_KEY"]).replace(
+            "{CODE_DIR}", os.environ.get("CAI_CODE_DIR", ""))
     headers = {"Content-Type": "application/json"}
     if event.get("auth", True):
         headers["Authorization"] = "Bearer " + os.environ["CAI_PROJECT_KEY"]
