@@ -54,6 +54,17 @@ class World:
         await world.populate(deploy, wait_settled)
         return world
 
+    @classmethod
+    async def served(cls, base_url: str) -> World:
+        """The same objects on a live `caiplatform serve` (its admin from `caiplatform.testing.http`)."""
+        from caiplatform.testing.http import login
+        from tests.agents.agents_support import deploy, wait_settled
+
+        client = httpx.AsyncClient(base_url=base_url, timeout=60)
+        world = cls(client, None, await login(client))
+        await world.populate(deploy, wait_settled)
+        return world
+
     async def make(self, path: str, body: dict, key: str | None = None) -> dict:
         r = await self.client.post(path, json=body, headers=self.headers)
         assert r.status_code < 300, (path, r.status_code, r.text)
@@ -117,7 +128,8 @@ class World:
 
     async def aclose(self) -> None:
         await self.client.aclose()
-        await self.platform.aclose()  # type: ignore[attr-defined]
+        if self.platform is not None:
+            await self.platform.aclose()  # type: ignore[attr-defined]
 
 
 def _id(view: dict) -> str:

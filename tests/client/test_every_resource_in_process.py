@@ -1,18 +1,22 @@
-"""Every resource method of the client against the in-process app (issue 20), as the admin of a project
-full of objects (`tests/world_support.py`): each call either answers (decoded into the models the
-document names) or raises the platform's own error. A decoding failure, a wrong URL (404 where the world
-has the object) or any other exception fails the test. Reads run first, then writes, then deletes."""
+"""Every resource method of the client against the in-process app and, in the end-to-end group, against a
+live `caiplatform serve` (issue 20), as the admin of a project full of objects (`tests/world_support.py`):
+each call either answers (decoded into the models the document names) or raises the platform's own error.
+A decoding failure, a wrong URL (404 where the world has the object) or any other exception fails the
+test. Reads run first, then writes, then deletes."""
 
 from __future__ import annotations
 
 import inspect
 import re
 
+import anyio.from_thread
 import httpx
+import pytest
 
 from caiplatform.client import AsyncClient
 from caiplatform.client.operations import OPERATIONS
 from caiplatform.errors import NotFound, PlatformError
+from caiplatform.testing.serve import ServeProcess
 
 ORDER = {"GET": 0, "POST": 1, "PUT": 1, "PATCH": 1, "DELETE": 2}
 # Operations whose objects the world does not hold, or that need a credential the admin is not (a
@@ -36,7 +40,24 @@ def test_every_resource_method_answers_a_model_or_a_platform_error(world):
 
     transport = httpx.ASGITransport(app=create_app(w.platform, manage_lifecycle=False))
     token = w.headers["Authorization"].split(" ", 1)[1]
-    client = AsyncClient("http://testserver", token=token, transport=transport, max_retries=0)
+    walk(portal, w, AsyncClient("http://testserver", token=token, transport=transport, max_retries=0))
+
+
+@pytest.mark.e2e
+def test_every_resource_method_against_a_live_server(tmp_path):
+    from tests.world_support import World
+
+    env = {"RATELIMIT_RPS": "100000", "RATELIMIT_BURST": "100000", "CAI_INTERNAL_TOKEN": "internal-for-fuzz"}
+    with ServeProcess(tmp_path / "data", env=env) as server, anyio.from_thread.start_blocking_portal() as portal:
+        w = portal.call(World.served, server.base_url)
+        try:
+            token = w.headers["Authorization"].split(" ", 1)[1]
+            walk(portal, w, AsyncClient(server.base_url, token=token, max_retries=0))
+        finally:
+            portal.call(w.aclose)
+
+
+def walk(portal, w, client) -> None:  # type: ignore[no-untyped-def]
     failures: list[str] = []
     answered = 0
     operations = sorted(OPERATIONS.items(), key=lambda item: (ORDER[item[0][0]], item[0][1].count("/"), item[0][1]))
