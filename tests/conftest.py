@@ -108,6 +108,16 @@ def _cheap_password_hashing() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _shared_route_handlers() -> Iterator[None]:
+    """The apps of this process share FastAPI's per-route handlers instead of building them per app on
+    their first request (~0.1 s of CPU per test: see `caiplatform.testing.http.shared_route_handlers`)."""
+    from caiplatform.testing.http import shared_route_handlers
+
+    with shared_route_handlers():
+        yield
+
+
 def _engine(engine: str) -> str:
     try:
         return engines.engine_url(engine)
