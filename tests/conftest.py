@@ -7,6 +7,9 @@ import socket
 import subprocess
 from collections.abc import Iterator
 
+# croniter is imported before any test runs: its import runs `file -b` on the interpreter (a child process
+# that --forbid-processes would refuse in whichever unit test imported it first, when run on its own).
+import croniter  # noqa: F401
 import pytest
 
 from caiplatform.testing import engines, selection
