@@ -23,6 +23,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
+    """Under `-m unit`, a test module none of whose tests can be `unit` is not imported at all (about a
+    quarter of the collection's CPU, in every xdist worker); its tests are then not counted as deselected."""
+    if (config.getoption("markexpr") or "").strip() != "unit" or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_"):
+        return None
+    try:
+        source = collection_path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return True if selection.never_unit(source) else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its kind and deselect those that need what this machine lacks (see
     caiplatform.testing.selection and docs/testing.md)."""

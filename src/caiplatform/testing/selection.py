@@ -145,6 +145,19 @@ def kind_of(fixtures: Iterable[str], params: dict[str, Any], modules: Iterable[A
     return "unit"
 
 
+EXPLICIT_UNIT = re.compile(r"\bmark\.unit\b")
+MODULE_KIND_MARK = re.compile(r"^pytestmark\s*=.*\bmark\.(e2e|engine|process)\b", re.MULTILINE)
+
+
+def never_unit(source: str) -> bool:
+    """Whether no test of a module with this source can be `unit`, so that `-m unit` need not import it:
+    the module names an engine or process starter (every test of it is then `engine` or `process`, see
+    `kind_of`) or marks all its tests with another kind, and no test of it says `unit` explicitly."""
+    if EXPLICIT_UNIT.search(source):
+        return False
+    return bool(ENGINE_WORDS.search(source) or PROCESS_WORDS.search(source) or MODULE_KIND_MARK.search(source))
+
+
 def needs_of(params: dict[str, Any], function: Any, explicit: list[str] | None) -> set[str]:
     """What a test needs beyond the project's own install: what its `needs` marker names (an empty
     `needs()` says nothing), else the agent frameworks and function languages its parameters or body name."""
