@@ -149,6 +149,25 @@ def postgres_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture
+def fresh_postgres_url(postgres_url: str) -> Iterator[str]:
+    """A database of its own for one test, on the session's PostgreSQL (requested by a test whose
+    parameter names `postgres`, which makes it an `engine` test)."""
+    with engines.fresh_postgres_database() as url:
+        yield url
+
+
+@pytest.fixture
+def own_openbao() -> Iterator[engines.OpenBaoDev]:
+    """A `bao server -dev` of one test's own, which it may seal or stop without disturbing any other."""
+    try:
+        server = engines.start_openbao_dev()
+    except engines.EngineUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     return _engine("redis")
