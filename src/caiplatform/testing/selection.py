@@ -30,7 +30,7 @@ from typing import Any
 
 KINDS = ("unit", "engine", "process", "e2e")
 
-ENGINE_FIXTURES = frozenset({"postgres_url", "redis_url", "nats_url", "openbao"})
+ENGINE_FIXTURES = frozenset({"postgres_url", "redis_url", "nats_url", "openbao", "fresh_postgres_url", "own_openbao"})
 # Values of parametrized fixtures and arguments that select a real engine's adapter.
 ENGINE_PARAMS = frozenset({"postgres", "redis", "nats", "nats-pinned", "openbao", "valkey"})
 # Fixtures that start child processes for the test, and parameter values naming a process adapter.
