@@ -63,7 +63,7 @@ def shared_route_handlers() -> Iterator[bool]:
     try:
         yield True
     finally:
-        _EffectiveRouteContext.from_api_route = build  # type: ignore[method-assign]
+        _EffectiveRouteContext.from_api_route = build  # type: ignore[method-assign,assignment]
 
 
 async def login(client: httpx.AsyncClient, email: str = ADMIN_EMAIL, password: str = ADMIN_PASSWORD) -> dict[str, str]:
