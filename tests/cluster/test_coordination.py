@@ -15,6 +15,7 @@ from caiplatform.db import Database
 from caiplatform.ratelimit import SlidingWindowThrottle, TokenBucketLimiter
 from caiplatform.services.auth import ACCOUNT_ATTEMPTS, LOGIN_WINDOW_SECONDS
 from caiplatform.testing.engines import free_port
+from caiplatform.testing.polling import eventually
 from caiplatform.worklocks import PostgresWorkLocks, work_locks_for
 
 
@@ -89,8 +90,10 @@ async def test_a_work_lock_is_held_by_one_replica_and_freed_when_its_connection_
         assert not await a.try_acquire("job:3") and not a.holds("job:3")
         # A lock nobody took while the connection was down is taken again on the new one.
         assert await a.try_acquire("job:4")
+        old_session = a._conn.info.backend_pid
         await asyncio.to_thread(a._conn.close)
-        await asyncio.sleep(0.5)  # the server ends the old session (and its locks) a moment later
+        await eventually(lambda: _session_ended(postgres_url, old_session),  # and its locks with it
+                         "the server to end the closed connection's session")
         assert await a.try_acquire("job:5")  # reconnects, and takes job:4 again first
         assert a.holds("job:4") and not await b.try_acquire("job:4")
     finally:
@@ -104,3 +107,13 @@ def test_sqlite_gets_locks_of_its_own_process(tmp_path) -> None:
         assert work_locks_for(db).shared is False
     finally:
         db.dispose()
+
+
+async def _session_ended(url: str, pid: int) -> bool:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        row = await (await conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))).fetchone()
+    return row is not None and row[0] == 0

@@ -132,7 +132,11 @@ def test_a_memory_store_s_valkey_killed_is_not_ready_then_back_with_its_data(clu
     poll(state, lambda view: view["ready"], "the memory store did not become ready")
     client = redis.Redis.from_url(uri, socket_timeout=2)
     assert client.set("kept", "across a crash")
-    time.sleep(1.2)  # persistence: the append-only file is synced every second
+
+    def synced() -> bool:  # persistence: Valkey writes the append-only file every second
+        return any(b"across a crash" in aof.read_bytes() for aof in a.data_dir.rglob("*.aof") if aof.is_file())
+
+    poll(synced, bool, "the write did not reach the append-only file", timeout=10)
     record = next((a.data_dir / "run").glob("memorystore-*.json"))
     pid = json.loads(record.read_text())["pid"]
     import os

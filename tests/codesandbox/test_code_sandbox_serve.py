@@ -294,7 +294,7 @@ def test_four_snippets_with_a_pool_of_three_make_the_fourth_wait_then_503(server
     poll_warm(server)
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         busy = [pool.submit(run, WAIT_SECONDS + 2) for _ in range(3)]
-        time.sleep(0.5)
+        poll_running(server, 3)  # every sandbox of the pool is taken
         started = time.monotonic()
         status, body = run(1)
         refused_after = time.monotonic() - started
@@ -303,6 +303,13 @@ def test_four_snippets_with_a_pool_of_three_make_the_fourth_wait_then_503(server
     assert WAIT_SECONDS - 0.5 <= refused_after < WAIT_SECONDS + 3
     health = server.http.get("/healthz").json()["sandbox"]["code_pool"]
     assert health["size"] == 3 and health["refused"] >= 1 and health["network"] == "none"
+
+
+def poll_running(server, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while server.http.get("/healthz").json()["sandbox"]["code_pool"]["running"] < count:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
 
 
 def poll_warm(server, count: int = 3) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from caiplatform.db import Database
-from caiplatform.testing import engines
 from caiplatform.testing.conformance.memorystore import apply_notimpl
 from caiplatform.testing.conformance.persistence import *  # noqa: F403 - the shared suite
 
@@ -28,10 +27,7 @@ def database_factory(request, tmp_path):
             opened.append(db)
             return db
     else:
-        request.getfixturevalue("postgres_url")  # fails with how to start PostgreSQL when it is down
-        fresh = engines.fresh_postgres_database()
-        url = fresh.__enter__()
-        request.addfinalizer(lambda: fresh.__exit__(None, None, None))
+        url = request.getfixturevalue("fresh_postgres_url")  # fails with how to start PostgreSQL when it is down
 
         def factory() -> Database:
             db = Database(url)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import anyio
@@ -67,10 +66,10 @@ class _MemoryControl:
 
 
 class _OpenBaoControl:
-    """Its own `bao server -dev`, so that sealing and stopping it disturbs no other test."""
+    """Its own `bao server -dev` (`own_openbao`), so that sealing and stopping it disturbs no other test."""
 
-    def __init__(self) -> None:
-        self.server = engines.start_openbao_dev()
+    def __init__(self, server: engines.OpenBaoDev) -> None:
+        self.server = server
         self.backend = _openbao_backend(self.server.addr, self.server.root_token)
 
     def seal(self) -> None:
@@ -81,15 +80,7 @@ class _OpenBaoControl:
 
 
 @pytest.fixture
-def secret_backend_control(backend_name: str) -> Iterator[_MemoryControl | _OpenBaoControl]:
+def secret_backend_control(backend_name: str, request: pytest.FixtureRequest) -> _MemoryControl | _OpenBaoControl:
     if backend_name == "memory":
-        yield _MemoryControl()
-        return
-    try:
-        control = _OpenBaoControl()
-    except engines.EngineUnavailable as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield control
-    finally:
-        control.server.stop()
+        return _MemoryControl()
+    return _OpenBaoControl(request.getfixturevalue("own_openbao"))

@@ -52,3 +52,14 @@ def test_a_missing_toolchain_is_named(monkeypatch, tmp_path):
         assert selection.missing_needs({"go", "ruby"}) == ["go", "ruby"]
     finally:
         selection.available.cache_clear()
+
+
+def test_modules_that_cannot_hold_a_unit_test_are_known_from_their_source():
+    # (the words are split here: this module's own source must not name them, or its tests are not `unit`)
+    starts_processes, starts_engines = "Process" + "Supervisor", "engine" + "_url"
+    assert selection.never_unit(f"from caiplatform.supervisor.process import {starts_processes}\n")
+    assert selection.never_unit(f"url = {starts_engines}('postgres')\n")
+    assert selection.never_unit("import pytest\n\npytestmark = pytest.mark.e2e\n")
+    assert not selection.never_unit("async def test_x(client):\n    pass\n")
+    # one explicit `unit` test keeps the module in a `-m unit` run
+    assert not selection.never_unit(f"import {'sub' + 'process'}\n\n@pytest.mark.unit\ndef test_x():\n    pass\n")

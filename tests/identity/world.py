@@ -7,6 +7,7 @@ import secrets
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cache
 
 from sqlalchemy.orm import Session
 
@@ -39,8 +40,13 @@ PRINCIPALS = (
     "other_member",
 )
 
-# One cheap hash for every account of the fixture: the matrix never signs in with a password.
-_PASSWORD_HASH = security.hash_password("unused password for fixtures")
+
+@cache
+def _password_hash() -> str:
+    """One hash for every account of the fixture (the matrix never signs in with a password), made when
+    the first world is built: under the test session's cheap hasher, not at import."""
+    return security.hash_password("unused password for fixtures")
+
 
 
 @dataclass
@@ -69,7 +75,7 @@ def build_world(platform: Platform, automation_token: str) -> World:
 
         def user(name: str, *, role: str = "user", home: Org | None = org, org_role: str | None = "member", must_change: bool = False) -> User:
             u = User(
-                email=f"{name}-{tag}@example.com", password_hash=_PASSWORD_HASH, role=role,
+                email=f"{name}-{tag}@example.com", password_hash=_password_hash(), role=role,
                 must_change_password=must_change, org_id=home.id if home else None, created_at=now,
             )
             session.add(u)

@@ -16,6 +16,7 @@ from caiplatform.testing.example_agents import (
     PYTHON_FUNCTION,
     WEATHER_SCRIPT,
 )
+from caiplatform.testing.polling import eventually
 from caiplatform.testing.turn_checks import check_stream_shape, check_transcript
 
 LONG_SESSION = "session-0123456789abcdefghij"
@@ -94,7 +95,11 @@ async def test_concurrent_calls_run_concurrently_in_one_process(harness_env, har
         "function-nodejs": {"index.js": """
             const waiting = [];
             exports.handle = async (event) => {
-              if (waiting.length) { waiting.shift()(); return "second"; }
+              if (!event.first) {
+                if (!waiting.length) return "not yet";
+                waiting.shift()();
+                return "second";
+              }
               await new Promise((resolve) => waiting.push(resolve));
               return "first";
             };
@@ -109,8 +114,12 @@ async def test_concurrent_calls_run_concurrently_in_one_process(harness_env, har
                     <-partner
                     return "first", nil
                 }
-                partner <- struct{}{}
-                return "second", nil
+                select {
+                case partner <- struct{}{}:
+                    return "second", nil
+                default:
+                    return "not yet", nil
+                }
             }
         """},
         "function-ruby": {"main.rb": """
@@ -119,6 +128,8 @@ async def test_concurrent_calls_run_concurrently_in_one_process(harness_env, har
               if event["first"]
                 PARTNER.pop
                 "first"
+              elsif PARTNER.num_waiting.zero?
+                "not yet"
               else
                 PARTNER << :go
                 "second"
@@ -129,9 +140,17 @@ async def test_concurrent_calls_run_concurrently_in_one_process(harness_env, har
     client = harness_client(harness_env(framework, files))
     assert (await client.get("/healthz")).status_code == 200
     first = asyncio.create_task(client.post("/invoke", json={"first": True}))
-    await asyncio.sleep(0.2)
-    second = await client.post("/invoke", json={"first": False})
-    assert second.text == '"second"' and (await first).text == '"first"'
+
+    async def second_releases_first() -> bool:
+        # "not yet" until the first call waits inside the function; a child that ran one call at a time
+        # would never get there, and this would time out.
+        second = await client.post("/invoke", json={"first": False})
+        assert second.status_code == 200 and second.text in ('"second"', '"not yet"'), second.text
+        return second.text == '"second"'
+
+    await asyncio.wait_for(eventually(second_releases_first, "the second call to find the first one waiting",
+                                      timeout=20), 30)
+    assert (await asyncio.wait_for(first, 20)).text == '"first"'
 
 
 @pytest.mark.parametrize("framework,files,fragment", [

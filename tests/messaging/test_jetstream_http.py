@@ -112,8 +112,17 @@ async def test_a_push_subscription_counts_its_worker_once(js_api):
     assert (await c.post(api.topics, headers=api.admin, json={"name": "events"})).status_code == 201
     push = {"mode": "push", "push": {"url": f"http://worker.cai-p-{api.short}"}}
     assert (await c.post(api.subs("events"), headers=api.admin, json={"name": "p", "deliver": push})).status_code == 201
+
+    async def consumers() -> int:
+        return (await c.get(api.sub("events", "p"), headers=api.member)).json()["state"]["consumers"]
+
+    async def one_reader() -> bool:
+        return await consumers() == 1
+
+    await eventually(one_reader, "the push worker's reader of the subscription")
     seen = set()
-    for _ in range(10):
+    for _ in range(10):  # and it stays one through the worker's next pulls (sampled over a second)
         await asyncio.sleep(0.1)
-        seen.add((await c.get(api.sub("events", "p"), headers=api.member)).json()["state"]["consumers"])
+        seen.add(await consumers())
     assert seen == {1}
+

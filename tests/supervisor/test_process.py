@@ -153,9 +153,9 @@ async def test_restart_after_kill_9_reruns_health_and_on_ready(sup: ProcessSuper
 async def test_no_restart_when_disabled(sup: ProcessSupervisor):
     mp = await sup.start(ProcessSpec(name="once", argv=["sleep", "30"], restart=False))
     os.kill(mp.pid, signal.SIGKILL)
-    await wait_for(lambda: mp.state == "exited")
-    await asyncio.sleep(0.2)
-    assert mp.restarts == 0 and not mp.running and mp.returncode == -signal.SIGKILL
+    # The supervisor is done with it: its watcher returns instead of waiting a backoff to restart it.
+    await wait_for(lambda: mp._watcher is not None and mp._watcher.done())
+    assert mp.state == "exited" and mp.restarts == 0 and not mp.running and mp.returncode == -signal.SIGKILL
     assert not (sup.state_dir / "once.json").exists()
 
 

@@ -91,6 +91,7 @@ class OpenBaoDev:
     addr: str
     root_token: str
     process: subprocess.Popen[bytes]
+    home: Path | None = None  # its own HOME (where `-dev` writes `.vault-token`), removed on stop
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -99,6 +100,8 @@ class OpenBaoDev:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+        if self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
 
 
 def start_openbao_dev() -> OpenBaoDev:
@@ -113,20 +116,25 @@ def start_openbao_dev() -> OpenBaoDev:
     port = free_port()
     token = "root-" + secrets.token_hex(8)
     log = tempfile.NamedTemporaryFile(prefix="bao-dev-", suffix=".log", delete=False)
+    # A HOME of its own: `-dev` writes `~/.vault-token` there. A shared one (/tmp) let servers of parallel
+    # sessions overwrite each other's file, and another user's file there stopped a server that is not root.
+    home = Path(tempfile.mkdtemp(prefix="bao-home-"))
     proc = subprocess.Popen(
         [binary, "server", "-dev", f"-dev-listen-address=127.0.0.1:{port}", f"-dev-root-token-id={token}"],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "HOME": tempfile.gettempdir()},
+        env={**os.environ, "HOME": str(home)},
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            shutil.rmtree(home, ignore_errors=True)
             raise EngineUnavailable(f"bao server -dev exited early; see {log.name}")
         if port_open("127.0.0.1", port, 0.2):
-            return OpenBaoDev(addr=f"http://127.0.0.1:{port}", root_token=token, process=proc)
+            return OpenBaoDev(addr=f"http://127.0.0.1:{port}", root_token=token, process=proc, home=home)
         time.sleep(0.1)
     proc.kill()
+    shutil.rmtree(home, ignore_errors=True)
     raise EngineUnavailable(f"bao server -dev did not open its port in 30 s; see {log.name}")
 
 

@@ -19,6 +19,7 @@ per missing thing instead of failing them.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import inspect
 import re
@@ -29,7 +30,7 @@ from typing import Any
 
 KINDS = ("unit", "engine", "process", "e2e")
 
-ENGINE_FIXTURES = frozenset({"postgres_url", "redis_url", "nats_url", "openbao"})
+ENGINE_FIXTURES = frozenset({"postgres_url", "redis_url", "nats_url", "openbao", "fresh_postgres_url", "own_openbao"})
 # Values of parametrized fixtures and arguments that select a real engine's adapter.
 ENGINE_PARAMS = frozenset({"postgres", "redis", "nats", "nats-pinned", "openbao", "valkey"})
 # Fixtures that start child processes for the test, and parameter values naming a process adapter.
@@ -70,7 +71,48 @@ def _module_source(module: Any) -> str:
 
 
 @cache
+def _module_words(module: Any) -> tuple[bool, bool]:
+    """Whether a module's source names an engine starter, and whether it names a process starter: one
+    search per module, not per test (a module holds many tests)."""
+    source = _module_source(module)
+    return bool(ENGINE_WORDS.search(source)), bool(PROCESS_WORDS.search(source))
+
+
+@cache
+def _function_spans(module: Any) -> dict[int, tuple[int, int]]:
+    """The line span (decorators included) of every function in a module, by its first line as its code
+    object records it: parsing a module once is much cheaper than `inspect.getsource` per function."""
+    source = _module_source(module)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    spans: dict[int, tuple[int, int]] = {}
+    bodies = [tree.body]  # tests are functions of the module or methods of its classes: no deeper walk
+    while bodies:
+        for node in bodies.pop():
+            if isinstance(node, ast.ClassDef):
+                bodies.append(node.body)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
+                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                spans.setdefault(start, (start, node.end_lineno))
+                spans.setdefault(node.lineno, (start, node.end_lineno))
+    return spans
+
+
+@cache
+def _module_lines(module: Any) -> list[str]:
+    return _module_source(module).splitlines()
+
+
+@cache
 def _function_source(function: Any) -> str:
+    code = getattr(inspect.unwrap(function), "__code__", None)
+    module = inspect.getmodule(function)
+    if code is not None and module is not None:
+        span = _function_spans(module).get(code.co_firstlineno)
+        if span is not None:
+            return "\n".join(_module_lines(module)[span[0] - 1 : span[1]])
     try:
         return inspect.getsource(function)
     except (OSError, TypeError):
@@ -95,12 +137,25 @@ def kind_of(fixtures: Iterable[str], params: dict[str, Any], modules: Iterable[A
         return "e2e" if "e2e" in marked else marked[0]
     fixtures = set(fixtures)
     words = _param_words(params)
-    source = "\n".join(_module_source(m) for m in modules if m is not None)
-    if fixtures & ENGINE_FIXTURES or words & ENGINE_PARAMS or ENGINE_WORDS.search(source):
+    found = [_module_words(m) for m in modules if m is not None]
+    if fixtures & ENGINE_FIXTURES or words & ENGINE_PARAMS or any(engine for engine, _ in found):
         return "engine"
-    if fixtures & PROCESS_FIXTURES or words & PROCESS_PARAMS or PROCESS_WORDS.search(source):
+    if fixtures & PROCESS_FIXTURES or words & PROCESS_PARAMS or any(process for _, process in found):
         return "process"
     return "unit"
+
+
+EXPLICIT_UNIT = re.compile(r"\bmark\.unit\b")
+MODULE_KIND_MARK = re.compile(r"^pytestmark\s*=.*\bmark\.(e2e|engine|process)\b", re.MULTILINE)
+
+
+def never_unit(source: str) -> bool:
+    """Whether no test of a module with this source can be `unit`, so that `-m unit` need not import it:
+    the module names an engine or process starter (every test of it is then `engine` or `process`, see
+    `kind_of`) or marks all its tests with another kind, and no test of it says `unit` explicitly."""
+    if EXPLICIT_UNIT.search(source):
+        return False
+    return bool(ENGINE_WORDS.search(source) or PROCESS_WORDS.search(source) or MODULE_KIND_MARK.search(source))
 
 
 def needs_of(params: dict[str, Any], function: Any, explicit: list[str] | None) -> set[str]:
