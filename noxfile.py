@@ -35,7 +35,9 @@ def unit(session: nox.Session) -> None:
     """The one-minute loop: every test that needs no engine, no child process and no network, on two
     workers; a `unit` test that starts a process or opens a socket fails (see docs/testing.md)."""
     session.install("-e", ".[all,agents,dev]")
-    session.run("python", "-m", "pytest", "-m", "unit", "--forbid-processes", "-n", "2", "-q", *session.posargs)
+    # One generated case per operation for the contract test here (the full suite runs four).
+    session.run("python", "-m", "pytest", "-m", "unit", "--forbid-processes", "-n", "2", "-q", *session.posargs,
+                env={"CAI_CONTRACT_EXAMPLES": "1"})
 
 
 @nox.session
