@@ -7,6 +7,7 @@ the secret is stored (the secret carries 256 bits, so a slow hash adds nothing b
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -37,8 +38,12 @@ def verify_password(password_hash: str, password: str) -> bool:
         return False
 
 
-# A hash to verify against when the account does not exist, so that an unknown e-mail costs the same.
-DUMMY_PASSWORD_HASH = hash_password(secrets.token_urlsafe(16))
+@functools.cache
+def dummy_password_hash() -> str:
+    """A hash to verify against when the account does not exist, so that an unknown e-mail costs the same.
+    Made on first use: at import it cost every process that imports this module (a workload's harness
+    among them) a full argon2 hash."""
+    return hash_password(secrets.token_urlsafe(16))
 
 
 def hash_secret(secret: str) -> str:

@@ -190,7 +190,7 @@ class AuthService:
         user = await self.db.run(find)
         # argon2 takes tens of milliseconds: verified in a worker thread of its own, after the read's
         # transaction has ended, so it holds neither the event loop nor a database connection.
-        stored = user.password_hash if user else security.DUMMY_PASSWORD_HASH
+        stored = user.password_hash if user else security.dummy_password_hash()
         if not await anyio.to_thread.run_sync(security.verify_password, stored, password) or user is None:
             await self.record_failed_sign_in(client_ip, email)
             raise Unauthenticated("invalid email or password")
