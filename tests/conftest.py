@@ -121,8 +121,9 @@ def _cheap_password_hashing() -> Iterator[None]:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(security, "_hasher", PasswordHasher(time_cost=1, memory_cost=64, parallelism=1))
-        patch.setattr(security, "DUMMY_PASSWORD_HASH", security.hash_password("not-a-password-of-anyone"))
+        security.dummy_password_hash.cache_clear()  # made again, at this cost, on first use
         yield
+        security.dummy_password_hash.cache_clear()
 
 
 @pytest.fixture(scope="session", autouse=True)
