@@ -20,6 +20,7 @@ from caiplatform.adapters.kubernetes.memorystore import ValkeyStatefulSetProvisi
 from caiplatform.adapters.kubernetes.projects import KubernetesProjectProvisioner
 from caiplatform.adapters.kubernetes.runtime import KnativeRuntime
 from caiplatform.codesandbox import CODE, CodeSandboxService
+from caiplatform.codesandbox.models import ExecuteRequest
 from caiplatform.domain.memorystore import InstanceSpec
 from caiplatform.ports.builder import BuildError, BuildRequest
 from caiplatform.ports.mcp_host import McpBuild, McpDeployment, McpServeError
@@ -205,8 +206,8 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     kubelet = asyncio.ensure_future(pods.run())
     pool = KubernetesWarmPool(settings, CODE, size=1, transport=pods, poll_seconds=0.02)
     snippet = await CodeSandboxService(pool, CODE).execute(
-        Principal(kind=PrincipalKind.WORKLOAD, project_id=project_id), project_id, {"code": "print(1 + 1)"})
-    assert snippet["stdout"] == "2\n"
+        Principal(kind=PrincipalKind.WORKLOAD, project_id=project_id), project_id, ExecuteRequest.parse({"code": "print(1 + 1)"}))
+    assert snippet.stdout == "2\n"
     await pool.close()
     kubelet.cancel()
 

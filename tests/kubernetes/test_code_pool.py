@@ -13,7 +13,9 @@ import pytest
 
 from caiplatform.adapters.kubernetes.codepool import KubernetesWarmPool
 from caiplatform.codesandbox import CODE, NO_WARM_SANDBOX, CodeSandboxService
+from caiplatform.codesandbox.models import ExecuteRequest
 from caiplatform.errors import Unavailable
+from caiplatform.models.agents import SandboxToolCall
 from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.testing.kube_cluster import emulated_cluster, live
 from caiplatform.testing.kube_codepods import OOM_MARKER, CodePods
@@ -78,18 +80,18 @@ async def test_warm_pods_run_one_snippet_each_and_the_pool_refills(cluster):
         (policy,) = [o.raw for ns, _, o in live(cluster.emulator, "networkpolicies", "networking.k8s.io") if ns == NAMESPACE]
         assert policy["spec"]["egress"] == [] and "Egress" in policy["spec"]["policyTypes"]
 
-        result = await service.execute(workload(project_id), project_id, {"code": "import math\nprint(math.factorial(20))"})
-        assert result["exit_code"] == 0 and result["stdout"] == "2432902008176640000\n" and result["killed"] is None
+        result = await service.execute(workload(project_id), project_id, ExecuteRequest.parse({"code": "import math\nprint(math.factorial(20))"}))
+        assert result.exit_code == 0 and result.stdout == "2432902008176640000\n" and result.killed is None
         used = pods.runs[-1]["pod"]
         assert used in first and pods.runs[-1]["request"]["argv"][0] == "python"  # the pod image's interpreter
         # The pod that ran it is deleted, never reused; a fresh one takes its place.
         await until(lambda: used not in sandbox_pods(cluster) and pool.describe()["warm"] == 3)
         assert len(sandbox_pods(cluster)) == 3
-        shell = await service.execute(workload(project_id), project_id, {"code": "echo hi >&2", "language": "shell"})
-        assert shell["stderr"] == "hi\n" and pods.runs[-1]["pod"] != used
+        shell = await service.execute(workload(project_id), project_id, ExecuteRequest.parse({"code": "echo hi >&2", "language": "shell"}))
+        assert shell.stderr == "hi\n" and pods.runs[-1]["pod"] != used
 
         killed = await service.execute(workload(project_id), project_id, {"code": f"{OOM_MARKER}\nx = 1"})
-        assert killed["killed"] == "memory" and "(512Mi)" in killed["message"]
+        assert killed.killed == "memory" and "(512Mi)" in killed.message
         await until(lambda: pool.describe()["warm"] == 3)
         assert pool.describe()["served"] == 3 and pool.describe()["backend"] == "kubernetes"
         assert len({run["pod"] for run in pods.runs}) == 3
@@ -131,7 +133,7 @@ async def test_sandboxed_tool_calls_are_a_clear_503_on_a_cluster():
     tools = ToolCallService(None, None, no_image, unavailable="sandboxed tool calls are not available on a Kubernetes cluster yet")  # type: ignore[arg-type]
     project_id = str(uuid.uuid4())
     with pytest.raises(Unavailable, match="not available on a Kubernetes cluster yet"):
-        await tools.call(workload(project_id), project_id, {"module_path": "tools.py", "function": "where"})
+        await tools.call(workload(project_id), project_id, SandboxToolCall.parse({"module_path": "tools.py", "function": "where"}))
 
 
 async def test_a_fourth_concurrent_snippet_waits_for_a_fresh_pod_and_ended_pods_are_swept(cluster):
@@ -141,9 +143,9 @@ async def test_a_fourth_concurrent_snippet_waits_for_a_fresh_pod_and_ended_pods_
         pool.start()
         await until(lambda: pool.describe()["warm"] == 3)
         answers = await asyncio.gather(*(service.execute(workload(project_id), project_id,
-                                                         {"code": "import time\ntime.sleep(1)"}) for _ in range(4)))
-        assert all(a["exit_code"] == 0 for a in answers)
-        waited = sorted(a["waited_ms"] for a in answers)
+                                                         ExecuteRequest.parse({"code": "import time\ntime.sleep(1)"})) for _ in range(4)))
+        assert all(a.exit_code == 0 for a in answers)
+        waited = sorted(a.waited_ms for a in answers)
         assert waited[-1] >= 900 and waited[0] < 900, waited  # the fourth waited for a pod to come free
         assert len({run["pod"] for run in pods.runs}) == 4
     # A pod that ended but was left behind (a replica stopped mid-snippet) goes when a pool next starts.
