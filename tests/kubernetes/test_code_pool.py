@@ -90,7 +90,7 @@ async def test_warm_pods_run_one_snippet_each_and_the_pool_refills(cluster):
         shell = await service.execute(workload(project_id), project_id, ExecuteRequest.parse({"code": "echo hi >&2", "language": "shell"}))
         assert shell.stderr == "hi\n" and pods.runs[-1]["pod"] != used
 
-        killed = await service.execute(workload(project_id), project_id, {"code": f"{OOM_MARKER}\nx = 1"})
+        killed = await service.execute(workload(project_id), project_id, ExecuteRequest.parse({"code": f"{OOM_MARKER}\nx = 1"}))
         assert killed.killed == "memory" and "(512Mi)" in killed.message
         await until(lambda: pool.describe()["warm"] == 3)
         assert pool.describe()["served"] == 3 and pool.describe()["backend"] == "kubernetes"
