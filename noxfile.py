@@ -25,9 +25,16 @@ def start_engines(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
+    """Every test. Without arguments in two runs: the unit tests on two workers (they share nothing, as
+    `nox -s unit` proves on every save), then the tests that use engines and processes one at a time."""
     session.install("-e", ".[all,agents,dev]")
     start_engines(session)
-    session.run("python", "-m", "pytest", *session.posargs, env={"PYTHONUNBUFFERED": "1", **dict(os.environ)})
+    env = {"PYTHONUNBUFFERED": "1", **dict(os.environ)}
+    if session.posargs:
+        session.run("python", "-m", "pytest", *session.posargs, env=env)
+        return
+    session.run("python", "-m", "pytest", "-m", "unit", "--forbid-processes", "-n", "2", env=env)
+    session.run("python", "-m", "pytest", "-m", "not unit", env=env)
 
 
 @nox.session
