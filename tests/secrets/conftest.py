@@ -28,7 +28,7 @@ class World:
 
 def _user(session, email: str, org_id: str) -> User:
     user = User(
-        email=email, password_hash=security.DUMMY_PASSWORD_HASH, role="user",
+        email=email, password_hash=security.dummy_password_hash(), role="user",
         must_change_password=False, org_id=org_id, created_at=_now(),
     )
     session.add(user)
