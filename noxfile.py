@@ -25,8 +25,10 @@ def start_engines(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Every test. Without arguments in two runs: the unit tests on two workers (they share nothing, as
-    `nox -s unit` proves on every save), then the tests that use engines and processes one at a time."""
+    """Every test. Without arguments in three runs: the unit tests on two workers (they share nothing, as
+    `nox -s unit` proves on every save); the tests on the machine's shared engines one at a time; the tests
+    that start processes and servers of their own (data dirs, ports and engines of their own) on two
+    workers, a module per worker."""
     session.install("-e", ".[all,agents,dev]")
     start_engines(session)
     env = {"PYTHONUNBUFFERED": "1", **dict(os.environ)}
@@ -34,7 +36,8 @@ def tests(session: nox.Session) -> None:
         session.run("python", "-m", "pytest", *session.posargs, env=env)
         return
     session.run("python", "-m", "pytest", "-m", "unit", "--forbid-processes", "-n", "2", env=env)
-    session.run("python", "-m", "pytest", "-m", "not unit", env=env)
+    session.run("python", "-m", "pytest", "-m", "engine", env=env)
+    session.run("python", "-m", "pytest", "-m", "process or e2e", "-n", "2", "--dist", "loadfile", env=env)
 
 
 @nox.session
