@@ -70,6 +70,7 @@ def cluster():
         yield emulated
 
 
+@pytest.mark.process  # the code sandbox pod double runs its snippet as a child process
 async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     settings = cluster.settings
     projects = KubernetesProjectProvisioner(settings=settings)

@@ -22,6 +22,9 @@ from caiplatform.testing.kube_codepods import OOM_MARKER, CodePods
 from caiplatform.testing.kube_schemas import audit
 from tests.conformance.kube_support import ROLE
 
+# The pod double (`testing/kube_codepods.py`) runs each snippet as a child process, as a kubelet would.
+pytestmark = pytest.mark.process
+
 NAMESPACE = "caiplatform-sandbox"
 
 
