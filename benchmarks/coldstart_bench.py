@@ -37,7 +37,8 @@ def harness_process(pid: int) -> tuple[list[str], dict[str, str]] | None:
             raw = Path(f"/proc/{child}/environ").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if "caiplatform.harness" in argv:
+        # The instance itself, not the sandbox around it (bwrap's argv names the harness too).
+        if "caiplatform.harness" in argv and Path(argv[0]).name != "bwrap":
             return argv, dict(item.split("=", 1) for item in raw if "=" in item)
     return None
 
