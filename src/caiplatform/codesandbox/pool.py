@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from caiplatform.codesandbox.limits import NO_WARM_SANDBOX, SandboxLimits
 from caiplatform.errors import Unavailable
@@ -86,18 +86,32 @@ class WarmSandbox:
             await asyncio.to_thread(shutil.rmtree, self.scratch, True)
 
 
-class WarmPool:
-    """Warm sandboxes made with the platform's `Sandbox`, no network unless `network` is true."""
+class PooledSandbox(Protocol):
+    id: str
 
-    def __init__(self, sandbox: Sandbox, limits: SandboxLimits, *, name: str = "code", size: int | None = None,
-                 wait_seconds: float | None = None, network: bool = False):
-        self.sandbox = sandbox
+    async def run(self, request: dict[str, Any], deadline: float) -> RunOutcome: ...
+    async def discard(self) -> None: ...
+
+
+S = TypeVar("S", bound=PooledSandbox)
+
+
+class BasePool(Generic[S]):
+    """What every warm pool does, wherever its sandboxes live: keep `size` of them warm or running,
+    hand the oldest warm one to a caller (503 past `wait_seconds`), discard it after its one snippet and
+    start a fresh one in its place, and say how it stands in `/healthz`. A pool says how to start one
+    (`_start_one`), whether a warm one still lives (`_still_warm`), and what to do before filling."""
+
+    unit = "sandbox"  # what the log lines call one
+
+    def __init__(self, limits: SandboxLimits, *, name: str, size: int | None, wait_seconds: float | None,
+                 network: bool):
         self.limits = limits
         self.name = name
         self.size = limits.pool_size if size is None else size
         self.wait_seconds = limits.wait_seconds if wait_seconds is None else wait_seconds
         self.network = network
-        self._ready: asyncio.Queue[WarmSandbox] = asyncio.Queue()
+        self._ready: asyncio.Queue[S] = asyncio.Queue()
         self._starting = 0
         self._busy = 0
         self._served = 0
@@ -106,7 +120,25 @@ class WarmPool:
         self._last_error = ""
         self._changed = asyncio.Event()
         self._filler: asyncio.Task[None] | None = None
-        self._ids = itertools.count(1)
+
+    # -- what a pool says of itself ------------------------------------------------------------------
+
+    async def _start_one(self) -> S:
+        raise NotImplementedError
+
+    async def _still_warm(self, sandbox: S) -> bool:
+        raise NotImplementedError
+
+    async def _before_fill(self) -> None:
+        """Anything the sandboxes need before the first starts (idempotent; raising retries it)."""
+
+    def _announce(self) -> None:
+        log.info("%s sandbox pool: keeping %d warm %ses (network %s)", self.name, self.size, self.unit,
+                 "allowed" if self.network else "none")
+
+    def _described(self) -> dict[str, Any]:
+        """Fields of `describe()` that only this kind of pool has."""
+        return {}
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -114,22 +146,20 @@ class WarmPool:
         """Fill the pool in the background (idempotent)."""
         if self._filler is None or self._filler.done():
             self._filler = asyncio.get_running_loop().create_task(self._fill(), name=f"{self.name}-sandbox-pool")
-            log.info("%s sandbox pool: keeping %d warm sandboxes (network %s)", self.name, self.size,
-                     "allowed" if self.network else "none")
+            self._announce()
 
-    async def close(self) -> None:
+    async def _stop_filling(self) -> None:
         if self._filler is not None:
             self._filler.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._filler
-        while not self._ready.empty():
-            await self._ready.get_nowait().discard()
 
     def describe(self) -> dict[str, Any]:
         """For `/healthz`: how many are warm, starting and running a snippet."""
         warm = self._ready.qsize()
         body: dict[str, Any] = {
             "status": "ok" if warm or self._busy or self._starting else ("idle" if self._filler is None else "empty"),
+            **self._described(),
             "size": self.size, "warm": warm, "starting": self._starting, "running": self._busy,
             "served": self._served, "refused": self._refused, "failed_starts": self._failed_starts,
             "network": "allowed" if self.network else "none",
@@ -141,6 +171,14 @@ class WarmPool:
 
     async def _fill(self) -> None:
         while True:
+            try:
+                await self._before_fill()
+            except Exception as exc:  # noqa: BLE001 - reported in /healthz, tried again
+                self._failed_starts += 1
+                self._last_error = str(exc)
+                log.warning("%s sandbox pool: %s", self.name, self._last_error)
+                await asyncio.sleep(RETRY_SECONDS)
+                continue
             missing = self.size - (self._ready.qsize() + self._starting + self._busy)
             if missing > 0:
                 self._starting += missing
@@ -148,16 +186,60 @@ class WarmPool:
                 self._starting -= missing
                 failed = [r for r in results if isinstance(r, BaseException)]
                 for result in results:
-                    if isinstance(result, WarmSandbox):
+                    if not isinstance(result, BaseException):
                         self._ready.put_nowait(result)
                 if failed:
                     self._failed_starts += len(failed)
                     self._last_error = str(failed[0])
-                    log.warning("%s sandbox pool: %d sandbox(es) failed to start: %s", self.name, len(failed), failed[0])
+                    log.warning("%s sandbox pool: %d %s(es) failed to start: %s", self.name, len(failed), self.unit,
+                                failed[0])
                     await asyncio.sleep(RETRY_SECONDS)
                 continue
             self._changed.clear()
             await self._changed.wait()
+
+    # -- use -----------------------------------------------------------------------------------------
+
+    async def acquire(self) -> tuple[S, float]:
+        """A warm sandbox and how long the caller waited for it (seconds); 503 past the wait."""
+        self.start()
+        begun = time.monotonic()
+        while True:
+            try:
+                sandbox = await asyncio.wait_for(self._ready.get(), self.wait_seconds - (time.monotonic() - begun))
+            except TimeoutError:
+                self._refused += 1
+                log.warning("%s sandbox pool: no warm %s within %.0f s (%s)", self.name, self.unit,
+                            self.wait_seconds, self.describe())
+                raise Unavailable(NO_WARM_SANDBOX) from None
+            self._busy += 1
+            if await self._still_warm(sandbox):
+                return sandbox, time.monotonic() - begun
+            await self.release(sandbox, ran=False)
+
+    async def release(self, sandbox: S, *, ran: bool = True) -> None:
+        """Discard a sandbox that ran its snippet; a fresh one takes its place."""
+        try:
+            await sandbox.discard()
+        finally:
+            self._busy -= 1
+            self._served += int(ran)
+            self._changed.set()
+
+
+class WarmPool(BasePool[WarmSandbox]):
+    """Warm sandboxes made with the platform's `Sandbox`, no network unless `network` is true."""
+
+    def __init__(self, sandbox: Sandbox, limits: SandboxLimits, *, name: str = "code", size: int | None = None,
+                 wait_seconds: float | None = None, network: bool = False):
+        super().__init__(limits, name=name, size=size, wait_seconds=wait_seconds, network=network)
+        self.sandbox = sandbox
+        self._ids = itertools.count(1)
+
+    async def close(self) -> None:
+        await self._stop_filling()
+        while not self._ready.empty():
+            await self._ready.get_nowait().discard()
 
     async def _start_one(self) -> WarmSandbox:
         ident = f"{self.name}-{os.getpid()}-{next(self._ids)}"
@@ -168,35 +250,12 @@ class WarmPool:
         log.debug("%s sandbox pool: %s is warm", self.name, ident)
         return sandbox
 
-    # -- use -----------------------------------------------------------------------------------------
-
-    async def acquire(self) -> tuple[WarmSandbox, float]:
-        """A warm sandbox and how long the caller waited for it (seconds); 503 past the wait."""
-        self.start()
-        begun = time.monotonic()
-        while True:
-            try:
-                sandbox = await asyncio.wait_for(self._ready.get(), self.wait_seconds - (time.monotonic() - begun))
-            except TimeoutError:
-                self._refused += 1
-                log.warning("%s sandbox pool: no warm sandbox within %.0f s (%s)", self.name, self.wait_seconds,
-                            self.describe())
-                raise Unavailable(NO_WARM_SANDBOX) from None
-            self._busy += 1
-            if sandbox.process.returncode is None:
-                return sandbox, time.monotonic() - begun
-            log.warning("%s sandbox pool: %s died while warm (exit %s); replaced", self.name, sandbox.id,
-                        sandbox.process.returncode)
-            await self.release(sandbox, ran=False)
-
-    async def release(self, sandbox: WarmSandbox, *, ran: bool = True) -> None:
-        """Discard a sandbox that ran its snippet; a fresh one takes its place."""
-        try:
-            await sandbox.discard()
-        finally:
-            self._busy -= 1
-            self._served += int(ran)
-            self._changed.set()
+    async def _still_warm(self, sandbox: WarmSandbox) -> bool:
+        if sandbox.process.returncode is None:
+            return True
+        log.warning("%s sandbox pool: %s died while warm (exit %s); replaced", self.name, sandbox.id,
+                    sandbox.process.returncode)
+        return False
 
 
 def sandbox_limits(limits: SandboxLimits) -> Limits:

@@ -31,9 +31,8 @@ from typing import Any
 import httpx
 
 from caiplatform.adapters.kubernetes.client import KIND_LABEL, PART_LABEL, ClusterSettings, KubeClient, owned
-from caiplatform.codesandbox.limits import NO_WARM_SANDBOX, SandboxLimits
-from caiplatform.codesandbox.pool import RETRY_SECONDS, RunOutcome
-from caiplatform.errors import Unavailable
+from caiplatform.codesandbox.limits import SandboxLimits
+from caiplatform.codesandbox.pool import BasePool, RunOutcome
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +72,10 @@ class PodSandbox:
         await self.pool.delete_pod(self.id)
 
 
-class KubernetesWarmPool:
+class KubernetesWarmPool(BasePool[PodSandbox]):
     """At most `size` code sandbox pods at a time, warm or running one snippet (document 1's warm pool)."""
+
+    unit = "pod"
 
     languages = POD_LANGUAGES
 
@@ -83,29 +84,16 @@ class KubernetesWarmPool:
                  network: bool = False, gvisor: bool = False, name: str = "code",
                  transport: httpx.AsyncBaseTransport | None = None, poll_seconds: float = 0.5,
                  ready_seconds: float = READY_SECONDS, kube: KubeClient | None = None):
+        super().__init__(limits, name=name, size=size, wait_seconds=wait_seconds, network=network)
         self.settings = settings
         self.kube = kube or KubeClient(settings)
-        self.limits = limits
-        self.name = name
         self.namespace = namespace
         self.image = image or settings.harness_image
-        self.size = limits.pool_size if size is None else size
-        self.wait_seconds = limits.wait_seconds if wait_seconds is None else wait_seconds
-        self.network = network
         self.runtime_class = "gvisor" if gvisor else None
         self.poll_seconds = poll_seconds
         self.ready_seconds = ready_seconds
         self.http = httpx.AsyncClient(transport=transport, timeout=30)
         self.owner = f"{socket.gethostname()[:30]}-{os.getpid()}-{secrets.token_hex(3)}".lower().replace("_", "-")
-        self._ready: asyncio.Queue[PodSandbox] = asyncio.Queue()
-        self._starting = 0
-        self._busy = 0
-        self._served = 0
-        self._failed_starts = 0
-        self._refused = 0
-        self._last_error = ""
-        self._changed = asyncio.Event()
-        self._filler: asyncio.Task[None] | None = None
         self._prepared = False
 
     # -- the objects ---------------------------------------------------------------------------------
@@ -192,17 +180,12 @@ class KubernetesWarmPool:
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        if self._filler is None or self._filler.done():
-            self._filler = asyncio.get_running_loop().create_task(self._fill(), name=f"{self.name}-sandbox-pods")
-            log.info("%s sandbox pool: keeping %d warm pods in namespace %s (runtime class %s, network %s)", self.name,
-                     self.size, self.namespace, self.runtime_class or "default", "allowed" if self.network else "none")
+    def _announce(self) -> None:
+        log.info("%s sandbox pool: keeping %d warm pods in namespace %s (runtime class %s, network %s)", self.name,
+                 self.size, self.namespace, self.runtime_class or "default", "allowed" if self.network else "none")
 
     async def close(self) -> None:
-        if self._filler is not None:
-            self._filler.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._filler
+        await self._stop_filling()
         with contextlib.suppress(Exception):  # every pod this process made, warm or starting
             for pod in await self.kube.items(self.kube.core.list_namespaced_pod, self.namespace,
                                              labels={PART_LABEL: PART, OWNER_LABEL: self.owner}):
@@ -212,47 +195,14 @@ class KubernetesWarmPool:
         await self.http.aclose()
         await self.kube.close()
 
-    def describe(self) -> dict[str, Any]:
-        warm = self._ready.qsize()
-        body: dict[str, Any] = {
-            "status": "ok" if warm or self._busy or self._starting else ("idle" if self._filler is None else "empty"),
-            "backend": "kubernetes", "namespace": self.namespace, "runtime_class": self.runtime_class,
-            "size": self.size, "warm": warm, "starting": self._starting, "running": self._busy,
-            "served": self._served, "refused": self._refused, "failed_starts": self._failed_starts,
-            "network": "allowed" if self.network else "none",
-            "limits": {"cpu": self.limits.cpu, "memory": self.limits.memory},
-        }
-        if self._last_error:
-            body["last_error"] = self._last_error
-        return body
+    def _described(self) -> dict[str, Any]:
+        return {"backend": "kubernetes", "namespace": self.namespace, "runtime_class": self.runtime_class}
 
-    async def _fill(self) -> None:
-        while True:
-            try:
-                await self._prepare()
-            except Exception as exc:  # noqa: BLE001 - reported in /healthz, tried again
-                self._failed_starts += 1
-                self._last_error = f"preparing namespace {self.namespace}: {exc}"
-                log.warning("%s sandbox pool: %s", self.name, self._last_error)
-                await asyncio.sleep(RETRY_SECONDS)
-                continue
-            missing = self.size - (self._ready.qsize() + self._starting + self._busy)
-            if missing > 0:
-                self._starting += missing
-                results = await asyncio.gather(*(self._start_one() for _ in range(missing)), return_exceptions=True)
-                self._starting -= missing
-                failed = [r for r in results if isinstance(r, BaseException)]
-                for result in results:
-                    if isinstance(result, PodSandbox):
-                        self._ready.put_nowait(result)
-                if failed:
-                    self._failed_starts += len(failed)
-                    self._last_error = str(failed[0])
-                    log.warning("%s sandbox pool: %d pod(s) failed to start: %s", self.name, len(failed), failed[0])
-                    await asyncio.sleep(RETRY_SECONDS)
-                continue
-            self._changed.clear()
-            await self._changed.wait()
+    async def _before_fill(self) -> None:
+        try:
+            await self._prepare()
+        except Exception as exc:
+            raise RuntimeError(f"preparing namespace {self.namespace}: {exc}") from exc
 
     async def _start_one(self) -> PodSandbox:
         name = f"{self.name}-sandbox-{secrets.token_hex(5)}"
@@ -277,33 +227,12 @@ class KubernetesWarmPool:
 
     # -- use -----------------------------------------------------------------------------------------
 
-    async def acquire(self) -> tuple[PodSandbox, float]:
-        """A warm pod and how long the caller waited for it (seconds); 503 past the wait."""
-        self.start()
-        begun = time.monotonic()
-        while True:
-            try:
-                sandbox = await asyncio.wait_for(self._ready.get(), self.wait_seconds - (time.monotonic() - begun))
-            except TimeoutError:
-                self._refused += 1
-                log.warning("%s sandbox pool: no warm pod within %.0f s (%s)", self.name, self.wait_seconds,
-                            self.describe())
-                raise Unavailable(NO_WARM_SANDBOX) from None
-            self._busy += 1
-            pod = await self.kube.get(self.kube.core.read_namespaced_pod, sandbox.id, self.namespace)
-            if pod is not None and ((pod.get("status") or {}).get("phase")) == "Running":
-                return sandbox, time.monotonic() - begun
-            log.warning("%s sandbox pool: pod %s went away while warm; replaced", self.name, sandbox.id)
-            await self.release(sandbox, ran=False)
-
-    async def release(self, sandbox: PodSandbox, *, ran: bool = True) -> None:
-        """Delete a pod that ran its snippet; a fresh one takes its place."""
-        try:
-            await sandbox.discard()
-        finally:
-            self._busy -= 1
-            self._served += int(ran)
-            self._changed.set()
+    async def _still_warm(self, sandbox: PodSandbox) -> bool:
+        pod = await self.kube.get(self.kube.core.read_namespaced_pod, sandbox.id, self.namespace)
+        if pod is not None and ((pod.get("status") or {}).get("phase")) == "Running":
+            return True
+        log.warning("%s sandbox pool: pod %s went away while warm; replaced", self.name, sandbox.id)
+        return False
 
 
 __all__ = ["KubernetesWarmPool", "PodSandbox"]
