@@ -124,3 +124,19 @@ def _words(command: str) -> list[str]:
     import shlex
 
     return shlex.split(command)
+
+
+def test_the_clients_streamed_deltas_add_up_to_the_buffered_reply(served):
+    from caiplatform.client import Client
+    from caiplatform.models.invoke import InvokeResponse, OutputDelta, TurnDone
+
+    server, _ = served
+    with Client(server.base_url) as client:
+        client.auth.login(email=ADMIN["CAI_ADMIN_EMAIL"], password=ADMIN["CAI_ADMIN_PASSWORD"])
+        client.agents.deploy_source(ROOT / "examples" / "langgraph-weather", name="streamer")
+        client.agents.wait_ready("streamer")
+        buffered = client.agents.invoke("streamer", message="weather in Oslo?")
+        events = list(client.agents.invoke_stream("streamer", message="weather in Oslo?"))
+    assert isinstance(buffered, InvokeResponse) and buffered.output == "you said: weather in Oslo?"
+    assert "".join(e.text for e in events if isinstance(e, OutputDelta)) == buffered.output
+    assert isinstance(events[-1], TurnDone)
