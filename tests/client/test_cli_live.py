@@ -140,3 +140,13 @@ def test_the_clients_streamed_deltas_add_up_to_the_buffered_reply(served):
     assert isinstance(buffered, InvokeResponse) and buffered.output == "you said: weather in Oslo?"
     assert "".join(e.text for e in events if isinstance(e, OutputDelta)) == buffered.output
     assert isinstance(events[-1], TurnDone)
+
+
+def test_a_failed_build_exits_7_with_the_builds_message(served, tmp_path):
+    cli(served, "login", "--email", ADMIN["CAI_ADMIN_EMAIL"], "--password", ADMIN["CAI_ADMIN_PASSWORD"])
+    source = tmp_path / "broken"
+    source.mkdir()
+    (source / "graph.py").write_text("answer = 42  # no module-level `graph`\n")
+    result = cli(served, "deploy", str(source), "--name", "broken-graph")
+    assert result.returncode == 7, (result.stdout, result.stderr)
+    assert "error:" in result.stderr and "graph" in result.stderr
