@@ -9,6 +9,7 @@ input with the spec's 400). `reply` writes a service's model once, as the JSON t
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -93,6 +94,9 @@ PAGINATION_PARAMETERS = [
 ]
 
 _request_models: dict[str, type[BaseModel]] = {}
+# Documents already built, by everything they are made of: FastAPI takes about 3 s of CPU to build one,
+# and every app of a process (tests make hundreds) has the same routes and handlers.
+_documents: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 
 def _schema_ref(model: type[BaseModel]) -> dict[str, str]:
@@ -174,6 +178,28 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     """The served document: FastAPI's, with request models, security schemes and no 422."""
     if app.openapi_schema:
         return app.openapi_schema
+    key = (app.title, app.version, app.openapi_version, app.description, len(_request_models),
+           tuple(_route_key(r) for r in app.routes if getattr(r, "include_in_schema", True)))
+    if key not in _documents:
+        _documents[key] = _build_document(app)
+    app.openapi_schema = copy.deepcopy(_documents[key])
+    return app.openapi_schema
+
+
+def _route_key(route: Any) -> tuple[Any, ...]:
+    """What a route contributes to the document: its handler, or for an included router (FastAPI wraps the
+    module's one router anew in every app) its prefix and its routes."""
+    router = getattr(route, "original_router", None)
+    if router is not None:
+        return (getattr(route.include_context, "prefix", None),
+                tuple(_route_key(r) for r in router.routes if getattr(r, "include_in_schema", True)))
+    endpoint = getattr(route, "endpoint", None)
+    # A handler defined inside `create_app` is a new function per app over the same code.
+    return (getattr(route, "path", None), tuple(sorted(getattr(route, "methods", None) or ())),
+            getattr(endpoint, "__code__", endpoint))
+
+
+def _build_document(app: FastAPI) -> dict[str, Any]:
     document = get_openapi(title=app.title, version=app.version, openapi_version=app.openapi_version,
                            description=app.description, routes=app.routes)
     components = document.setdefault("components", {})
@@ -190,5 +216,4 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
         for op in item.values():
             if isinstance(op, dict):
                 op.get("responses", {}).pop("422", None)
-    app.openapi_schema = document
     return document

@@ -7,7 +7,8 @@ authorization), and checks every answer: no 5xx, a status the operation declares
 type, and a body that matches the declared schema.
 
 `CAI_CONTRACT_PATHS` (a regular expression over paths) narrows the run to one area while working on it;
-`CAI_CONTRACT_EXAMPLES` raises the examples per operation for a longer hunt.
+`CAI_CONTRACT_EXAMPLES` raises the examples per operation for a longer hunt; `CAI_CONTRACT_PHASES` names
+schemathesis' phases (`nox -s unit` leaves out `coverage`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ def _document() -> dict:
 DOCUMENT = _document()
 PICKS = itertools.count()
 schema = schemathesis.openapi.from_dict(DOCUMENT).exclude(path_regex=SESSION_ENDING.pattern)
+# The coverage phase (every boundary and negative case the schema defines, about four times the run)
+# runs in the full suite; the unit loop (`nox -s unit`) leaves it out.
+schema.config.phases.update(phases=os.environ.get("CAI_CONTRACT_PHASES", "examples,coverage,fuzzing").split(","))
 if os.environ.get("CAI_CONTRACT_PATHS"):
     schema = schema.include(path_regex=os.environ["CAI_CONTRACT_PATHS"])
 
