@@ -6,6 +6,7 @@ unrouted paths and wrong methods), credential parsing into a `Principal`, and pe
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import re
@@ -15,7 +16,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -152,6 +153,35 @@ class ConventionsMiddleware:
                 await error_response(500, "internal error", request_id)(scope, receive, send_with_id)
 
 
+health_router = APIRouter(tags=["health"])
+liveness_router = APIRouter(tags=["health"])
+
+
+@health_router.get("/healthz", summary="Health of the served APIs",
+                   **operation(response=PlatformHealth, errors=(503,), security=ANONYMOUS))
+async def healthz(request: Request) -> JSONResponse:
+    platform: Platform = request.app.state.platform
+    health_fns: dict[str, HealthFn] = request.app.state.health_fns
+    if len(health_fns) == 1:
+        (fn,) = health_fns.values()
+        status, body = await fn(platform)
+        return JSONResponse(body, status_code=status)
+    bodies = {}
+    ok = True
+    for name, fn in health_fns.items():
+        status, body = await fn(platform)
+        bodies[name] = body
+        ok = ok and status < 400 and body.get("status", "ok") == "ok"
+    return JSONResponse({"status": "ok" if ok else "degraded", "apis": bodies, "sandbox": platform.sandbox_status()},
+                        status_code=200 if ok else 503)
+
+
+@liveness_router.get("/livez", summary="Liveness", **operation(response=Liveness, security=ANONYMOUS))
+async def livez() -> JSONResponse:
+    return reply(Liveness(status="ok"))
+
+
+@functools.cache
 def _load_api(name: str) -> tuple[Any, list[Any]]:
     """An API's main module (`apis/<name>.py`, which owns its health) and its parts (`apis/<name>_*.py`)."""
     import pkgutil
@@ -189,6 +219,7 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        openapi_url=None,  # served by `mount_docs`, as `/docs` is
     )
     app.state.platform = platform
     app.openapi_version = "3.1.0"
@@ -229,28 +260,10 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
             app.include_router(part.router)
         health_fns[name] = module.health
 
+    app.state.health_fns = health_fns
     mount_docs(app)
-
-    @app.get("/healthz", tags=["health"], summary="Health of the served APIs",
-             **operation(response=PlatformHealth, errors=(503,), security=ANONYMOUS))
-    async def healthz() -> JSONResponse:
-        if len(health_fns) == 1:
-            (fn,) = health_fns.values()
-            status, body = await fn(platform)
-            return JSONResponse(body, status_code=status)
-        bodies = {}
-        ok = True
-        for name, fn in health_fns.items():
-            status, body = await fn(platform)
-            bodies[name] = body
-            ok = ok and status < 400 and body.get("status", "ok") == "ok"
-        return JSONResponse({"status": "ok" if ok else "degraded", "apis": bodies, "sandbox": platform.sandbox_status()},
-                            status_code=200 if ok else 503)
-
+    app.include_router(health_router)
     if "memorystore" in modules:
-
-        @app.get("/livez", tags=["health"], summary="Liveness", **operation(response=Liveness, security=ANONYMOUS))
-        async def livez() -> JSONResponse:
-            return reply(Liveness(status="ok"))
+        app.include_router(liveness_router)
 
     return ConventionsMiddleware(app, platform)  # type: ignore[return-value]

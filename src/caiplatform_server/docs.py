@@ -7,25 +7,44 @@ here under `/docs/assets/`.
 
 from __future__ import annotations
 
+import functools
 from importlib.resources import files
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.staticfiles import StaticFiles
 
 ASSETS = "/docs/assets"
 
 
-def mount_docs(app: FastAPI) -> None:
-    app.mount(ASSETS, StaticFiles(directory=str(files("fastapi_offline") / "static")), name="docs-assets")
+# One router for every app: FastAPI analyses a route's handler when the route is made, so routes made
+# inside `create_app` would cost that again for each app.
+router = APIRouter()
 
-    @app.get("/docs", include_in_schema=False)
-    async def docs() -> HTMLResponse:
-        return get_swagger_ui_html(
-            openapi_url="/openapi.json",
-            title=f"{app.title} API",
-            swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
-            swagger_css_url=f"{ASSETS}/swagger-ui.css",
-            swagger_favicon_url=f"{ASSETS}/favicon.png",
-        )
+
+@router.get("/docs", include_in_schema=False)
+async def docs(request: Request) -> HTMLResponse:
+    return get_swagger_ui_html(
+        openapi_url="/openapi.json",
+        title=f"{request.app.title} API",
+        swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
+        swagger_css_url=f"{ASSETS}/swagger-ui.css",
+        swagger_favicon_url=f"{ASSETS}/favicon.png",
+    )
+
+
+@router.get("/openapi.json", include_in_schema=False)
+async def openapi(request: Request) -> JSONResponse:
+    return JSONResponse(request.app.openapi())
+
+
+def mount_docs(app: FastAPI) -> None:
+    """`/openapi.json`, `/docs` and the files of `/docs` (the app is made with `openapi_url=None`)."""
+    app.mount(ASSETS, _assets(), name="docs-assets")
+    app.include_router(router)
+
+
+@functools.cache
+def _assets() -> StaticFiles:
+    return StaticFiles(directory=str(files("fastapi_offline") / "static"))

@@ -43,9 +43,12 @@ class Database:
                 self._one_connection = threading.RLock()
         else:
             kwargs["pool_pre_ping"] = True
-        self.engine: Engine = create_engine(self.url, **kwargs)
-        if self.dialect == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+        if self._one_connection is not None and not echo:
+            self.engine: Engine = _new_in_memory_engine()
+        else:
+            self.engine = create_engine(self.url, **kwargs)
+            if self.dialect == "sqlite":
+                event.listen(self.engine, "connect", _sqlite_pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @classmethod
@@ -134,6 +137,28 @@ def _create_schema(engine: Engine) -> None:
 
 _template_lock = threading.Lock()
 _template: Database | None = None
+_in_memory_engine: Engine | None = None
+_engine_lock = threading.Lock()
+
+
+def _new_in_memory_engine() -> Engine:
+    """An engine over a new in-memory database that shares one dialect and one compiled-statement cache
+    with every other in-memory engine of the process. SQLAlchemy caches a statement's compiled form per
+    engine (the key holds the dialect), so a fresh engine compiles every statement again: most of the CPU
+    of a short-lived platform (tests make one per test). The new engine is the first one's, with a pool of
+    its own (`recreate`, as `Engine.dispose` does: same creator, same listeners), so a new connection, so a
+    new database. No one listens to engine events here, which the copies would share."""
+    import copy
+
+    global _in_memory_engine
+    with _engine_lock:
+        if _in_memory_engine is None:
+            _in_memory_engine = create_engine("sqlite://", future=True, poolclass=StaticPool,
+                                              connect_args={"check_same_thread": False, "timeout": 30})
+            event.listen(_in_memory_engine, "connect", _sqlite_pragmas)
+        engine = copy.copy(_in_memory_engine)
+    engine.pool = _in_memory_engine.pool.recreate()
+    return engine
 
 
 def _in_memory_schema() -> Database:
