@@ -203,10 +203,10 @@ def clock():
 
 @pytest.fixture
 def settings():
-    from caiplatform.settings import Settings
     from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
+    from tests.settings_support import settings_for
 
-    return Settings(
+    return settings_for(
         CAI_ADMIN_EMAIL=ADMIN_EMAIL,
         CAI_ADMIN_PASSWORD=ADMIN_PASSWORD,
         CAI_AUTOMATION_TOKEN="automation-token-for-tests",

@@ -34,9 +34,9 @@ class World:
 @pytest.fixture
 def settings():
     """The shared settings minus the bootstrap admin (argon2 costs most of a second per test)."""
-    from caiplatform.settings import Settings
+    from tests.settings_support import settings_for
 
-    return Settings(
+    return settings_for(
         CAI_AUTOMATION_TOKEN="automation-token-for-tests",
         CAI_INTERNAL_TOKEN="internal-token-for-tests",
         RATELIMIT_RPS=10_000,
