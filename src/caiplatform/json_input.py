@@ -3,9 +3,14 @@ that a caller chose goes through `decode` before any code walks it.
 
 The standard library's decoder recurses once per nesting level, so a small body of a few thousand
 brackets raises `RecursionError` (a 500) in the parser, or later in whatever walks or re-encodes the
-value. `decode` measures the nesting first, without recursing, and refuses the literals `NaN`,
-`Infinity` and numbers that only parse to an infinite float, which no encoder of ours may write back
-(Starlette's `JSONResponse` encodes with `allow_nan=False`).
+value. `decode` refuses a value nested deeper than the limit before any caller sees it, and refuses the
+literals `NaN`, `Infinity` and numbers that only parse to an infinite float, which no encoder of ours
+may write back (Starlette's `JSONResponse` encodes with `allow_nan=False`).
+
+The depth of a value that parsed is measured on the value (a walk over its containers, without
+recursing); the bytes are scanned only when the parse fails, to report the nesting rather than the
+parser's complaint, as a scan before the parse would. Scanning first cost 15 ms for a publish of 100
+messages of 1 KiB (the string-skipping regular expression steps once per character), 50 times the parse.
 """
 
 from __future__ import annotations
@@ -56,6 +61,19 @@ def nesting_depth_exceeds(raw: bytes, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
+def value_depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether a decoded value nests arrays and objects deeper than `limit`, without recursing."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        container, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in container.values() if isinstance(container, dict) else container:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return False
+
+
 def _reject_constant(name: str) -> Any:
     raise JSONInputError(f"{name} is not a JSON number")
 
@@ -79,16 +97,19 @@ def decode(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
         data = raw.encode("utf-8") if isinstance(raw, str) else raw
     except UnicodeEncodeError:
         raise JSONInputError("the text holds an unpaired UTF-16 surrogate") from None
-    if nesting_depth_exceeds(data, max_depth):
-        raise JSONInputError(f"nesting is deeper than {max_depth} levels")
+    too_deep = f"nesting is deeper than {max_depth} levels"
     try:
         value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int)
-    except JSONInputError:
-        raise
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise JSONInputError(str(exc)) from None
-    except RecursionError:  # only when the caller's own stack is already deep; never a 500
-        raise JSONInputError(f"nesting is deeper than {max_depth} levels") from None
+    except RecursionError:  # the parser recurses per level: deeper than the interpreter allows
+        raise JSONInputError(too_deep) from None
+    except ValueError as exc:  # JSONInputError from the hooks, JSONDecodeError, UnicodeDecodeError
+        # A body both too deep and malformed is refused for its depth, whichever the parser met first.
+        if nesting_depth_exceeds(data, max_depth):
+            raise JSONInputError(too_deep) from None
+        raise (exc if isinstance(exc, JSONInputError) else JSONInputError(str(exc))) from None
+    if (data.count(b"[") + data.count(b"{") > max_depth and isinstance(value, (dict, list))
+            and value_depth_exceeds(value, max_depth)):
+        raise JSONInputError(too_deep)
     if _SURROGATE_ESCAPE.search(data):  # `\ud800` decodes to a string no UTF-8 encoder (database, log) takes
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")

@@ -24,7 +24,6 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import APIError, NotFoundError
 
@@ -331,7 +330,9 @@ class JetStreamBroker(Broker):
         return self._pinned[key]
 
     async def _next(self, stream: str, consumer: str, request: dict[str, Any], wait: float) -> list[Msg]:
-        """One raw pull request: its messages, until a status ends it or `wait` ends."""
+        """One raw pull request: its messages, until a status ends it or `wait` ends. The messages are
+        gathered by the subscription's callback and awaited once, not one `next_msg` (a task and a
+        timer each) per message."""
         key = (stream, consumer)
         nc = await self._client()
         if not nc.is_connected:
@@ -339,31 +340,41 @@ class JetStreamBroker(Broker):
         pin = self._pins.get(key)
         if pin:
             request = {**request, "id": pin}
-        inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
+        batch = request["batch"]
         msgs: list[Msg] = []
+        ended: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+
+        async def on_msg(msg: Msg) -> None:
+            if ended.done():
+                return
+            headers = msg.headers
+            status = headers.get("Status") if headers else None
+            if status is None:
+                if headers and headers.get(PIN_HEADER):
+                    self._pins[key] = headers[PIN_HEADER]
+                msgs.append(msg)
+                if len(msgs) >= batch:
+                    ended.set_result(None)
+                return
+            if status == "423":  # another reader holds the pin now: ours is stale, pull as a newcomer
+                self._pins.pop(key, None)
+            elif status not in ("404", "408", "409"):  # no messages, expired, or request ended
+                description = headers.get("Description", "") if headers else ""
+                ended.set_result(f"{status} {description}".strip())
+                return
+            ended.set_result(None)
+
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox, cb=on_msg)
         try:
             await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", json.dumps(request).encode(),
                              reply=inbox)
-            while len(msgs) < request["batch"]:
-                try:
-                    msg = await sub.next_msg(timeout=max(deadline - loop.time(), 0.001))
-                except (TimeoutError, NatsTimeout):
-                    break
-                status = (msg.headers or {}).get("Status")
-                if status is None:
-                    if msg.headers and msg.headers.get(PIN_HEADER):
-                        self._pins[key] = msg.headers[PIN_HEADER]
-                    msgs.append(msg)
-                    continue
-                if status == "423":  # another reader holds the pin now: ours is stale, pull as a newcomer
-                    self._pins.pop(key, None)
-                elif status not in ("404", "408", "409"):  # no messages, expired, or request ended
-                    description = msg.headers.get("Description", "") if msg.headers else ""
-                    raise BrokerError(f"cannot read consumer {consumer}: {status} {description}".strip())
-                break
+            try:
+                failure = await asyncio.wait_for(ended, max(wait, 0.001))
+            except TimeoutError:  # the future is cancelled: what arrives from now on is ignored
+                failure = None
+            if failure:
+                raise BrokerError(f"cannot read consumer {consumer}: {failure}")
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -372,12 +383,20 @@ class JetStreamBroker(Broker):
     async def _pull_raw(self, stream: str, consumer: str, max_messages: int, timeout: float,
                         group: str | None) -> list[Msg]:
         """Raw `CONSUMER.MSG.NEXT` requests (with the priority `group` of a pinned consumer). The client
-        waits for the server's end of each request (its 408 at `expires`), never giving up first: a
-        request the client abandoned could still be handed a message, which would then count as a
-        delivery attempt that no reader saw, until the ack deadline brought it back."""
+        waits for the server's end of each request (its 404 or 408), never giving up first: a request
+        the client abandoned could still be handed a message, which would then count as a delivery
+        attempt that no reader saw, until the ack deadline brought it back.
+
+        A consumer without a group first asks with `no_wait` and a short `expires`: the server hands over
+        what it has at once (or the first messages to arrive within the wait) and ends the request, one
+        round trip for a backlog. Only when that brings nothing does the long poll below follow."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(timeout, 0.05)
+        deadline = loop.time() + max(timeout, REST_OF_BATCH_WAIT)
         extra = {"group": group} if group else {}
+        if group is None:
+            msgs = await self._next(stream, consumer, self._rest_request(max_messages), REST_OF_BATCH_WAIT + 1.0)
+            if msgs or loop.time() >= deadline:
+                return msgs
         while True:
             left = max(deadline - loop.time(), 0.01)
             had_pin = (stream, consumer) in self._pins
@@ -385,14 +404,18 @@ class JetStreamBroker(Broker):
             if msgs or not had_pin or (stream, consumer) in self._pins or loop.time() >= deadline:
                 break  # retried only when the pin turned out stale, as a newcomer for the time left
         if msgs and max_messages > 1:
-            # A short-lived request rather than `no_wait`, which a pinned consumer at `max_ack_pending`
-            # leaves open (it would swallow the next redelivery).
-            msgs += await self._next(
-                stream, consumer,
-                {"batch": max_messages - 1, "expires": int(REST_OF_BATCH_WAIT * 1e9), **extra},
-                REST_OF_BATCH_WAIT + 1.0,
-            )
+            request = self._rest_request(max_messages - 1) if group is None else {
+                # Not `no_wait`, which a pinned consumer at `max_ack_pending` leaves open (it would
+                # swallow the next redelivery): a short-lived request.
+                "batch": max_messages - 1, "expires": int(REST_OF_BATCH_WAIT * 1e9), **extra}
+            msgs += await self._next(stream, consumer, request, REST_OF_BATCH_WAIT + 1.0)
         return msgs
+
+    @staticmethod
+    def _rest_request(batch: int) -> dict[str, Any]:
+        """What is there now, up to `batch`: with `no_wait` and `expires` the server ends the request as
+        soon as it has handed over any messages (404/408), or at `expires` when none came."""
+        return {"batch": batch, "no_wait": True, "expires": int(REST_OF_BATCH_WAIT * 1e9)}
 
     async def pull(self, stream: str, consumer: str, max_messages: int, timeout: float) -> list[Delivery]:
         key = (stream, consumer)
