@@ -3,8 +3,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from importlib.resources import files
 from pathlib import Path
@@ -98,6 +98,16 @@ class Database:
         credential's row). A plain executor costs half of `anyio.to_thread`'s round trip (its capacity
         limiter and cancel scope); a cancelled caller leaves the read to finish in its thread."""
         return await asyncio.get_running_loop().run_in_executor(self._read_threads(), self.read_sync, fn)
+
+    def read_session_sync(self, fn: Callable[[Session], T]) -> T:
+        """A read through the ORM without a transaction of its own to commit (closing the session rolls
+        its connection back): for read-only gates that reuse the ORM's access rules."""
+        with self._turn(), self._sessions() as session:
+            return fn(session)
+
+    async def read_session(self, fn: Callable[[Session], T]) -> T:
+        """`read_session_sync` off the event loop, on the read path's threads (see `read`)."""
+        return await asyncio.get_running_loop().run_in_executor(self._read_threads(), self.read_session_sync, fn)
 
     def _read_threads(self) -> ThreadPoolExecutor:
         if self._readers is None:

@@ -14,7 +14,7 @@ model dumps to exactly the JSON the specification shows.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -57,7 +57,7 @@ class ResponseModel(BaseModel):
         """The model of values already in the declared types (flat fields read from the database, the
         service's own constants), without validating them again: for the views built on every request.
         The fields given are the fields set, so `to_json` leaves out the others as `of` would."""
-        return cls.model_construct(**fields)
+        return cast(Self, cls.model_construct(**fields))
 
 
 class OpenResponseModel(ResponseModel):
