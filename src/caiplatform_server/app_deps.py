@@ -20,3 +20,12 @@ async def principal_of(request: Request) -> Principal:
     """The calling principal resolved by the conventions middleware."""
     principal = getattr(request.state, "principal", None)
     return principal if principal is not None else Principal.anonymous(request.client.host if request.client else None)
+
+
+def caller_of(request: Request) -> tuple[Platform, Principal]:
+    """Both of the above as a plain call, for the hottest reads: a route that takes only `request` skips
+    FastAPI's dependency solving (about a tenth of the event loop's time per `GET /v1/auth/me`)."""
+    principal = request.scope.get("state", {}).get("principal")
+    if principal is None:
+        principal = Principal.anonymous(request.client.host if request.client else None)
+    return request.app.state.platform, principal

@@ -169,9 +169,17 @@ def operation(
     return kwargs
 
 
+class ModelResponse(JSONResponse):
+    """A JSON answer whose body pydantic already encoded (`ResponseModel.to_json_bytes`)."""
+
+    def render(self, content: Any) -> bytes:
+        return content if isinstance(content, bytes) else super().render(content)
+
+
 def reply(model: ResponseModel | None, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
-    """A service's model as the route's JSON answer (`None`: an empty object)."""
-    return JSONResponse(model.to_json() if model is not None else {}, status_code=status, headers=headers)
+    """A service's model as the route's JSON answer (`None`: an empty object), encoded by pydantic in one
+    step rather than dumped to a dict that `json.dumps` walks again."""
+    return ModelResponse(model.to_json_bytes() if model is not None else b"{}", status_code=status, headers=headers)
 
 
 def openapi_document(app: FastAPI) -> dict[str, Any]:

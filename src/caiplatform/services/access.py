@@ -35,7 +35,9 @@ managed by a service-account key → 403 (`SERVICE_ACCOUNT_LIMIT`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from sqlalchemy import or_, select
@@ -103,6 +105,25 @@ class OrgAuthority:
 
     def may_create_project_in(self, org_id: str) -> bool:
         return self.platform or org_id in self.org_admin
+
+
+def user_grant(ref: ProjectRef, platform_admin: bool, org_admin: bool,
+               members: Iterable[tuple[str, bool, datetime | None]], now: datetime) -> ProjectGrant:
+    """What a user holds on a project, from what the database says about them: the platform admin role,
+    the admin role in the project's org, and their grants on the project (role, break-glass, expiry).
+    The one statement of these rules, whichever way the facts were read."""
+    if org_admin:
+        return ProjectGrant(ref, "admin", "admin")
+    metadata: str | None = "admin" if platform_admin else None
+    resource: str | None = None
+    for role, break_glass, expires_at in members:
+        if break_glass and (expires_at is None or expires_at <= now):
+            continue
+        if _RANK[role] > _RANK[resource]:
+            resource = role
+        if _RANK[role] > _RANK[metadata]:
+            metadata = role
+    return ProjectGrant(ref, metadata, resource)
 
 
 class Access:
@@ -207,25 +228,15 @@ class Access:
         if kind is not PrincipalKind.USER or not principal.user_id:
             return ProjectGrant(ref, None, None)
 
-        metadata: str | None = None
-        resource: str | None = None
-        if self.is_platform_admin(session, principal):
-            metadata = "admin"
+        platform_admin = self.is_platform_admin(session, principal)
         if project.org_id in self.org_admin_of(session, principal):
-            return ProjectGrant(ref, "admin", "admin")
-        now = self.clock.now()
-        for row in session.scalars(
-            select(ProjectMember).where(
+            return user_grant(ref, platform_admin, True, (), self.clock.now())
+        rows = session.execute(
+            select(ProjectMember.role, ProjectMember.break_glass, ProjectMember.expires_at).where(
                 ProjectMember.project_id == project.id, ProjectMember.user_id == principal.user_id
             )
-        ):
-            if row.break_glass and (row.expires_at is None or row.expires_at <= now):
-                continue
-            if _RANK[row.role] > _RANK[resource]:
-                resource = row.role
-            if _RANK[row.role] > _RANK[metadata]:
-                metadata = row.role
-        return ProjectGrant(ref, metadata, resource)
+        ).all()
+        return user_grant(ref, platform_admin, False, rows, self.clock.now())
 
     def project_sync(
         self,

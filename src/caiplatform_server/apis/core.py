@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from caiplatform.models.auth import CoreHealth, LoginRequest, Me, PasswordChange, SignIn
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
-from caiplatform_server.app_deps import platform_of, principal_of
+from caiplatform_server.app_deps import caller_of, platform_of, principal_of
 from caiplatform_server.contract import (
     ANONYMOUS,
     AUTOMATION_TOKEN,
@@ -35,7 +35,8 @@ async def login(request: Request, platform: Platform = Depends(platform_of)) -> 
 
 @router.get("/v1/auth/me", summary="The signed-in principal",
             **operation(response=Me, security=(*CALLERS, WORKLOAD_KEY, AUTOMATION_TOKEN)))
-async def me(principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of)) -> JSONResponse:
+async def me(request: Request) -> JSONResponse:
+    platform, principal = caller_of(request)
     return reply(await platform.auth.me(principal))
 
 

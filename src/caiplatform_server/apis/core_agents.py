@@ -50,7 +50,7 @@ from caiplatform.models.agents import (
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.services.agents import FILE_BODY_LIMIT, SECRETS_BODY_LIMIT, DeployUpload
-from caiplatform_server.app_deps import platform_of, principal_of
+from caiplatform_server.app_deps import caller_of, platform_of, principal_of
 from caiplatform_server.contract import operation, reply
 from caiplatform_server.http import MiB, json_body, read_body
 
@@ -129,8 +129,8 @@ async def list_agents(
 
 
 @router.get(A, summary="One agent", **op(response=AgentView, errors=OWNER))
-async def get_agent(name: str, request: Request, principal: Principal = Depends(principal_of),
-                    platform: Platform = Depends(platform_of)) -> JSONResponse:
+async def get_agent(name: str, request: Request) -> JSONResponse:
+    platform, principal = caller_of(request)
     return reply(await platform.agents.get(principal, name, _project(request)))
 
 

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -30,8 +30,9 @@ from caiplatform.ports.runtime import (
 )
 from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.routing import HostRouter
-from caiplatform.services.access import Access, ProjectGrant
+from caiplatform.services.access import Access, ProjectGrant, ProjectRef
 from caiplatform.services.agent_directory import InvokeTarget
+from caiplatform.services.agents.lookup import LEAN_KINDS, AgentRow, visible_candidates
 from caiplatform.services.agents.records import (
     MODEL_FRAMEWORKS,
     NO_MODEL_ENDPOINT_NOTE,
@@ -45,6 +46,8 @@ from caiplatform.settings import Settings
 from caiplatform.worklocks import LocalWorkLocks
 
 log = logging.getLogger(__name__)
+A = TypeVar("A", Agent, AgentRow)
+P = TypeVar("P", Project, ProjectRef)
 
 
 class AgentBase:
@@ -137,6 +140,24 @@ class AgentBase:
             grants = [g for g in grants if g.project.id == principal.project_id]
         return grants
 
+    def _visible_candidates_sync(self, session: Session, principal: Principal, name: str,
+                                 project: str | None) -> list[tuple[Agent, Project, ProjectGrant]]:
+        """The agents named `name` in the projects the caller sees (narrowed by `?project=`)."""
+        if project:
+            return self._candidates_sync(session, self._projects_sync(session, principal, project), name)
+        # Only the projects that hold an agent of that name need a grant: the same answer as filtering by
+        # every visible project, in statements per candidate (usually one) rather than per project.
+        found = []
+        for agent, proj in session.execute(
+            select(Agent, Project).join(Project, Project.id == Agent.project_id).where(Agent.name == name)
+        ).all():
+            if principal.kind is PrincipalKind.SERVICE_ACCOUNT and proj.id != principal.project_id:
+                continue
+            grant = self.access.grant_sync(session, principal, proj)
+            if grant.visible:
+                found.append((agent, proj, grant))
+        return found
+
     def _candidates_sync(self, session: Session, grants: list[ProjectGrant], name: str) -> list[tuple[Agent, Project, ProjectGrant]]:
         by_id = {g.project.id: g for g in grants}
         if not by_id:
@@ -151,7 +172,7 @@ class AgentBase:
     def _manages_all(principal: Principal, grant: ProjectGrant) -> bool:
         return principal.kind in (PrincipalKind.AUTOMATION, PrincipalKind.INTERNAL) or grant.resource_role == "admin"
 
-    def _owner_gate_sync(self, session: Session, principal: Principal, grant: ProjectGrant, agent: Agent) -> None:
+    def _owner_gate(self, principal: Principal, grant: ProjectGrant, agent: Agent | AgentRow) -> None:
         if self._manages_all(principal, grant):
             return
         if grant.resource_role is None:
@@ -166,8 +187,10 @@ class AgentBase:
     def _locate_sync(self, session: Session, principal: Principal, name: str, project: str | None) -> tuple[Agent, Project, ProjectGrant]:
         """The owner gate of every management route."""
         validation.agent_name(name)  # 400 `invalid agent name (must be a lowercase DNS label)`
-        grants = self._projects_sync(session, principal, project)
-        found = self._candidates_sync(session, grants, name)
+        return self._choose(principal, name, self._visible_candidates_sync(session, principal, name, project))
+
+    def _choose(self, principal: Principal, name: str, found: list[tuple[A, P, ProjectGrant]]) -> tuple[A, P, ProjectGrant]:
+        """The one candidate the caller may manage, or the refusal the owner gate owes."""
         if not found:
             raise NotFound(unknown_agent(name))
         if len(found) > 1:
@@ -175,30 +198,37 @@ class AgentBase:
             allowed, refusals = [], []
             for candidate in found:
                 try:
-                    self._owner_gate_sync(session, principal, candidate[2], candidate[0])
+                    self._owner_gate(principal, candidate[2], candidate[0])  # type: ignore[arg-type]
                     allowed.append(candidate)
                 except (NotFound, Forbidden) as exc:
                     refusals.append(exc)
             if len(allowed) > 1:
                 raise Conflict(
-                    f"agent {name} exists in several projects ({', '.join(sorted(p.slug for _, p, _ in allowed))}); "
+                    f"agent {name} exists in several projects ({', '.join(sorted(p.slug for _, p, _ in allowed))}); "  # type: ignore[attr-defined]
                     "add ?project=<slug> to choose one"
                 )
             if not allowed:
                 raise next((e for e in refusals if isinstance(e, Forbidden)), refusals[0])
             return allowed[0]
         agent, proj, grant = found[0]
-        self._owner_gate_sync(session, principal, grant, agent)
+        self._owner_gate(principal, grant, agent)  # type: ignore[arg-type]
         return agent, proj, grant
 
     async def _locate(self, principal: Principal, name: str, project: str | None) -> AgentRecord:
         self.access.require_management(principal)
+        if project is None and principal.kind in LEAN_KINDS:
+            # Most management calls: the whole gate in one Core statement (`lookup`), same rules.
+            validation.agent_name(name)
+            now = self.clock.now()
+            found = await self.db.read(lambda c: visible_candidates(c, principal, name, now))
+            agent, ref, _ = self._choose(principal, name, found)
+            return AgentRecord.of(agent, ref)
 
         def run(session: Session) -> AgentRecord:
             agent, proj, _ = self._locate_sync(session, principal, name, project)
             return AgentRecord.of(agent, proj)
 
-        return await self.db.run(run)
+        return await self.db.read_session(run)  # a read-only gate: no transaction to commit
 
     async def _record_by_id(self, agent_id: str) -> AgentRecord | None:
         def run(session: Session) -> AgentRecord | None:
@@ -287,7 +317,8 @@ class AgentBase:
             body["message"] = record.message
         elif self._lacks_model_endpoint(record.framework, record.env):
             body["message"] = NO_MODEL_ENDPOINT_NOTE  # ready or not, it cannot answer: say so instead of looking fine
-        return AgentView.of(body)
+        # Strings from the agent's row (normalized by `AgentRecord`) and the service's own: no validation.
+        return AgentView.trusted(**body)
 
     def _lacks_model_endpoint(self, framework: str, env: dict[str, Any] | None) -> bool:
         return framework in MODEL_FRAMEWORKS and not self.settings.model_base_url and not (env or {}).get("MODEL_BASE_URL")

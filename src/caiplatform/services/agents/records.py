@@ -18,6 +18,7 @@ from caiplatform.ports.runtime import (
 )
 from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.services.access import ProjectRef
+from caiplatform.services.agents.lookup import AgentRow
 from caiplatform.services.invoke_errors import NO_MODEL_ENDPOINT
 
 log = logging.getLogger(__name__)
@@ -104,9 +105,9 @@ class AgentRecord:
         return WorkloadRef(self.project.id, self.project.short, self.name, self.kind)
 
     @classmethod
-    def of(cls, row: Agent, project: Project) -> AgentRecord:
+    def of(cls, row: Agent | AgentRow, project: Project | ProjectRef) -> AgentRecord:
         return cls(
-            id=row.id, project=ProjectRef.of(project), name=row.name, kind=row.kind, framework=row.framework,
+            id=row.id, project=project if isinstance(project, ProjectRef) else ProjectRef.of(project), name=row.name, kind=row.kind, framework=row.framework,
             runtime=row.runtime, owner_ref=row.owner_ref, owner_email=row.owner_email or "", state=row.state,
             message=row.message or "", image=row.image or "", latest_revision=row.latest_revision or "",
             generation=row.generation, env=dict(row.env or {}), config=dict(row.config or {}),
