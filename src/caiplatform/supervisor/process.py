@@ -583,7 +583,7 @@ class ProcessSupervisor:
         """A sandboxed run ended: note an out-of-memory kill, kill what it left, remove its cgroup."""
         launch, mp._launch = mp._launch, None
         if launch is not None:
-            mp.oom_killed = launch.oom_killed()
+            mp.oom_killed = launch.oom_killed(mp.returncode)
             await asyncio.to_thread(launch.close)
 
     async def stop(self, name: str) -> None:
