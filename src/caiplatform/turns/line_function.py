@@ -13,15 +13,14 @@ language's toolchain is not installed.
 
 The child's standard error passes through the harness, which keeps its last lines: a child that ran out of
 memory (its runtime's own words: V8's "JavaScript heap out of memory", C++'s `std::bad_alloc`, Go's
-"runtime: out of memory", Ruby's `NoMemoryError`), or a call that failed to allocate (the shim's
-`out_of_memory` answer), marks the runner `out_of_memory`, which the harness acts on under a memory
+"runtime: out of memory", Ruby's `NoMemoryError`), or a call that failed to allocate (the Node.js and
+Ruby shims' `out_of_memory` answer), marks the runner `out_of_memory`, which the harness acts on under a memory
 rlimit (docs/decisions/sandbox.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import os
@@ -123,9 +122,10 @@ class LineFunctionRunner(TurnRunner):
 
     async def _child_ended(self, process: asyncio.subprocess.Process) -> None:
         """The child closed its output: wait for its last words, note whether it ran out of memory."""
-        waits = [process.wait(), *([self._stderr] if self._stderr is not None else [])]
-        with contextlib.suppress(TimeoutError):  # a grandchild may hold the pipe open
-            await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), 5)
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(process.wait())]
+        if self._stderr is not None:
+            waits.append(self._stderr)
+        await asyncio.wait(waits, timeout=5)  # bounded: a grandchild may hold the pipe open
         tail = self._stderr_tail.decode("utf-8", "replace")
         if any(sign in tail for sign in OUT_OF_MEMORY_SIGNS):
             self.out_of_memory = True
