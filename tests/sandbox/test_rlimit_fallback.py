@@ -5,8 +5,10 @@ whose allocation fails against it ends with `OUT_OF_MEMORY_EXIT`, which the runt
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -101,8 +103,11 @@ class Harness:
                "HOME": str(tmp_path), "PYTHONPATH": SRC}
         self.log = (tmp_path / "harness.log").open("wb")
         self.proc = subprocess.Popen([*FALLBACK, sys.executable, "-m", "caiplatform.harness"], env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=str(code))
+                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=str(code),
+                                     start_new_session=True)
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
+
+    def wait_healthy(self) -> None:
         deadline = time.monotonic() + 60
         while True:
             assert self.proc.poll() is None, self.output()
@@ -123,9 +128,9 @@ class Harness:
 
     def close(self) -> None:
         self.http.close()
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        with contextlib.suppress(ProcessLookupError):  # the harness and its language process
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
         self.log.close()
 
 
@@ -135,6 +140,7 @@ def harness(tmp_path):
 
     def start(framework: str, files: dict[str, str]) -> Harness:
         made.append(Harness(tmp_path / framework, framework, files))
+        made[-1].wait_healthy()  # once recorded: one that never gets healthy is killed all the same
         return made[-1]
 
     yield start
