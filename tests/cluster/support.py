@@ -8,6 +8,7 @@ sandbox rightly shows it no file of the test's, while loopback stays reachable.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -100,6 +101,47 @@ def settled(cluster: Cluster) -> dict[str, Any]:
                 "the build did not finish", timeout=90)
     assert view["ready"], view
     return view
+
+
+def pulling(cluster: Cluster, stream: str, consumer: str) -> int:
+    """How many pull requests wait on a JetStream consumer now: one per replica whose push worker delivers
+    its subscription (each keeps one open, renewed as it expires; the server drops expired ones first)."""
+    import nats
+
+    async def read() -> int:
+        connection = await nats.connect(f"nats://127.0.0.1:{cluster.nats.port}", connect_timeout=5,
+                                        allow_reconnect=False)
+        try:
+            return (await connection.jetstream().consumer_info(stream, consumer)).num_waiting or 0
+        except nats.errors.Error:
+            return 0
+        finally:
+            await connection.close()
+
+    return asyncio.run(read())
+
+
+def wait_until_every_worker_delivers(cluster: Cluster, work: dict[str, Any], topic: str, subscription: str) -> None:
+    """Every replica's push worker has read the push subscription (each replica reads them again
+    periodically; the one it was created through at once)."""
+    stream = f"cai-{work['short']}-{topic}"
+    poll(lambda: pulling(cluster, stream, subscription), lambda n: n >= len(cluster.replicas),
+         f"not every replica's push worker delivers {topic}/{subscription}", timeout=20)
+
+
+def wait_until_every_replica_serves(cluster: Cluster, work: dict[str, Any], service: str) -> None:
+    """Every replica's runtime has the service with its traffic (its follower applied it and routed its
+    hostnames, which push delivery resolves on the replica that pulled the message)."""
+
+    def serving(replica: ServeProcess) -> bool:
+        record = replica.data_dir / "runtime" / "workloads" / f"{work['short']}-service-{service}.json"
+        try:
+            return bool(json.loads(record.read_text()).get("traffic"))
+        except (OSError, ValueError):
+            return False
+
+    poll(lambda: [r.base_url for r in cluster.replicas if not serving(r)], lambda missing: not missing,
+         f"replicas that do not serve {service} yet", timeout=30)
 
 
 def ensure_sink_service(cluster: Cluster, work: dict[str, Any]) -> None:

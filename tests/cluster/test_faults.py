@@ -15,7 +15,7 @@ import redis
 from caiplatform.testing.cluster import dev_root_token, dev_unseal_key
 
 from .conftest import Cluster
-from .support import ensure_sink_service, poll
+from .support import ensure_sink_service, poll, wait_until_every_worker_delivers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("replicas_up")]
 
@@ -35,7 +35,7 @@ def test_nats_restarted_while_publishing_and_pushing(cluster: Cluster, work: dic
         "name": "to-sink", "ack_deadline_seconds": 3,
         "deliver": {"mode": "push", "push": {"url": f"http://sink.cai-p-{work['short']}/invoke",
                                              "content_mode": "cloudevents-binary"}}}).status_code == 201
-    time.sleep(2.5)  # the push workers read the new subscription
+    wait_until_every_worker_delivers(cluster, work, "weather", "to-sink")  # so each reconnects below
     published: list[str] = []
     for i, replica in enumerate(cluster.replicas):
         answer = _publish(cluster, pid, replica.base_url, {"id": f"w-before-{i}", "sleep": 1})

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+import redis
 
 from caiplatform.testing.http import ADMIN_EMAIL
+from caiplatform.testing.serve import ServeProcess
 
 from .conftest import RATE_BURST, RATE_RPS, Cluster
+from .support import poll
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("replicas_up")]
 
@@ -77,6 +81,14 @@ def _fail_sign_in(cluster: Cluster, client_ip: str) -> int:
                            json={"token": "not-an-invitation", "password": "whatever-password-1"}).status_code
 
 
+def _recorded_in_the_store(cluster: Cluster, store: redis.Redis, replica: ServeProcess, client_ip: str) -> bool:
+    """One failed attempt from a fresh address through `replica`: whether it reached the shared store."""
+    answer = httpx.post(f"{replica.base_url}/v1/invitations/accept", headers={"X-Forwarded-For": client_ip},
+                        json={"token": "not-an-invitation", "password": "whatever-password-1"})
+    assert answer.status_code == 404, answer.text
+    return any(store.scan_iter(match=f"{cluster.redis_prefix}signin:*{client_ip}*"))
+
+
 def _login_everywhere(cluster: Cluster, client_ip: str) -> list[int]:
     return [httpx.post(f"{replica.base_url}/v1/auth/login", headers={"X-Forwarded-For": client_ip},
                        json={"email": ADMIN_EMAIL, "password": "wrong-password-1"}).status_code
@@ -103,6 +115,12 @@ def test_without_redis_each_replica_enforces_its_own_limits_and_shares_them_agai
         assert cluster.lb.get("/v1/auth/me", headers=cluster.admin).status_code == 200
     finally:
         cluster.redis.start()
-    time.sleep(2.2)  # the replicas try the store again 2 s after it last failed
+    # The replicas try the store again 2 s after it last failed: wait until each records a failure there.
+    store = redis.Redis(port=cluster.redis.port, socket_timeout=2)
+    probes = (f"198.51.100.{n}" for n in itertools.count(1))
+    for replica in cluster.replicas:
+        poll(lambda r=replica: _recorded_in_the_store(cluster, store, r, next(probes)), bool,
+             f"{replica.base_url} did not use the store again", timeout=15)
+    store.close()
     assert [_fail_sign_in(cluster, "203.0.113.21") for _ in range(10)] == [404] * 10
     assert _login_everywhere(cluster, "203.0.113.21") == [429, 429]

@@ -8,13 +8,19 @@ import json
 import time
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
 from caiplatform.testing.cluster import kill_replica
 
 from .conftest import Cluster
-from .support import ensure_sink_service, poll
+from .support import (
+    ensure_sink_service,
+    poll,
+    wait_until_every_replica_serves,
+    wait_until_every_worker_delivers,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("replicas_up")]
 
@@ -30,7 +36,8 @@ def events(cluster: Cluster, work: dict[str, Any]) -> str:
         "deliver": {"mode": "push", "push": {"url": f"http://sink.cai-p-{work['short']}/invoke",
                                              "content_mode": "cloudevents-binary"}}})
     assert sub.status_code == 201, sub.text
-    time.sleep(4)  # each replica's follower serves the service, each push worker reads the subscription
+    wait_until_every_replica_serves(cluster, work, "sink")
+    wait_until_every_worker_delivers(cluster, work, "events", "to-sink")
     return f"/v1/projects/{pid}/topics/events"
 
 
@@ -47,10 +54,13 @@ def test_the_retry_budget_and_dead_letter_hold_across_replicas(cluster: Cluster,
     assert cluster.lb.post(f"/v1/projects/{pid}/topics", headers=auth, json={"name": "parked"}).status_code == 201
     assert cluster.lb.post(f"/v1/projects/{pid}/topics/parked/subscriptions", headers=auth,
                            json={"name": "inspect"}).status_code == 201
-    patched = cluster.lb.request("PATCH", f"{events}/subscriptions/to-sink", headers=auth,
-                                 json={"dead_letter": {"topic": "parked", "after_attempts": 3}})
-    assert patched.status_code == 200, patched.text
-    time.sleep(2.5)  # the push workers re-read the subscription
+    # Through every replica: a replica's push worker re-reads the subscriptions before its own change
+    # answers, so once each has answered every worker delivers with the dead letter (a replica that only
+    # learnt it at its next periodic read could make a fourth attempt).
+    for replica in cluster.replicas:
+        patched = httpx.patch(f"{replica.base_url}{events}/subscriptions/to-sink", headers=auth, timeout=30,
+                              json={"dead_letter": {"topic": "parked", "after_attempts": 3}})
+        assert patched.status_code == 200, patched.text
     publish(cluster, events, {"id": "doomed", "fail": True})
     parked = poll(lambda: cluster.lb.post(f"/v1/projects/{pid}/topics/parked/subscriptions/inspect:pull", headers=auth,
                                           json={"max_messages": 10, "timeout_ms": 1000}).json()["messages"],

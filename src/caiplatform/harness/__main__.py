@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 from caiplatform.harness.app import create_harness_app
+from caiplatform.sandbox.limits import OUT_OF_MEMORY_EXIT, memory_rlimit
 from caiplatform_server import serving
+
+log = logging.getLogger("caiplatform.harness")
 
 
 def main() -> None:
@@ -14,8 +18,22 @@ def main() -> None:
     app = create_harness_app(dict(os.environ))
     port = int(os.environ.get("PORT") or 8080)
     # Access lines and start-up go to the instance's output, which the runtime keeps as the agent's logs.
-    serving.run(app, host=os.environ.get("CAI_HARNESS_HOST", "127.0.0.1"), port=port, log_level="info",
-                access_log=True)
+    server = serving.server(app, host=os.environ.get("CAI_HARNESS_HOST", "127.0.0.1"), port=port,
+                            log_level="info", access_log=True)
+    limit = memory_rlimit()
+    if limit is not None:
+        # The sandbox's rlimit fallback: an allocation over the limit fails instead of a kill. The instance
+        # ends after the request that ran out (its answer is sent) with the exit code the runtime reports
+        # as `OOMKilled` (docs/decisions/sandbox.md).
+        def out_of_memory() -> None:
+            if not server.should_exit:
+                log.error("out of memory (limit %d MiB): the instance stops", limit // 2**20)
+            server.should_exit = True
+
+        app.harness.on_out_of_memory = out_of_memory  # type: ignore[attr-defined]
+    server.run()
+    if limit is not None and app.harness.out_of_memory:  # type: ignore[attr-defined]
+        sys.exit(OUT_OF_MEMORY_EXIT)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import hmac
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -44,6 +44,7 @@ from caiplatform.redaction import one_line
 from caiplatform.services import invoke_ids
 from caiplatform.services.invoke_errors import upstream_reason
 from caiplatform.turns import Conversation, TurnError, TurnRunner, debug_config, load_runner, tool_sandbox
+from caiplatform.turns.base import ran_out_of_memory
 from caiplatform.turns.browse import INTERNAL_HEADER, SessionBrowser, check_internal
 from caiplatform.turns.models import agent_env
 from caiplatform_server.http import read_body
@@ -136,6 +137,22 @@ class Harness:
         self.conversation: Conversation | None = None
         self.load_error: str | None = None
         self._lock = anyio.Lock()
+        self._out_of_memory = False
+        # Called once a request ran out of memory: `python -m caiplatform.harness` under a memory rlimit ends
+        # the instance there, as the kernel ends a container over its cgroup's limit.
+        self.on_out_of_memory: Callable[[], None] | None = None
+
+    @property
+    def out_of_memory(self) -> bool:
+        """An allocation failed: in the harness itself, in a turn (MemoryError), or in a function's own
+        language process."""
+        return self._out_of_memory or bool(self.runner is not None and self.runner.out_of_memory)
+
+    def request_ended(self, error: BaseException | None = None) -> None:
+        if error is not None and ran_out_of_memory(error):
+            self._out_of_memory = True
+        if self.out_of_memory and self.on_out_of_memory is not None:
+            self.on_out_of_memory()
 
     # -- loading ---------------------------------------------------------------------------------
     def _load_python(self) -> TurnRunner:
@@ -377,7 +394,10 @@ class HarnessMiddleware:
         try:
             with agent_env(self.harness.env):
                 await self.app(scope, receive, tracking_send)
-        except Exception:
+        except Exception as exc:
             log.exception("harness error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
                 await error_body(500, "internal error", request_id)(scope, receive, send)
+            self.harness.request_ended(exc)
+            return
+        self.harness.request_ended()

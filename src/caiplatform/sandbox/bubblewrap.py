@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from caiplatform.sandbox.limits import CgroupFactory, CgroupSet, Limits, rlimit_argv
+from caiplatform.sandbox.limits import OUT_OF_MEMORY_EXIT, CgroupFactory, CgroupSet, Limits, rlimit_argv
 
 if TYPE_CHECKING:
     from caiplatform.settings import Settings
@@ -76,9 +76,14 @@ class Launch:
     limits: Limits = field(default_factory=Limits)
     # What the process's command line reads once it runs (the launcher shell execs bubblewrap).
     program: list[str] = field(default_factory=list)
+    rlimited: bool = False  # its memory is bounded by an rlimit (no cgroup could be had)
 
-    def oom_killed(self) -> bool:
-        return self.cgroup is not None and self.cgroup.oom_killed()
+    def oom_killed(self, returncode: int | None = None) -> bool:
+        """Whether the run was stopped for its memory: the cgroup's OOM kill, or, under the rlimit
+        fallback, the exit of a harness whose allocation failed against the limit (`returncode`)."""
+        if self.cgroup is not None:
+            return self.cgroup.oom_killed()
+        return self.rlimited and returncode == OUT_OF_MEMORY_EXIT
 
     def close(self) -> None:
         """After the process ended: kill what it left behind, remove its cgroup."""
@@ -117,8 +122,10 @@ def _world_unreadable(root: Path) -> list[Path]:
 class Sandbox:
     """Wraps a command into bubblewrap with a `Confinement`; `enabled=False` runs commands as they are."""
 
-    def __init__(self, *, enabled: bool = True, host_uid: int = DEFAULT_HOST_UID, bwrap: str | None = None):
+    def __init__(self, *, enabled: bool = True, host_uid: int = DEFAULT_HOST_UID, bwrap: str | None = None,
+                 cgroups: bool = True):
         self.enabled = enabled
+        self.use_cgroups = cgroups  # False: rlimits even where a cgroup could be made
         self.host_uid = host_uid
         self.bwrap = (bwrap or find_bwrap()) if enabled else None
         self.setpriv = shutil.which("setpriv")
@@ -145,7 +152,7 @@ class Sandbox:
     @property
     def cgroups(self) -> CgroupFactory:
         if self._cgroups is None:
-            self._cgroups = CgroupFactory()
+            self._cgroups = CgroupFactory(enabled=self.use_cgroups)
             self._cgroups.sweep()
         return self._cgroups
 
@@ -287,7 +294,8 @@ class Sandbox:
         script = 'umask 022; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
         procs = group.procs_files if group is not None else []
         wrapped = ["/bin/sh", "-c", script, "cai-sandbox", *procs, "--", *wrapped]
-        return Launch(wrapped, fds, group, confinement.limits, program)
+        return Launch(wrapped, fds, group, confinement.limits, program,
+                      rlimited=bool(limits) and bool(confinement.limits.memory_bytes))
 
     def _namespaces(self, *, network: bool = True) -> list[str]:
         base = [*([] if network else ["--unshare-net"]), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
@@ -364,18 +372,21 @@ def workload_limits(limits: Mapping[str, str], *, pids: int = DEFAULT_PIDS) -> L
     )
 
 
-_shared: dict[tuple[bool, int, str | None], Sandbox] = {}
+_shared: dict[tuple[bool, int, str | None, bool], Sandbox] = {}
 
 
 def shared_sandbox(settings: Settings | None = None) -> Sandbox:
     """One sandbox per setting in a process (its probe and user namespace are made once), from
-    `CAI_LOCAL_SANDBOX`, `CAI_SANDBOX_UID` and `CAI_SANDBOX_BWRAP` (the environment's when not given)."""
+    `CAI_LOCAL_SANDBOX`, `CAI_SANDBOX_UID`, `CAI_SANDBOX_BWRAP` and `CAI_SANDBOX_LIMITS` (the environment's
+    when not given)."""
     if settings is None:
         from caiplatform.settings import Settings
 
         settings = Settings()  # type: ignore[call-arg]  # (from the environment)
     enabled = (settings.local_sandbox or "on").strip().lower() not in OFF_VALUES
-    key = (enabled, settings.sandbox_uid, settings.sandbox_bwrap)
+    cgroups = (settings.sandbox_limits or "auto").strip().lower() != "rlimits"
+    key = (enabled, settings.sandbox_uid, settings.sandbox_bwrap, cgroups)
     if key not in _shared:
-        _shared[key] = Sandbox(enabled=enabled, host_uid=settings.sandbox_uid, bwrap=settings.sandbox_bwrap)
+        _shared[key] = Sandbox(enabled=enabled, host_uid=settings.sandbox_uid, bwrap=settings.sandbox_bwrap,
+                               cgroups=cgroups)
     return _shared[key]

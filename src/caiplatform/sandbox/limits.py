@@ -5,7 +5,9 @@ A cgroup is created under the server's own cgroup of each controller, so whateve
 itself still bounds its workloads. The process joins it before `exec` (the launcher shell writes its own
 pid into `cgroup.procs`), so nothing it starts escapes the count. When it ends, whatever is left in the
 cgroup is killed and the cgroup removed; `oom_killed()` says whether the kernel killed a process for
-exceeding the memory limit (Kubernetes' `OOMKilled`).
+exceeding the memory limit (Kubernetes' `OOMKilled`). Under the rlimit fallback nothing is killed: an
+allocation fails, and the harness that sees it exits with `OUT_OF_MEMORY_EXIT`, which the runtime
+reports the same way.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import logging
 import os
 import re
+import resource
 import secrets
 import signal
 import time
@@ -148,12 +151,15 @@ class CgroupSet:
 class CgroupFactory:
     """Creates a cgroup per sandboxed run, or says why it cannot (then rlimits are used)."""
 
-    def __init__(self, root: Path = CGROUP_ROOT):
+    def __init__(self, root: Path = CGROUP_ROOT, *, enabled: bool = True):
         self.root = root
         self.problem: str | None = None
         self._parents: list[Path] | None = None
         self.version = 0
-        self._detect()
+        if enabled:
+            self._detect()
+        else:
+            self.problem = "CAI_SANDBOX_LIMITS=rlimits"
 
     def _detect(self) -> None:
         own = _own_cgroups()
@@ -241,11 +247,28 @@ class CgroupFactory:
 
 
 def rlimit_argv(limits: Limits) -> list[str]:
-    """`prlimit` in front of the workload when no cgroup can be had: address space and processes (of the
-    sandbox uid, shared by every sandbox) instead of memory and a process count of its own; no CPU share."""
+    """`prlimit` in front of the workload when no cgroup can be had: private writable memory (`--data`)
+    and processes (of the sandbox uid, shared by every sandbox) instead of memory and a process count of
+    its own; no CPU share.
+
+    `RLIMIT_DATA` (since Linux 4.7: every private writable mapping, the heap and anonymous `mmap`s) and not
+    the address space: V8 reserves far more address space than it uses (about 700 MiB before the first
+    line of JavaScript), so Node.js could not start under an address-space limit of a small workload."""
     args = []
     if limits.memory_bytes:
-        args.append(f"--as={limits.memory_bytes}")
+        args.append(f"--data={limits.memory_bytes}")
     if limits.pids:
         args.append(f"--nproc={limits.pids}")
     return ["prlimit", *args, "--"] if args else []
+
+
+# How a process that ran out of memory under the rlimit fallback ends (the harness, when an allocation
+# failed against the limit): the runtime reports it as `OOMKilled`, as it does the cgroup's kill.
+OUT_OF_MEMORY_EXIT = 113
+
+
+def memory_rlimit() -> int | None:
+    """The memory rlimit this process runs under (the rlimit fallback's), None when there is none: then
+    an allocation that fails is not the sandbox's limit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_DATA)
+    return None if soft == resource.RLIM_INFINITY else soft

@@ -89,8 +89,9 @@ class ManagedProcess:
     @property
     def out_of_memory(self) -> bool:
         """The last run was killed for exceeding its sandbox's memory limit."""
-        launch = self._launch
-        return self.oom_killed or (launch is not None and launch.oom_killed())
+        launch, proc = self._launch, self._proc
+        # The exit code too: under the rlimit fallback it is what says so, maybe before `_watch` ran.
+        return self.oom_killed or (launch is not None and launch.oom_killed(proc.returncode if proc else None))
 
     @property
     def ports(self) -> list[int]:
@@ -583,7 +584,7 @@ class ProcessSupervisor:
         """A sandboxed run ended: note an out-of-memory kill, kill what it left, remove its cgroup."""
         launch, mp._launch = mp._launch, None
         if launch is not None:
-            mp.oom_killed = launch.oom_killed()
+            mp.oom_killed = launch.oom_killed(mp.returncode)
             await asyncio.to_thread(launch.close)
 
     async def stop(self, name: str) -> None:

@@ -191,6 +191,18 @@ class TurnContext:
         )
 
 
+def ran_out_of_memory(exc: BaseException) -> bool:
+    """A MemoryError, or an error raised while handling one (frameworks wrap what a node raised)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, MemoryError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 class TurnRunner:
     """Base of every framework runner. Subclasses implement `_turn`."""
 
@@ -198,6 +210,9 @@ class TurnRunner:
     # True when the framework writes the transcript itself (ADK's session service); the conversation
     # layer then does not append the turn's events.
     persists_transcript: bool = False
+    # An allocation of a turn failed (a MemoryError); under a memory rlimit that is the sandbox's limit,
+    # and the harness ends the instance as the kernel ends a container (docs/decisions/sandbox.md).
+    out_of_memory: bool = False
 
     def __init__(self, *, agent: str = "agent", clock: Clock | None = None):
         self.agent = agent
@@ -221,6 +236,7 @@ class TurnRunner:
             yield {"type": "error", "message": str(exc)}
             return
         except Exception as exc:  # the agent's own code failed
+            self.out_of_memory = self.out_of_memory or ran_out_of_memory(exc)
             for line in ctx.finish():
                 yield line
             yield {"type": "error", "message": f"{type(exc).__name__}: {exc}"}

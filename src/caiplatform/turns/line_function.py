@@ -10,6 +10,12 @@ cannot corrupt the protocol. The value is rendered like a Python function's
 
 A subclass says which command starts the child (`command()`), raising `ToolchainMissing` when the
 language's toolchain is not installed.
+
+The child's standard error passes through the harness, which keeps its last lines: a child that ran out of
+memory (its runtime's own words: V8's "JavaScript heap out of memory", C++'s `std::bad_alloc`, Go's
+"runtime: out of memory", Ruby's `NoMemoryError`), or a call that failed to allocate (the Node.js and
+Ruby shims' `out_of_memory` answer), marks the runner `out_of_memory`, which the harness acts on under a memory
+rlimit (docs/decisions/sandbox.md).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import itertools
 import json
 import os
 import shutil
+import sys
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -30,6 +37,10 @@ from caiplatform.turns.loader import EntryError
 
 # Lines can carry an 8 MiB event; asyncio's default line limit is 64 KiB.
 LINE_LIMIT = 64 * 1024 * 1024
+# What a language runtime writes when it dies because an allocation failed.
+OUT_OF_MEMORY_SIGNS = ("JavaScript heap out of memory", "std::bad_alloc", "runtime: out of memory",
+                       "failed to allocate memory", "NoMemoryError")
+STDERR_TAIL = 8192
 
 
 class ToolchainMissing(EntryError):
@@ -50,6 +61,8 @@ class LineFunctionRunner(TurnRunner):
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self._start_lock = asyncio.Lock()
+        self._stderr: asyncio.Task[None] | None = None
+        self._stderr_tail = b""
 
     @classmethod
     def from_dir(cls, code_dir: str | Path, **kwargs: Any) -> LineFunctionRunner:
@@ -80,8 +93,11 @@ class LineFunctionRunner(TurnRunner):
             argv = await self.command()
             self._process = await asyncio.create_subprocess_exec(
                 *argv, cwd=str(self.code_dir), env=self.child_env(),
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None, limit=LINE_LIMIT)
-            assert self._process.stdout is not None
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                limit=LINE_LIMIT)
+            assert self._process.stdout is not None and self._process.stderr is not None
+            self._stderr_tail = b""
+            self._stderr = asyncio.create_task(self._relay_stderr(self._process.stderr))
             first = await self._process.stdout.readline()
             try:
                 hello = json.loads(first) if first else {
@@ -93,9 +109,30 @@ class LineFunctionRunner(TurnRunner):
                 raise EntryError(str(hello.get("error") or f"{self.entry_file} did not load"))
             self._reader = asyncio.create_task(self._read())
 
+    async def _relay_stderr(self, stream: asyncio.StreamReader) -> None:
+        """The child's standard error to the harness's own (the instance's log), keeping its tail."""
+        out = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
+        while chunk := await stream.read(65536):
+            self._stderr_tail = (self._stderr_tail + chunk)[-STDERR_TAIL:]
+            if out is not None:
+                out.write(chunk)
+                out.flush()
+            else:
+                sys.stderr.write(chunk.decode("utf-8", "replace"))
+
+    async def _child_ended(self, process: asyncio.subprocess.Process) -> None:
+        """The child closed its output: wait for its last words, note whether it ran out of memory."""
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(process.wait())]
+        if self._stderr is not None:
+            waits.append(self._stderr)
+        await asyncio.wait(waits, timeout=5)  # bounded: a grandchild may hold the pipe open
+        tail = self._stderr_tail.decode("utf-8", "replace")
+        if any(sign in tail for sign in OUT_OF_MEMORY_SIGNS):
+            self.out_of_memory = True
+
     async def _read(self) -> None:
         assert self._process is not None and self._process.stdout is not None
-        stdout = self._process.stdout
+        process, stdout = self._process, self._process.stdout
         while line := await stdout.readline():
             try:
                 answer = json.loads(line)
@@ -104,6 +141,7 @@ class LineFunctionRunner(TurnRunner):
             future = self._pending.pop(answer.get("id"), None)
             if future is not None and not future.done():
                 future.set_result(answer)
+        await self._child_ended(process)
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(TurnError(f"the {self.language} process exited during the call"))
@@ -123,6 +161,8 @@ class LineFunctionRunner(TurnRunner):
         finally:
             self._pending.pop(call_id, None)
         if "error" in answer:
+            if answer.get("out_of_memory"):
+                self.out_of_memory = True
             raise TurnError(str(answer["error"]))
         return answer.get("value")
 
@@ -145,9 +185,10 @@ class LineFunctionRunner(TurnRunner):
             except TimeoutError:
                 process.kill()
                 await process.wait()
-        if self._reader is not None:
-            self._reader.cancel()
-            self._reader = None
+        for task in (self._reader, self._stderr):
+            if task is not None:
+                task.cancel()
+        self._reader = self._stderr = None
 
 
 def runner_class(framework: str) -> type[LineFunctionRunner]:

@@ -1,7 +1,8 @@
 // Runs a Node.js function for the harness: `node node_shim.mjs <code dir>`.
 // Loads <code dir>/index.js (CommonJS or ES module) and calls its exported `handle(event, context)`
 // for each JSON line on stdin ({id, event, context}); answers one JSON line per call on stdout
-// ({id, value} or {id, error}). The first line out is {ready: true} or {ready: false, error}.
+// ({id, value} or {id, error}; `out_of_memory: true` beside the error when an allocation failed).
+// The first line out is {ready: true} or {ready: false, error}.
 // The function's own console output goes to stderr so it cannot corrupt the protocol.
 import path from "node:path";
 import readline from "node:readline";
@@ -42,7 +43,10 @@ lines.on("line", async (line) => {
     const value = await handle(request.event, request.context);
     send({ id: request.id, value: value === undefined ? null : value });
   } catch (err) {
-    send({ id: request.id, error: describe(err) });
+    const failed = { id: request.id, error: describe(err) };
+    // V8's words when the memory of an ArrayBuffer (a Buffer) could not be had.
+    if (err instanceof RangeError && /allocation failed/i.test(err.message)) failed.out_of_memory = true;
+    send(failed);
   }
 });
 lines.on("close", () => process.exit(0));

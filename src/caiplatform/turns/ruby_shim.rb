@@ -63,7 +63,9 @@ while (line = STDIN.gets)
     value = HANDLE.arity == 1 ? HANDLE.call(call["event"]) : HANDLE.call(call["event"], context)
     cai_send({ "id" => call["id"], "value" => value })
   rescue Exception => e # rubocop:disable Lint/RescueException -- report every failure of the call
-    cai_send({ "id" => call["id"], "error" => cai_describe(e) })
+    failed = { "id" => call["id"], "error" => cai_describe(e) }
+    failed["out_of_memory"] = true if e.is_a?(NoMemoryError) # an allocation failed (a memory rlimit)
+    cai_send(failed)
   end
 end
 # stdin closed: let the calls in flight answer before exiting.
