@@ -71,12 +71,12 @@ def unit(session: nox.Session) -> None:
     """The one-minute loop: every test that needs no engine, no child process and no network, on two
     workers; a `unit` test that starts a process or opens a socket fails (see docs/testing.md)."""
     session.install("-e", ".[all,agents,dev]")
-    # One generated case per operation for the contract test here and no coverage phase (the full suite
-    # runs four and every boundary case the document defines).
+    # One generated case per operation for the contract test here and no coverage phase, three fuzzed bodies
+    # per route (the full suite runs four cases, every boundary case the document defines, and ten bodies).
     with memory_basetemp() as basetemp:
         session.run("python", "-m", "pytest", "-m", "unit", "--forbid-processes", "-n", "2", "-q", *basetemp,
                     *session.posargs, env={"CAI_CONTRACT_EXAMPLES": "1", "CAI_CONTRACT_PHASES": "examples,fuzzing",
-                                           **BYTECODE})
+                                           "CAI_FUZZ_EXAMPLES": "3", **BYTECODE})
 
 
 @nox.session
