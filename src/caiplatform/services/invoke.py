@@ -15,14 +15,15 @@ The harness contract between the two sides:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol, TypeVar
 
-import anyio
 import httpx
 from pydantic import ValidationError
 
@@ -166,6 +167,12 @@ def _upstream_message(content: bytes, status: int) -> str:
     return text[:500] if text else f"the agent answered HTTP {status}"
 
 
+@lru_cache(maxsize=4096)
+def _internal_token(platform_token: str, workload_key: str) -> str:
+    """`workload_internal_token` (an HMAC) once per workload, not once per invoke."""
+    return workload_internal_token(platform_token, workload_key)
+
+
 class Upstream(Protocol):
     """An answer from an instance whose head has been read (`harness_http.HarnessResponse` or
     `_HttpxUpstream`); read the body with `chunks()`, always `aclose()`."""
@@ -262,7 +269,7 @@ class InvokeService:
     def _internal_headers(self, target: InvokeTarget) -> dict[str, str]:
         """The target agent's own internal credential (each agent holds only its own)."""
         token = self.internal_token
-        return {INTERNAL_HEADER: workload_internal_token(token, target.workload.key)} if token else {}
+        return {INTERNAL_HEADER: _internal_token(token, target.workload.key)} if token else {}
 
     async def _send(self, endpoint: Endpoint, method: str, path: str, *, content: bytes | None = None,
                     headers: dict[str, str] | None = None, params: dict[str, Any] | None = None) -> Upstream:
@@ -297,7 +304,7 @@ class InvokeService:
     async def _acquire(self, target: InvokeTarget, deadline: float) -> Endpoint:
         runtime = self._wired()[1]
         try:
-            with anyio.fail_after(max(deadline - time.monotonic(), 0.001)):
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
                 return await runtime.acquire(target.workload, timeout=max(deadline - time.monotonic(), 0.001))
         except TimeoutError:
             raise self._failed(target, f"timed out after {self.timeout:g}s waiting for an instance") from None
@@ -323,7 +330,7 @@ class InvokeService:
         limit = UPSTREAM_LIMIT if limit is None else limit
         endpoint = await self._acquire(target, deadline)
         try:
-            with anyio.fail_after(max(deadline - time.monotonic(), 0.001)):
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
                 response = await self._send(endpoint, method, path, content=content, headers=headers, params=params)
                 try:
                     chunks: list[bytes] = []
@@ -457,7 +464,7 @@ class InvokeService:
                 await endpoint.release()
 
         try:
-            with anyio.fail_after(max(deadline - time.monotonic(), 0.001)):
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
                 response = await self._send(endpoint, "POST", "/invoke/stream", content=prepared.body,
                                             headers=self._turn_headers(prepared))
                 if response.status_code != 200:
@@ -487,7 +494,7 @@ class InvokeService:
                         problem = f"timed out after {self.timeout:g}s"
                         break
                     try:
-                        with anyio.fail_after(remaining):
+                        async with asyncio.timeout(remaining):
                             chunk = await chunks.__anext__()
                     except StopAsyncIteration:
                         break
