@@ -18,6 +18,7 @@ connection instead of returning it to the pool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from functools import lru_cache
@@ -66,18 +67,22 @@ def supports(url: str) -> bool:
 
 
 class _Connection:
-    __slots__ = ("reader", "writer", "idle_since")
+    __slots__ = ("reader", "writer", "loop", "idle_since")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.reader = reader
         self.writer = writer
+        self.loop = asyncio.get_running_loop()
         self.idle_since = 0.0
 
-    def usable(self, now: float) -> bool:
-        return not self.writer.is_closing() and not self.reader.at_eof() and now - self.idle_since < IDLE_SECONDS
+    def usable(self, now: float, loop: asyncio.AbstractEventLoop) -> bool:
+        return (self.loop is loop and not self.writer.is_closing() and not self.reader.at_eof()
+                and now - self.idle_since < IDLE_SECONDS)
 
     def close(self) -> None:
-        self.writer.close()
+        # a connection left from an event loop that has ended (a library user's earlier `asyncio.run`)
+        with contextlib.suppress(RuntimeError):
+            self.writer.close()
 
 
 class HarnessResponse:
@@ -158,9 +163,10 @@ class HarnessClient:
     def _take(self, key: tuple[str, int]) -> _Connection | None:
         idle = self._idle.get(key)
         now = time.monotonic()
+        loop = asyncio.get_running_loop()
         while idle:
             conn = idle.pop()
-            if conn.usable(now):
+            if conn.usable(now, loop):
                 return conn
             conn.close()
         return None
