@@ -15,14 +15,15 @@ The harness contract between the two sides:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol, TypeVar
 
-import anyio
 import httpx
 from pydantic import ValidationError
 
@@ -53,7 +54,7 @@ from caiplatform.models.invoke import (
 from caiplatform.ports.runtime import Endpoint, NoCapacity, WorkloadError, WorkloadRuntime
 from caiplatform.principal import Principal
 from caiplatform.redaction import one_line
-from caiplatform.services import invoke_ids
+from caiplatform.services import harness_http, invoke_ids
 from caiplatform.services.access import AUTH_REQUIRED
 from caiplatform.services.agent_directory import AgentDirectory, EmbedTarget, InvokeTarget
 from caiplatform.turns.browse import INTERNAL_HEADER, NOT_CONFIGURED, workload_internal_token
@@ -166,6 +167,55 @@ def _upstream_message(content: bytes, status: int) -> str:
     return text[:500] if text else f"the agent answered HTTP {status}"
 
 
+@lru_cache(maxsize=4096)
+def _internal_token(platform_token: str, workload_key: str) -> str:
+    """`workload_internal_token` (an HMAC) once per workload, not once per invoke."""
+    return workload_internal_token(platform_token, workload_key)
+
+
+class Upstream(Protocol):
+    """An answer from an instance whose head has been read (`harness_http.HarnessResponse` or
+    `_HttpxUpstream`); read the body with `chunks()`, always `aclose()`."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+    async def aread(self) -> bytes: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _HttpxUpstream:
+    """An `httpx` streamed response as an `Upstream` (in-process transports and non-`http` addresses)."""
+
+    def __init__(self, response: httpx.Response, owned: httpx.AsyncClient | None):
+        self.response = response
+        self.status_code = response.status_code
+        self.headers: Mapping[str, str] = response.headers
+        self._owned = owned
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self.response.aiter_bytes()
+
+    async def aread(self) -> bytes:
+        return await self.response.aread()
+
+    async def aclose(self) -> None:
+        try:
+            await self.response.aclose()
+        finally:
+            if self._owned is not None:
+                await self._owned.aclose()
+
+
+UPSTREAM_ERRORS = (httpx.HTTPError, harness_http.UpstreamError)
+
+
 class InvokeService:
     def __init__(self, settings: Any, *, directory: AgentDirectory | None = None,
                  runtime: WorkloadRuntime | None = None, memory: AgentMemory | None = None,
@@ -178,6 +228,7 @@ class InvokeService:
         self.memory = memory
         self._wiring = wiring
         self._client: httpx.AsyncClient | None = None
+        self._harness: harness_http.HarnessClient | None = None
 
     def attach(self, *, directory: AgentDirectory | None = None, runtime: WorkloadRuntime | None = None,
                memory: AgentMemory | None = None) -> None:
@@ -193,6 +244,9 @@ class InvokeService:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+        if self._harness is not None:
+            await self._harness.aclose()
+            self._harness = None
 
     # -- plumbing --------------------------------------------------------------------------------
     def _wired(self) -> tuple[AgentDirectory, WorkloadRuntime]:
@@ -215,15 +269,33 @@ class InvokeService:
     def _internal_headers(self, target: InvokeTarget) -> dict[str, str]:
         """The target agent's own internal credential (each agent holds only its own)."""
         token = self.internal_token
-        return {INTERNAL_HEADER: workload_internal_token(token, target.workload.key)} if token else {}
+        return {INTERNAL_HEADER: _internal_token(token, target.workload.key)} if token else {}
 
-    def _http(self, endpoint: Endpoint) -> tuple[httpx.AsyncClient, bool]:
-        """A client for the endpoint and whether the caller must close it (in-process transports)."""
-        if endpoint.transport is not None:
-            return endpoint.client(), True
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_keepalive_connections=100))
-        return self._client, False
+    async def _send(self, endpoint: Endpoint, method: str, path: str, *, content: bytes | None = None,
+                    headers: dict[str, str] | None = None, params: dict[str, Any] | None = None) -> Upstream:
+        """Send one request to the endpoint and read the answer's head. A harness on an `http://` address
+        goes through the pooled `HarnessClient`; in-process transports (and any other scheme) through
+        `httpx`."""
+        if endpoint.transport is None and harness_http.supports(endpoint.base_url):
+            if self._harness is None:
+                self._harness = harness_http.HarnessClient()
+            return await self._harness.request(method, self._url(endpoint, path), headers=headers, content=content,
+                                               params=params)
+        owned = endpoint.transport is not None
+        if owned:
+            client = endpoint.client()
+        else:
+            if self._client is None:
+                self._client = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_keepalive_connections=100))
+            client = self._client
+        try:
+            request = client.build_request(method, self._url(endpoint, path), content=content, headers=headers,
+                                           params=params)
+            return _HttpxUpstream(await client.send(request, stream=True), client if owned else None)
+        except BaseException:
+            if owned:
+                await client.aclose()
+            raise
 
     @staticmethod
     def _url(endpoint: Endpoint, path: str) -> str:
@@ -232,7 +304,7 @@ class InvokeService:
     async def _acquire(self, target: InvokeTarget, deadline: float) -> Endpoint:
         runtime = self._wired()[1]
         try:
-            with anyio.fail_after(max(deadline - time.monotonic(), 0.001)):
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
                 return await runtime.acquire(target.workload, timeout=max(deadline - time.monotonic(), 0.001))
         except TimeoutError:
             raise self._failed(target, f"timed out after {self.timeout:g}s waiting for an instance") from None
@@ -253,34 +325,29 @@ class InvokeService:
 
     async def _exchange(self, target: InvokeTarget, method: str, path: str, *, deadline: float,
                         content: bytes | None = None, headers: dict[str, str] | None = None,
-                        params: dict[str, Any] | None = None, limit: int | None = None) -> tuple[int, bytes, httpx.Headers]:
+                        params: dict[str, Any] | None = None, limit: int | None = None) -> tuple[int, bytes, Mapping[str, str]]:
         """One buffered request to an instance of the target, within the deadline and the size limit."""
         limit = UPSTREAM_LIMIT if limit is None else limit
         endpoint = await self._acquire(target, deadline)
-        client, owned = self._http(endpoint)
         try:
-            with anyio.fail_after(max(deadline - time.monotonic(), 0.001)):
-                request = client.build_request(method, self._url(endpoint, path), content=content,
-                                               headers=headers, params=params)
-                response = await client.send(request, stream=True)
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
+                response = await self._send(endpoint, method, path, content=content, headers=headers, params=params)
                 try:
                     chunks: list[bytes] = []
                     size = 0
-                    async for chunk in response.aiter_bytes():
+                    async for chunk in response.chunks():
                         size += len(chunk)
                         if size > limit:
                             raise self._failed(target, f"the response is larger than {limit} bytes")
                         chunks.append(chunk)
                 finally:
                     await response.aclose()
-            return response.status_code, b"".join(chunks), response.headers
+            return response.status_code, chunks[0] if len(chunks) == 1 else b"".join(chunks), response.headers
         except TimeoutError:
             raise self._failed(target, f"timed out after {self.timeout:g}s") from None
-        except httpx.HTTPError as exc:
+        except UPSTREAM_ERRORS as exc:
             raise self._failed(target, f"{type(exc).__name__}: {exc}") from None
         finally:
-            if owned:
-                await client.aclose()
             await endpoint.release()
 
     def _raise_upstream(self, target: InvokeTarget, status: int, content: bytes) -> None:
@@ -382,8 +449,7 @@ class InvokeService:
         prepared = prepared or await self.prepare(principal, name, project, raw)
         target = prepared.target
         endpoint = await self._acquire(target, deadline)
-        client, owned = self._http(endpoint)
-        response: httpx.Response | None = None
+        response: Upstream | None = None
         finished = False
 
         async def finish() -> None:
@@ -394,23 +460,20 @@ class InvokeService:
             try:
                 if response is not None:
                     await response.aclose()
-                if owned:
-                    await client.aclose()
             finally:
                 await endpoint.release()
 
         try:
-            with anyio.fail_after(max(deadline - time.monotonic(), 0.001)):
-                request = client.build_request("POST", self._url(endpoint, "/invoke/stream"), content=prepared.body,
-                                               headers=self._turn_headers(prepared))
-                response = await client.send(request, stream=True)
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
+                response = await self._send(endpoint, "POST", "/invoke/stream", content=prepared.body,
+                                            headers=self._turn_headers(prepared))
                 if response.status_code != 200:
                     content = await response.aread()
                     self._raise_upstream(target, response.status_code, content)
         except TimeoutError:
             await finish()
             raise self._failed(target, f"timed out after {self.timeout:g}s") from None
-        except httpx.HTTPError as exc:
+        except UPSTREAM_ERRORS as exc:
             await finish()
             raise self._failed(target, f"{type(exc).__name__}: {exc}") from None
         except BaseException:
@@ -422,7 +485,7 @@ class InvokeService:
         async def lines() -> AsyncGenerator[bytes, None]:
             size = 0
             at_line_start = True
-            chunks = upstream.aiter_raw().__aiter__()
+            chunks = upstream.chunks().__aiter__()
             problem: str | None = None
             try:
                 while True:
@@ -431,14 +494,14 @@ class InvokeService:
                         problem = f"timed out after {self.timeout:g}s"
                         break
                     try:
-                        with anyio.fail_after(remaining):
+                        async with asyncio.timeout(remaining):
                             chunk = await chunks.__anext__()
                     except StopAsyncIteration:
                         break
                     except TimeoutError:
                         problem = f"timed out after {self.timeout:g}s"
                         break
-                    except httpx.HTTPError as exc:
+                    except UPSTREAM_ERRORS as exc:
                         problem = f"{type(exc).__name__}: {exc}"
                         break
                     size += len(chunk)
