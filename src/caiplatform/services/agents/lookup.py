@@ -25,30 +25,6 @@ from caiplatform.services.access import ProjectGrant, ProjectRef, user_grant
 #: The callers this read serves; any other (service accounts, workload keys) takes the ORM path.
 LEAN_KINDS = (PrincipalKind.USER, PrincipalKind.AUTOMATION, PrincipalKind.INTERNAL)
 
-_RECORD_FIELDS = ("id", "name", "kind", "framework", "runtime", "owner_ref", "owner_email", "state", "message", "image",
-                  "latest_revision", "generation", "env", "config", "embed", "external_url", "created_at", "updated_at")
-_PROJECT_FIELDS = ("id", "org_id", "slug", "name", "short")
-_USER: BindParameter[str] = bindparam("user_id")
-
-# Built once: per call only the parameters change (and SQLAlchemy finds the compiled form in its cache).
-CANDIDATES = (
-    select(
-        *(getattr(Agent, f) for f in _RECORD_FIELDS),
-        *(getattr(Project, f).label(f"project_{f}") for f in _PROJECT_FIELDS),
-        select(User.role).where(User.id == _USER).scalar_subquery().label("user_role"),
-        exists().where(OrgMember.org_id == Project.org_id, OrgMember.user_id == _USER,
-                       OrgMember.role == "admin").label("org_admin"),
-        ProjectMember.role.label("member_role"),
-        ProjectMember.break_glass.label("member_break_glass"),
-        ProjectMember.expires_at.label("member_expires_at"),
-    )
-    .join_from(Agent, Project, Project.id == Agent.project_id)
-    .outerjoin(ProjectMember, and_(ProjectMember.project_id == Project.id, ProjectMember.user_id == _USER))
-    .where(Agent.name == bindparam("name"))
-    .order_by(Agent.id)
-)
-
-
 class AgentRow:
     """The agent columns of a candidate row, under the attribute names `AgentRecord.of` reads."""
 
@@ -74,6 +50,30 @@ class AgentRow:
     def __init__(self, row: Any):
         for f in _RECORD_FIELDS:
             setattr(self, f, getattr(row, f))
+
+
+# The agent columns the statement selects: the row class's attributes, named once.
+_RECORD_FIELDS = tuple(AgentRow.__annotations__)
+_PROJECT_FIELDS = ("id", "org_id", "slug", "name", "short")
+_USER: BindParameter[str] = bindparam("user_id")
+
+# Built once: per call only the parameters change (and SQLAlchemy finds the compiled form in its cache).
+CANDIDATES = (
+    select(
+        *(getattr(Agent, f) for f in _RECORD_FIELDS),
+        *(getattr(Project, f).label(f"project_{f}") for f in _PROJECT_FIELDS),
+        select(User.role).where(User.id == _USER).scalar_subquery().label("user_role"),
+        exists().where(OrgMember.org_id == Project.org_id, OrgMember.user_id == _USER,
+                       OrgMember.role == "admin").label("org_admin"),
+        ProjectMember.role.label("member_role"),
+        ProjectMember.break_glass.label("member_break_glass"),
+        ProjectMember.expires_at.label("member_expires_at"),
+    )
+    .join_from(Agent, Project, Project.id == Agent.project_id)
+    .outerjoin(ProjectMember, and_(ProjectMember.project_id == Project.id, ProjectMember.user_id == _USER))
+    .where(Agent.name == bindparam("name"))
+    .order_by(Agent.id)
+)
 
 
 def visible_candidates(connection: Connection, principal: Principal, name: str,
