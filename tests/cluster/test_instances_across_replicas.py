@@ -83,7 +83,11 @@ def test_memory_stores_and_mcp_servers_answer_through_any_replica_and_survive_th
                     f"version {version} did not roll out")
 
     poll(store, lambda view: view.get("ready"), "the memory store did not become ready (read through A)")
-    assert redis.Redis.from_url(created.json()["credential"]["uri"], socket_timeout=2).set("kept", "across a takeover")
+    writer = redis.Redis.from_url(created.json()["credential"]["uri"], socket_timeout=5)
+    assert writer.set("kept", "across a takeover")
+    # Persistence: WAITAOF answers once this connection's writes are fsynced to the append-only file
+    # (the instance syncs every second), so the kill below cannot lose them.
+    assert writer.execute_command("WAITAOF", 1, 0, 4000) == [1, 0]
     stats = httpx.get(f"{a.base_url}{stores}/shared/stats", headers=auth, timeout=30)  # A reads B's instance
     assert stats.status_code == 200, stats.text
     assert _db(cluster, "SELECT owner FROM memorystore_instances WHERE name = 'shared'") == [("replica-b",)]
@@ -107,7 +111,6 @@ def test_memory_stores_and_mcp_servers_answer_through_any_replica_and_survive_th
     rotated = httpx.post(f"{a.base_url}{stores}/shared/rotate-credential", headers=auth, timeout=30)
     assert rotated.status_code == 200, rotated.text
     new_uri = rotated.json()["credential"]["uri"]
-    time.sleep(1.2)  # persistence: the append-only file is synced every second
 
     kill_replica(b)
     killed = time.monotonic()
