@@ -31,10 +31,13 @@ class Receiver:
         self.status = 200
         self.location = ""
         self.redirect_hits = 0
+        self.gate: asyncio.Event | None = None  # when set, each answer waits for it
         self.port = free_port()
 
         async def hook(request: Request) -> Response:
             self.requests.append(({k.lower(): v for k, v in request.headers.items()}, await request.body()))
+            if self.gate is not None:
+                await self.gate.wait()
             headers = {"location": self.location} if self.location else None
             return Response(b"y" * 200_000 if self.status == 200 else b"no", status_code=self.status, headers=headers)
 
@@ -63,7 +66,7 @@ class BrokerWatch:
     each look at a consumer (how many messages were due)."""
 
     def __init__(self, broker, monkeypatch) -> None:
-        self.settled = {"ack": 0, "nak": 0, "term": 0}
+        self.settled = {"ack": 0, "nak": 0, "term": 0, "in_progress": 0}
         self.looks: list[int] = []  # how many messages each look at a consumer took
         take = broker._take
 
@@ -158,6 +161,23 @@ async def test_binary_mode(api, receiver):
     assert headers["ce-attr-color"] == "red" and headers["ce-attr-size"] == "xl"
     event = from_http(headers, body)
     assert event["id"] == ids[0] and event.data == raw
+
+
+async def test_a_slow_answer_keeps_its_message_from_other_readers(api, platform, receiver, clock, watch):
+    """While a POST runs, the worker restarts the message's ack deadline every half deadline: another
+    reader of the subscription (another replica) gets nothing, and the late 2xx is the one delivery."""
+    await _setup(api, "cloudevents-binary", ack_deadline_seconds=2)
+    receiver.gate = asyncio.Event()
+    await _publish(api, {"text": "slow"})
+    await receiver.wait_for(1)  # the POST is in flight and held
+    clock.advance(1.2)  # broker time since the pull: within its 2 s deadline
+    await watch.until("in_progress", 1)  # half the deadline of real time: restarted at broker time 1.2
+    clock.advance(1.0)  # 2.2 s since the pull: past the first deadline, within the restarted one
+    [(stream, consumer)] = platform.components["push_worker"]._subs
+    assert await platform.topics.broker.pull(stream, consumer, 10, 0.1) == []  # another reader's pull
+    receiver.gate.set()
+    await watch.until("ack", 1)
+    assert len(receiver.requests) == 1
 
 
 async def test_backoff_then_dead_letter(api, receiver, clock, watch):

@@ -177,6 +177,11 @@ class Broker(ABC):
     async def term(self, token: str) -> None:
         """Give up on a delivery: never redeliver it to this consumer."""
 
+    @abstractmethod
+    async def in_progress(self, token: str) -> None:
+        """Still working on a delivery: its ack deadline starts again now (JetStream's `+WPI`), so it is
+        not redelivered to another reader while this one lives and works on it."""
+
     async def pins_single_reader(self) -> bool:
         """Whether `single_reader` consumers are pinned to one reader process by the broker (so that a
         second process gets nothing while the first keeps pulling). False: one process, or no support."""
@@ -250,6 +255,9 @@ class UnavailableBroker(Broker):
         self._fail()
 
     async def term(self, token: str) -> None:
+        self._fail()
+
+    async def in_progress(self, token: str) -> None:
         self._fail()
 
     async def ping(self) -> None:

@@ -231,9 +231,11 @@ class PushWorker:
         headers, body = build_cloudevent(sub, delivery)
         url, transport = self.targets.resolve(sub.push_url)
         client = self._client(transport)
+        deadline = float(sub.ack_deadline_seconds)
         try:
-            async with client.stream("POST", url, headers=headers, content=body,
-                                     timeout=float(sub.ack_deadline_seconds)) as response:
+            # The deadline bounds the whole request (httpx's timeout bounds each read and write alone).
+            async with asyncio.timeout(deadline), client.stream("POST", url, headers=headers, content=body,
+                                                                timeout=deadline) as response:
                 read = 0
                 async for chunk in response.aiter_raw():
                     read += len(chunk)
@@ -243,15 +245,34 @@ class PushWorker:
                 location = response.headers.get("location", "")
         except (httpx.HTTPError, httpx.StreamError) as exc:
             return False, f"{type(exc).__name__}: {exc}"[:500]
+        except TimeoutError:
+            return False, f"no answer within the ack deadline ({sub.ack_deadline_seconds} s)"
         if 200 <= status < 300:
             return True, ""
         if 300 <= status < 400:
             return False, f"HTTP {status}: redirect to {location or '(no location)'} not followed"
         return False, f"HTTP {status}"
 
+    async def _keep_in_progress(self, sub: Subscription, delivery: Delivery) -> None:
+        """Restart the delivery's ack deadline every half deadline while its POST runs: the POST may take
+        the whole deadline (its timeout), and its acknowledgement then arrives after it; without this the
+        broker would hand the message to another replica meanwhile. A killed replica stops sending, so
+        the message is redelivered one deadline after its last sign of life."""
+        interval = sub.ack_deadline_seconds / 2
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.topics.broker.in_progress(delivery.token)
+            except BrokerError as exc:  # the broker redelivers after the deadline: at least once still holds
+                log.warning("push: could not extend the deadline of %s: %s", m.message_id(delivery.sequence), exc)
+
     async def handle(self, sub: Subscription, dead: Topic | None, delivery: Delivery) -> str:
         """Deliver one message; returns `acked`, `retry`, `dead-lettered` or `dropped`."""
-        ok, reason = await self.post(sub, delivery)
+        keeper = asyncio.create_task(self._keep_in_progress(sub, delivery))
+        try:
+            ok, reason = await self.post(sub, delivery)
+        finally:
+            keeper.cancel()
         broker = self.topics.broker
         if ok:
             await broker.ack([delivery.token])

@@ -285,6 +285,15 @@ class InMemoryBroker(Broker):
         if entry is not None:
             entry.due = self.clock.monotonic() + delay
 
+    async def in_progress(self, token: str) -> None:
+        parsed = self._parse(token)
+        if parsed is None:
+            return
+        _, consumer, seq = parsed
+        entry = consumer.pending.get(seq)
+        if entry is not None:
+            entry.due = self.clock.monotonic() + consumer.config.ack_wait
+
     async def term(self, token: str) -> None:
         parsed = self._parse(token)
         if parsed is None:

@@ -483,6 +483,11 @@ class JetStreamBroker(Broker):
     async def term(self, token: str) -> None:
         await self._send(token, b"+TERM")
 
+    async def in_progress(self, token: str) -> None:
+        await self._send(token, b"+WPI")
+        # Flushed: it only helps if it reaches the server before the deadline it restarts.
+        await (await self._client()).flush(timeout=self._connect_timeout)  # type: ignore[arg-type]
+
     async def wait_ready(self, timeout: float = 30.0) -> None:
         """Until JetStream answers its API (it recovers its streams for a moment after a start)."""
         loop = asyncio.get_running_loop()

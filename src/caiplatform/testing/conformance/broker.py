@@ -98,6 +98,21 @@ async def test_redelivery_after_ack_wait_counts_attempts(broker_kit):
     await b.ack([second[0].token])
 
 
+async def test_in_progress_restarts_the_ack_deadline(broker_kit):
+    b = broker_kit.broker
+    s = await _stream(broker_kit)
+    await b.create_consumer(ConsumerConfig(s.name, "c1", ack_wait=1))
+    await b.publish(s.name, s.subject, _msgs("slow"))
+    [held] = await b.pull(s.name, "c1", 1, 1.0)
+    for _ in range(3):  # 2.1 s in all, twice the ack deadline, each step within it
+        await broker_kit.advance(0.7)
+        await b.in_progress(held.token)
+    assert await b.pull(s.name, "c1", 1, 0.3) == []  # not redelivered while in progress
+    assert await b.ack([held.token]) == 1
+    await broker_kit.advance(1.2)
+    assert await b.pull(s.name, "c1", 1, 0.3) == []  # acknowledged after all that: gone
+
+
 async def test_nak_with_delay_redelivers_after_the_delay(broker_kit):
     b = broker_kit.broker
     s = await _stream(broker_kit)
