@@ -62,7 +62,7 @@ class _Entry:
     def __init__(self, route: Any, matcher: Callable[[Scope], tuple[Match, Scope]] | None = None):
         self.route = route
         self.matcher = matcher  # a route the table does not read itself: its own `matches`
-        self.regex = getattr(route, "path_regex", None)
+        self.regex: Any = getattr(route, "path_regex", None)
         self.convertors = getattr(route, "param_convertors", {})
         self.methods = getattr(route, "methods", None)
         self.endpoint: Handler | None = None
