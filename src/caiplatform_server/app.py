@@ -134,9 +134,13 @@ class ConventionsMiddleware:
 
         ip = client_ip(scope)
         bearer = _bearer(authorization)
+        found = self.routes.find(scope)
         if bearer:
+            then = self.routes.prefetch(found, scope) if found is not None else None
             try:
-                principal = await self.platform.auth.authenticate(bearer, ip)
+                principal, prefetched = await self.platform.auth.authenticate_with(bearer, ip, then)
+                if prefetched is not None:
+                    state["prefetched"] = prefetched
             except Exception as exc:
                 if not is_database_unavailable(exc):
                     raise
@@ -157,7 +161,9 @@ class ConventionsMiddleware:
                 await response(scope, receive, send_with_id)
                 return
         try:
-            if not await self.routes.dispatch(scope, receive, send_with_id):
+            if found is not None:
+                await self.routes.call(found, scope, receive, send_with_id)
+            else:
                 await self.app(scope, receive, send_with_id)
         except Exception:
             # The app's own handler already answered (Starlette re-raises after a 500); keep the

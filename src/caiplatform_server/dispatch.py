@@ -129,6 +129,34 @@ def _through_last_direct(entries: list[_Entry]) -> list[_Entry]:
     return entries[:last + 1]
 
 
+class Found:
+    __slots__ = ("entry", "params")
+
+    def __init__(self, entry: _Entry, params: dict[str, Any]):
+        self.entry = entry
+        self.params = params
+
+
+# Direct routes whose service makes one read that can ride along with the credential's read.
+_PREFETCH: dict[Handler, Callable[[Request], Any]] = {}
+
+
+def reads_with_credential(hook: Callable[[Request], Any]) -> Callable[[Handler], Handler]:
+    """Declare, on a direct route, the read its service makes (a `caiplatform.db.prefetch.Then`, or None
+    for this request) so that the credential's thread job makes it too; the route hands the outcome
+    (`prefetched_of`) to its service, which reads again unless the outcome answers its own question."""
+
+    def mark(endpoint: Handler) -> Handler:
+        _PREFETCH[endpoint] = hook
+        return endpoint
+
+    return mark
+
+
+def prefetched_of(request: Request) -> Any:
+    return request.scope.get("state", {}).get("prefetched")
+
+
 class RouteTable:
     def __init__(self, app: FastAPI):
         self.app = app
@@ -156,8 +184,17 @@ class RouteTable:
 
     async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Answer the request when its route is direct; False (nothing sent) to leave it to FastAPI."""
-        if scope.get("root_path") or self.app.root_path or self._telemetry_on():
+        found = self.find(scope)
+        if found is None:
             return False
+        await self.call(found, scope, receive, send)
+        return True
+
+    def find(self, scope: Scope) -> Found | None:
+        """The request's route when it is direct (its path parameters then in the scope, as FastAPI puts
+        them), else None."""
+        if scope.get("root_path") or self.app.root_path or self._telemetry_on():
+            return None
         if self._groups is None:
             self._groups = self._build()
         path = scope["path"]
@@ -166,25 +203,36 @@ class RouteTable:
             if entry.matcher is not None:
                 match, _ = entry.matcher(scope)
                 if match is Match.FULL:
-                    return False
+                    return None
                 continue
-            found = entry.regex.match(path)
-            if found is None or (entry.methods and method not in entry.methods):
+            matched = entry.regex.match(path)
+            if matched is None or (entry.methods and method not in entry.methods):
                 continue
             if entry.endpoint is None:
-                return False
-            params = {key: entry.convertors[key].convert(value) for key, value in found.groupdict().items()}
-            await self._call(entry, params, scope, receive, send)
-            return True
-        return False
+                return None
+            params = {key: entry.convertors[key].convert(value) for key, value in matched.groupdict().items()}
+            scope["app"] = self.app
+            scope["router"] = self.app.router
+            scope["endpoint"] = entry.endpoint
+            scope["route"] = entry.route.original_route
+            scope["path_params"] = {**scope.get("path_params", {}), **params}
+            return Found(entry, params)
+        return None
 
-    async def _call(self, entry: _Entry, params: dict[str, Any], scope: Scope, receive: Receive, send: Send) -> None:
+    def prefetch(self, found: Found, scope: Scope) -> Any:
+        """What the route declared to read with the credential (`reads_with_credential`), or None."""
+        hook = _PREFETCH.get(found.entry.endpoint) if found.entry.endpoint is not None else None
+        if hook is None:
+            return None
+        try:
+            return hook(Request(scope))
+        except Exception:  # an optimization only: the route then reads as it always does
+            log.exception("the prefetch of %s failed", scope.get("path"))
+            return None
+
+    async def call(self, found: Found, scope: Scope, receive: Receive, send: Send) -> None:
+        entry, params = found.entry, found.params
         assert entry.endpoint is not None
-        scope["app"] = self.app
-        scope["router"] = self.app.router
-        scope["endpoint"] = entry.endpoint
-        scope["route"] = entry.route.original_route
-        scope["path_params"] = {**scope.get("path_params", {}), **params}
         request = Request(scope, receive, send)
         started = False
 

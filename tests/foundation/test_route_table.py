@@ -37,6 +37,10 @@ def _requests(token: dict[str, str]) -> list[tuple[str, str, dict[str, str]]]:
     ]
 
 
+def _off(self, scope):
+    return None  # every request to FastAPI
+
+
 async def _answers(client, requests) -> list[tuple[int, dict[str, str], object]]:
     out = []
     for n, (method, path, headers) in enumerate(requests):
@@ -56,21 +60,17 @@ async def test_every_answer_is_the_one_fastapi_gives(platform, monkeypatch):
         requests = _requests(token)
         with_table = await _answers(client, requests)
         calls = []
-        real = RouteTable.dispatch
+        real = RouteTable.find
 
-        async def counted(self, scope, receive, send):
-            handled = await real(self, scope, receive, send)
-            calls.append(handled)
-            return handled
+        def counted(self, scope):
+            found = real(self, scope)
+            calls.append(found is not None)
+            return found
 
-        monkeypatch.setattr(RouteTable, "dispatch", counted)
+        monkeypatch.setattr(RouteTable, "find", counted)
         await _answers(client, requests)
         assert sum(calls) >= 10, "the table answered none of the direct routes"
-
-        async def off(self, scope, receive, send):
-            return False
-
-        monkeypatch.setattr(RouteTable, "dispatch", off)
+        monkeypatch.setattr(RouteTable, "find", _off)
         without = await _answers(client, requests)
     for request, got, expected in zip(requests, with_table, without, strict=True):
         assert got == expected, request
@@ -85,11 +85,38 @@ async def test_errors_of_a_direct_route_are_answered_as_fastapi_would(platform, 
         token = await login(client)
         monkeypatch.setattr(platform.auth, "me", failing)
         with_table = (await _answers(client, [("GET", "/v1/auth/me", token)]))[0]
-
-        async def off(self, scope, receive, send):
-            return False
-
-        monkeypatch.setattr(RouteTable, "dispatch", off)
+        monkeypatch.setattr(RouteTable, "find", _off)
         without = (await _answers(client, [("GET", "/v1/auth/me", token)]))[0]
     assert with_table == without
     assert with_table[0] == (500 if isinstance(error, RuntimeError) else 503)
+
+
+async def test_the_agent_read_rides_with_the_credential_and_still_counts_at_once(platform, monkeypatch):
+    """GET /v1/agents/{name}: the owner gate's read is made in the credential's thread job, so one job per
+    request; both are still made on every request (a revoked key is refused on the next one)."""
+    async with asgi_client(platform) as client:
+        token = await login(client)
+        assert (await deploy(client, token, "bot", FUNCTION, framework="function")).status_code == 202
+        await wait_settled(client, token, "bot")
+        key = (await client.post("/v1/users/me/keys", headers=token, json={"display_name": "k"})).json()
+        by_key = {"Authorization": f"Bearer {key['secret']}"}
+        jobs: list[str] = []
+        for kind in ("read", "run", "read_session"):
+            real = getattr(platform.db, kind)
+
+            def counted(fn, _kind=kind, _real=real):
+                jobs.append(_kind)
+                return _real(fn)
+
+            monkeypatch.setattr(platform.db, kind, counted)
+        for headers, job in ((token, "read"), (by_key, "run")):
+            jobs.clear()
+            for _ in range(2):
+                assert (await client.get("/v1/agents/bot", headers=headers)).status_code == 200
+            assert jobs == [job, job]
+        jobs.clear()
+        assert (await client.get("/v1/agents/nope", headers=token)).status_code == 404
+        assert (await client.get("/v1/agents/bot?project=default", headers=token)).status_code == 200
+        assert jobs == ["read", "read", "read_session"]  # `?project=`: the ORM gate, in a job of its own
+        assert (await client.delete(f"/v1/users/me/keys/{key['key']['key_id']}", headers=token)).status_code == 200
+        assert (await client.get("/v1/agents/bot", headers=by_key)).status_code == 401

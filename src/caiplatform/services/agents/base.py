@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import select
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from caiplatform import validation
@@ -18,6 +19,7 @@ from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models import Project
 from caiplatform.db.models.agents import Agent
+from caiplatform.db.prefetch import Prefetched, Then
 from caiplatform.errors import Conflict, Forbidden, NotFound
 from caiplatform.models.agents import AgentView
 from caiplatform.pagination import Pager
@@ -47,6 +49,8 @@ from caiplatform.worklocks import LocalWorkLocks
 
 log = logging.getLogger(__name__)
 A = TypeVar("A", Agent, AgentRow)
+# The question the owner gate's prefetched read answers (with the agent's name).
+GATE = "agents.owner-gate"
 P = TypeVar("P", Project, ProjectRef)
 
 
@@ -214,13 +218,30 @@ class AgentBase:
         self._owner_gate(principal, grant, agent)  # type: ignore[arg-type]
         return agent, proj, grant
 
-    async def _locate(self, principal: Principal, name: str, project: str | None) -> AgentRecord:
+    def gate_read(self, name: str, project: str | None) -> Then | None:
+        """The owner gate's read of `_locate`, to make in the credential's thread job instead of a second
+        one (`caiplatform.db.prefetch`); only for the one-statement path (no `?project=`, a valid name)."""
+        if project is not None or not isinstance(name, str) or not validation.AGENT_NAME.match(name):
+            return None
+
+        def read(connection: Connection, principal: Principal) -> Any:
+            if principal.kind not in LEAN_KINDS:
+                return None  # `_locate` takes the ORM path for this caller and never looks at it
+            return visible_candidates(connection, principal, name, self.clock.now())
+
+        return Then((GATE, name), read)
+
+    async def _locate(self, principal: Principal, name: str, project: str | None,
+                      prefetched: Prefetched | None = None) -> AgentRecord:
         self.access.require_management(principal)
         if project is None and principal.kind in LEAN_KINDS:
             # Most management calls: the whole gate in one Core statement (`lookup`), same rules.
             validation.agent_name(name)
-            now = self.clock.now()
-            found = await self.db.read(lambda c: visible_candidates(c, principal, name, now))
+            if prefetched is not None and prefetched.answers((GATE, name), principal):
+                found = prefetched.result()  # read for this request, with its credential
+            else:
+                now = self.clock.now()
+                found = await self.db.read(lambda c: visible_candidates(c, principal, name, now))
             agent, ref, _ = self._choose(principal, name, found)
             return AgentRecord.of(agent, ref)
 
