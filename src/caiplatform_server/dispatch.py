@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 import typing
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -37,6 +38,7 @@ from starlette.types import Message, Receive, Scope, Send
 log = logging.getLogger(__name__)
 
 Handler = Callable[..., Any]
+TELEMETRY_RECHECK_SECONDS = 1.0
 
 
 def group_of(path: str) -> str:
@@ -163,6 +165,8 @@ class RouteTable:
         self._groups: dict[str, list[_Entry]] | None = None
         self._anywhere: list[_Entry] = []
         self._handlers: dict[Any, Any] = {}
+        self._telemetry = False
+        self._telemetry_asked_until = 0.0
 
     def _build(self) -> dict[str, list[_Entry]]:
         entries = list(_flat_routes(self.app))
@@ -179,8 +183,14 @@ class RouteTable:
                 if (tried := _through_last_direct([entries[i] for i in sorted([*members, *anywhere])]))}
 
     def _telemetry_on(self) -> bool:
-        telemetry = getattr(self.app, "_native_telemetry", None)
-        return telemetry is not None and telemetry.enabled()
+        # Asked again every second rather than on every request (three provider checks, about 4 % of a
+        # request's time): a provider configured while serving is seen within a second.
+        now = time.monotonic()
+        if now >= self._telemetry_asked_until:
+            telemetry = getattr(self.app, "_native_telemetry", None)
+            self._telemetry = telemetry is not None and telemetry.enabled()
+            self._telemetry_asked_until = now + TELEMETRY_RECHECK_SECONDS
+        return self._telemetry
 
     async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Answer the request when its route is direct; False (nothing sent) to leave it to FastAPI."""

@@ -296,10 +296,8 @@ class AgentBase:
 
     # == views ======================================================================================
 
-    def _internal_url(self, record: AgentRecord, status: WorkloadStatus | None) -> str:
-        if status is not None and status.url:
-            return status.url
-        return f"http://{record.name}.{record.project.namespace}.svc.cluster.local"
+    def _internal_url(self, record: AgentRecord, address: str | None) -> str:
+        return address or f"http://{record.name}.{record.project.namespace}.svc.cluster.local"
 
     async def _status(self, record: AgentRecord) -> WorkloadStatus | None:
         try:
@@ -308,9 +306,16 @@ class AgentBase:
             log.exception("runtime status of %s failed", record.name)
             return None
 
+    async def _address(self, record: AgentRecord) -> str | None:
+        try:
+            return await self.runtime.address(record.workload)
+        except Exception:  # noqa: BLE001 - a view must not fail because the runtime hiccuped
+            log.exception("runtime status of %s failed", record.name)
+            return None
+
     async def view(self, record: AgentRecord, status: WorkloadStatus | None = None) -> AgentView:
-        if status is None:
-            status = await self._status(record)
+        # The view shows only the runtime's address: without a status at hand, ask for just that.
+        address = status.url if status is not None else await self._address(record)
         body: dict[str, Any] = {
             "name": record.name,
             "state": record.state,
@@ -323,7 +328,7 @@ class AgentBase:
             body["runtime"] = record.runtime or "python"
         body.update({
             "image": record.image,
-            "url": self._internal_url(record, status),
+            "url": self._internal_url(record, address),
             "public_url": self.hosts.public_url(record.name, record.project.short),
             "latest_revision": record.latest_revision,
             "owner": record.owner_email,
