@@ -16,6 +16,7 @@ from caiplatform.clock import Clock
 from caiplatform.db import Database
 from caiplatform.db.models import ApiKey, Org, OrgMember, Project, ServiceAccount, User
 from caiplatform.db.prefetch import Prefetched, Then
+from caiplatform.db.prepared import PreparedRead
 from caiplatform.domain.identity import PLATFORM_CLOUD_KEY, default_cloud_mapping
 from caiplatform.errors import BadRequest, RateLimited, Unauthenticated, Unavailable
 from caiplatform.models.auth import Me, SignIn
@@ -32,7 +33,8 @@ IP_ATTEMPTS = 10
 ACCOUNT_ATTEMPTS = 50
 # The account a session token names, read on every request: one Core statement on a pooled connection
 # (no ORM session, no identity map, no commit), built once so only its cache key is computed per call.
-SESSION_ACCOUNT = select(User.id, User.email, User.role, User.must_change_password).where(User.id == bindparam("id"))
+SESSION_ACCOUNT = PreparedRead(
+    select(User.id, User.email, User.role, User.must_change_password).where(User.id == bindparam("id")))
 
 
 def sign_in_throttles(clock: Clock | None = None) -> tuple[SlidingWindowThrottle, SlidingWindowThrottle]:
@@ -105,7 +107,7 @@ class AuthService:
             return Principal.anonymous(client_ip), None
 
         def by_session(connection: Connection) -> tuple[Principal | None, Prefetched | None]:
-            user = connection.execute(SESSION_ACCOUNT, {"id": claims["sub"]}).first()
+            user = SESSION_ACCOUNT.first(connection, {"id": claims["sub"]})
             if user is None:
                 return None, None
             principal = Principal(
