@@ -132,8 +132,8 @@ async def list_agents(
 
 
 @router.get(A, summary="One agent", **op(response=AgentView, errors=OWNER))
-@reads_with_credential(lambda request: caller_of(request)[0].agents.gate_read(request.path_params["name"],
-                                                                              _project(request)))
+@reads_with_credential(lambda request: request.app.state.platform.agents.gate_read(request.path_params["name"],
+                                                                                   _project(request)))
 async def get_agent(name: str, request: Request) -> JSONResponse:
     platform, principal = caller_of(request)
     return reply(await platform.agents.get(principal, name, _project(request), prefetched_of(request)))
