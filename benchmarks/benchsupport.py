@@ -144,6 +144,21 @@ async def healthz():
     return {"status": "ok"}
 """
 
+# uvicorn alone: a raw ASGI app answering fixed bytes (the same body as the bare route) on the same server
+# settings. What every Python route on uvicorn pays per request before any framework runs.
+UVICORN_APP = """
+BODY = (b'{"kind":"user","email":"admin@example.com","user_id":"000000000000000000000000000000000000",'
+        b'"role":"admin"}')
+HEAD = [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]
+
+
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": HEAD})
+    await send({"type": "http.response.body", "body": BODY})
+"""
+
 # The floor of a proxied invoke: a bare Starlette route that forwards the body to the harness over one
 # pooled httpx client and streams the answer back, which is what any Python hop in front of the harness
 # costs on this machine.

@@ -1,8 +1,9 @@
 """Control-plane reads: what does `caiplatform serve` cost per request over a bare Starlette route?
 
 Starts `caiplatform serve` on the embedded defaults (a fresh data dir), a bare Starlette JSON route on
-the same uvicorn settings, and the floor of this stack (a FastAPI route whose dependency makes one
-worker-thread round trip, as the platform's credential read does), signs in, deploys one Python function, then alternates rounds of
+the same uvicorn settings, a FastAPI route whose dependency makes one worker-thread round trip (as the
+platform's credential read does), and uvicorn alone (a raw ASGI app answering fixed bytes, the floor of
+any Python route), signs in, deploys one Python function, then alternates rounds of
 `GET /v1/auth/me` (session token) and `GET /v1/agents/{name}` against the bare route, each over 8
 keep-alive connections, and prints requests per second with the ratio platform / bare.
 
@@ -16,7 +17,17 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from benchsupport import FLOOR_APP, QUICK, Row, bare_app, interleaved, median, report, requests_per_second
+from benchsupport import (
+    FLOOR_APP,
+    QUICK,
+    UVICORN_APP,
+    Row,
+    bare_app,
+    interleaved,
+    median,
+    report,
+    requests_per_second,
+)
 from served import served
 
 CONNECTIONS = 8
@@ -28,6 +39,7 @@ async def main(seconds: float, rounds: int) -> None:
         work = Path(tmp)
         bare, bare_port = bare_app(work)
         floor, floor_port = bare_app(work, FLOOR_APP, "floor_app")
+        raw, raw_port = bare_app(work, UVICORN_APP, "uvicorn_app")
         try:
             with served(work / "data") as server:
                 auth = server.auth
@@ -42,10 +54,12 @@ async def main(seconds: float, rounds: int) -> None:
                 got = await interleaved(rounds, me=rate(server.port, "/v1/auth/me", auth),
                                         agent=rate(server.port, "/v1/agents/bench", auth),
                                         bare=rate(bare_port, "/v1/auth/me", {}),
-                                        floor=rate(floor_port, "/v1/auth/me", {}))
+                                        floor=rate(floor_port, "/v1/auth/me", {}),
+                                        uvicorn=rate(raw_port, "/v1/auth/me", {}))
         finally:
             bare.stop()
             floor.stop()
+            raw.stop()
     bare_rate = median(got["bare"])
     print(f"control plane: {rounds} interleaved rounds of {seconds:.0f} s, {CONNECTIONS} keep-alive connections")
     rows = []
@@ -53,8 +67,9 @@ async def main(seconds: float, rounds: int) -> None:
         ratio = median(got[key]) / bare_rate
         rows.append(Row(label, f"{median(got[key]):.0f} req/s", f"bare Starlette route {bare_rate:.0f} req/s",
                         f"{ratio:.2f}", f"≥ {TARGET}", ratio >= TARGET,
-                        note=f"floor: a FastAPI route with one worker-thread hop, {median(got['floor']):.0f} req/s, "
-                             f"ratio {median(got['floor']) / bare_rate:.2f}"))
+                        note=f"floor: uvicorn alone {median(got['uvicorn']):.0f} req/s, ratio "
+                             f"{median(got['uvicorn']) / bare_rate:.2f}; a FastAPI route with one worker-thread hop "
+                             f"{median(got['floor']):.0f} req/s, ratio {median(got['floor']) / bare_rate:.2f}"))
     report(*rows)
 
 

@@ -48,6 +48,7 @@ class ManualClock(Clock):
 
 def rfc3339(moment: datetime) -> str:
     """The one timestamp format of every API: RFC 3339 in UTC with a `Z`."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if moment.tzinfo is not UTC:  # already in UTC (every datetime the database gives back): as it is
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    text = moment.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text

@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import random
 import re
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,7 +20,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from caiplatform.db.database import DATABASE_UNAVAILABLE_MESSAGE, is_database_unavailable
 from caiplatform.errors import PlatformError, RateLimited
@@ -29,6 +29,7 @@ from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.redaction import one_line
 from caiplatform_server.contract import ANONYMOUS, openapi_document, operation, reply
+from caiplatform_server.dispatch import RouteTable
 from caiplatform_server.docs import mount_docs
 from caiplatform_server.http import head_refusal
 from caiplatform_server.proxy import proxy
@@ -60,22 +61,28 @@ def client_ip(scope: Scope) -> str | None:
     return client[0] if client else None
 
 
-def bearer_of(scope: Scope) -> str | None:
-    for name, value in scope.get("headers", []):
-        if name == b"authorization":
-            text = value.decode("latin-1").strip()
-            scheme, _, token = text.partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
-            return None
+def _bearer(authorization: bytes | None) -> str | None:
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.decode("latin-1").strip().partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
     return None
+
+
+def new_request_id() -> str:
+    """`req_` and 32 hex digits. From `random` rather than `uuid4`: an id to find a request by, not a
+    secret, and `os.urandom` releases the GIL for its system call, so the loop queued for it behind the
+    read threads on every request. `random` is seeded from the OS at start and again after a fork."""
+    return f"req_{random.getrandbits(128):032x}"
 
 
 class ConventionsMiddleware:
     """Request id on every response; credential → principal; rate limit; envelope for early refusals."""
 
-    def __init__(self, app: ASGIApp, platform: Platform):
+    def __init__(self, app: FastAPI, platform: Platform):
         self.app = app
+        self.routes = RouteTable(app)
         self.platform = platform
         self._client: httpx.AsyncClient | None = None
 
@@ -88,13 +95,27 @@ class ConventionsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        incoming = dict(scope.get("headers", [])).get(b"x-request-id", b"").decode("latin-1")
-        request_id = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else "req_" + uuid.uuid4().hex
+        # One pass over the headers: the last x-request-id and host win (as a dict of them would), the
+        # first authorization (as the credential).
+        incoming_raw = host_raw = b""
+        authorization: bytes | None = None
+        for name, value in scope.get("headers", ()):
+            if name == b"x-request-id":
+                incoming_raw = value
+            elif name == b"host":
+                host_raw = value
+            elif name == b"authorization" and authorization is None:
+                authorization = value
+        incoming = incoming_raw.decode("latin-1")
+        request_id = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else new_request_id()
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
+        started = False
 
         async def send_with_id(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
                 headers.append((b"x-request-id", request_id.encode("latin-1")))
                 message = {**message, "headers": headers}
@@ -105,17 +126,21 @@ class ConventionsMiddleware:
             await error_response(*refusal, request_id)(scope, receive, send_with_id)
             return
 
-        host = dict(scope.get("headers", [])).get(b"host", b"").decode("latin-1")
+        host = host_raw.decode("latin-1")
         if host and self.platform.hosts.is_apps_host(host):
             # A published workload's own address: its routes, its auth mode; never the platform API.
             await proxy(self.platform.hosts, self._proxy_client(), scope, receive, send, request_id)
             return
 
         ip = client_ip(scope)
-        bearer = bearer_of(scope)
+        bearer = _bearer(authorization)
+        found = self.routes.find(scope)
         if bearer:
+            then = self.routes.prefetch(found, scope) if found is not None else None
             try:
-                principal = await self.platform.auth.authenticate(bearer, ip)
+                principal, prefetched = await self.platform.auth.authenticate_with(bearer, ip, then)
+                if prefetched is not None:
+                    state["prefetched"] = prefetched
             except Exception as exc:
                 if not is_database_unavailable(exc):
                     raise
@@ -135,16 +160,11 @@ class ConventionsMiddleware:
                 response = error_response(err.status, err.message, request_id, err.headers)
                 await response(scope, receive, send_with_id)
                 return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send_with_id(message)
-
         try:
-            await self.app(scope, receive, tracking_send)
+            if found is not None:
+                await self.routes.call(found, scope, receive, send_with_id)
+            else:
+                await self.app(scope, receive, send_with_id)
         except Exception:
             # The app's own handler already answered (Starlette re-raises after a 500); keep the
             # server alive and answer in the envelope if nothing was sent yet.

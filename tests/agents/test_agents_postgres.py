@@ -58,3 +58,14 @@ async def test_deploy_manage_and_delete_on_postgres(pg_platform):
     assert [f.path for f in (await agents.list_files(automation, "pg", None)).files] == ["extra.py", "main.py"]
     assert (await agents.delete(automation, "pg", None)).to_json() == {"agent": "pg", "deleted": True}
     assert (await agents.list(automation, None)).agents == []
+
+
+async def test_the_lean_owner_gate_answers_as_the_orm_path_on_postgres(pg_platform):
+    """The gate's one statement runs on the DB-API cursor (`PreparedRead`): psycopg's types (booleans,
+    timestamps, JSON) come back as SQLAlchemy's own execution gives them, for every kind of caller."""
+    from .test_agents_lookup import ORPHAN, SOLO, TWIN, _build, _compare, _principals
+
+    ids = _build(pg_platform)
+    for who, principal in _principals(ids).items():
+        for name in (TWIN, SOLO, ORPHAN, "missing"):
+            await _compare(pg_platform, who, principal, name)

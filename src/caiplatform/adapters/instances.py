@@ -635,6 +635,9 @@ class InstanceRuntime(WorkloadRuntime):
             message=message,
         )
 
+    async def address(self, ref: WorkloadRef) -> str | None:
+        return internal_url(ref) if self._workload(ref) is not None else None  # as `status` says it
+
     async def metrics(self, ref: WorkloadRef) -> WorkloadMetrics | None:
         status = await self.status(ref)
         workload = self._workload(ref)

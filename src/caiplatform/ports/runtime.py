@@ -213,6 +213,12 @@ class WorkloadRuntime(ABC):
     async def status(self, ref: WorkloadRef) -> WorkloadStatus | None:
         """The workload as it runs now, or None when the runtime has nothing for it."""
 
+    async def address(self, ref: WorkloadRef) -> str | None:
+        """`status(ref).url`, or None when the runtime has nothing for it: for a view that shows only the
+        address (an agent's GET), which a runtime may answer without building the whole status."""
+        status = await self.status(ref)
+        return status.url if status is not None else None
+
     @abstractmethod
     async def acquire(self, ref: WorkloadRef, *, timeout: float, tag: str | None = None) -> Endpoint:
         """A slot on an instance of a revision picked by the split (or by `tag`), cold-starting one if

@@ -8,12 +8,15 @@ from typing import Any
 
 import anyio.to_thread
 from sqlalchemy import bindparam, func, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from caiplatform import security, validation
 from caiplatform.clock import Clock
 from caiplatform.db import Database
 from caiplatform.db.models import ApiKey, Org, OrgMember, Project, ServiceAccount, User
+from caiplatform.db.prefetch import Prefetched, Then
+from caiplatform.db.prepared import PreparedRead
 from caiplatform.domain.identity import PLATFORM_CLOUD_KEY, default_cloud_mapping
 from caiplatform.errors import BadRequest, RateLimited, Unauthenticated, Unavailable
 from caiplatform.models.auth import Me, SignIn
@@ -30,7 +33,8 @@ IP_ATTEMPTS = 10
 ACCOUNT_ATTEMPTS = 50
 # The account a session token names, read on every request: one Core statement on a pooled connection
 # (no ORM session, no identity map, no commit), built once so only its cache key is computed per call.
-SESSION_ACCOUNT = select(User.id, User.email, User.role, User.must_change_password).where(User.id == bindparam("id"))
+SESSION_ACCOUNT = PreparedRead(
+    select(User.id, User.email, User.role, User.must_change_password).where(User.id == bindparam("id")))
 
 
 def sign_in_throttles(clock: Clock | None = None) -> tuple[SlidingWindowThrottle, SlidingWindowThrottle]:
@@ -79,29 +83,47 @@ class AuthService:
 
         Called once per request and never cached: a revoked key or a deleted user is refused on the very
         next request. The one database read runs off the event loop."""
-        anonymous = Principal.anonymous(client_ip)
+        principal, _ = await self.authenticate_with(bearer, client_ip, None)
+        return principal
+
+    async def authenticate_with(self, bearer: str | None, client_ip: str | None,
+                                then: Then | None) -> tuple[Principal, Prefetched | None]:
+        """`authenticate`, and `then`'s read in the same worker-thread job right after the credential's,
+        when the credential names an account (`caiplatform.db.prefetch`); otherwise no prefetched read."""
         if not bearer:
-            return anonymous
+            return Principal.anonymous(client_ip), None
         if self.automation_token and security.hmac.compare_digest(bearer, self.automation_token):
-            return Principal.automation(client_ip)
+            return Principal.automation(client_ip), None
         if bearer.startswith("cai_"):
-            return await self.db.run(lambda s: self._principal_for_key(s, bearer, client_ip)) or anonymous
+
+            def by_key(session: Session) -> tuple[Principal | None, Prefetched | None]:
+                principal = self._principal_for_key(session, bearer, client_ip)
+                return principal, (then.run(session.connection(), principal) if then and principal else None)
+
+            found, prefetched = await self.db.run(by_key)
+            return (found, prefetched) if found is not None else (Principal.anonymous(client_ip), None)
         claims = self.tokens.verify(bearer, self.clock.time())
         if claims is None:
-            return anonymous
-        user = await self.db.read(lambda c: c.execute(SESSION_ACCOUNT, {"id": claims["sub"]}).first())
-        if user is None:
-            return anonymous
-        return Principal(
-            kind=PrincipalKind.USER,
-            credential=CredentialKind.SESSION,
-            user_id=user.id,
-            email=user.email,
-            client_ip=client_ip,
-            expires_at=int(claims["exp"]),
-            must_change_password=user.must_change_password,
-            role=user.role,
-        )
+            return Principal.anonymous(client_ip), None
+
+        def by_session(connection: Connection) -> tuple[Principal | None, Prefetched | None]:
+            user = SESSION_ACCOUNT.first(connection, {"id": claims["sub"]})
+            if user is None:
+                return None, None
+            principal = Principal(
+                kind=PrincipalKind.USER,
+                credential=CredentialKind.SESSION,
+                user_id=user.id,
+                email=user.email,
+                client_ip=client_ip,
+                expires_at=int(claims["exp"]),
+                must_change_password=user.must_change_password,
+                role=user.role,
+            )
+            return principal, (then.run(connection, principal) if then else None)
+
+        found, prefetched = await self.db.read(by_session)
+        return (found, prefetched) if found is not None else (Principal.anonymous(client_ip), None)
 
     def _principal_for_key(self, session: Session, bearer: str, client_ip: str | None) -> Principal | None:
         workload = security.WORKLOAD_KEY_RE.match(bearer)

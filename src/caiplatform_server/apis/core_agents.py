@@ -52,6 +52,7 @@ from caiplatform.principal import Principal
 from caiplatform.services.agents import FILE_BODY_LIMIT, SECRETS_BODY_LIMIT, DeployUpload
 from caiplatform_server.app_deps import caller_of, platform_of, principal_of
 from caiplatform_server.contract import operation, reply
+from caiplatform_server.dispatch import prefetched_of, reads_with_credential
 from caiplatform_server.http import MiB, json_body, read_body
 
 router = APIRouter(tags=["agents"])
@@ -66,6 +67,8 @@ OWNER = (403, 404, 409)  # the owner gate: no recorded owner, not found or not y
 
 
 def _project(request: Request) -> str | None:
+    if not request.scope.get("query_string"):  # most calls: no query to parse
+        return None
     return request.query_params.get("project") or None
 
 
@@ -129,9 +132,11 @@ async def list_agents(
 
 
 @router.get(A, summary="One agent", **op(response=AgentView, errors=OWNER))
+@reads_with_credential(lambda request: request.app.state.platform.agents.gate_read(request.path_params["name"],
+                                                                                   _project(request)))
 async def get_agent(name: str, request: Request) -> JSONResponse:
     platform, principal = caller_of(request)
-    return reply(await platform.agents.get(principal, name, _project(request)))
+    return reply(await platform.agents.get(principal, name, _project(request), prefetched_of(request)))
 
 
 @router.delete(A, summary="Delete an agent (its sessions stay)", **op(response=AgentDeleted, errors=OWNER))

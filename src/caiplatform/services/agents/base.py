@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import select
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from caiplatform import validation
@@ -18,6 +19,7 @@ from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models import Project
 from caiplatform.db.models.agents import Agent
+from caiplatform.db.prefetch import Prefetched, Then
 from caiplatform.errors import Conflict, Forbidden, NotFound
 from caiplatform.models.agents import AgentView
 from caiplatform.pagination import Pager
@@ -47,6 +49,8 @@ from caiplatform.worklocks import LocalWorkLocks
 
 log = logging.getLogger(__name__)
 A = TypeVar("A", Agent, AgentRow)
+# The question the owner gate's prefetched read answers (with the agent's name).
+GATE = "agents.owner-gate"
 P = TypeVar("P", Project, ProjectRef)
 
 
@@ -214,13 +218,30 @@ class AgentBase:
         self._owner_gate(principal, grant, agent)  # type: ignore[arg-type]
         return agent, proj, grant
 
-    async def _locate(self, principal: Principal, name: str, project: str | None) -> AgentRecord:
+    def gate_read(self, name: str, project: str | None) -> Then | None:
+        """The owner gate's read of `_locate`, to make in the credential's thread job instead of a second
+        one (`caiplatform.db.prefetch`); only for the one-statement path (no `?project=`, a valid name)."""
+        if project is not None or not isinstance(name, str) or not validation.AGENT_NAME.match(name):
+            return None
+
+        def read(connection: Connection, principal: Principal) -> Any:
+            if principal.kind not in LEAN_KINDS:
+                return None  # `_locate` takes the ORM path for this caller and never looks at it
+            return visible_candidates(connection, principal, name, self.clock.now())
+
+        return Then((GATE, name), read)
+
+    async def _locate(self, principal: Principal, name: str, project: str | None,
+                      prefetched: Prefetched | None = None) -> AgentRecord:
         self.access.require_management(principal)
         if project is None and principal.kind in LEAN_KINDS:
             # Most management calls: the whole gate in one Core statement (`lookup`), same rules.
             validation.agent_name(name)
-            now = self.clock.now()
-            found = await self.db.read(lambda c: visible_candidates(c, principal, name, now))
+            if prefetched is not None and prefetched.answers((GATE, name), principal):
+                found = prefetched.result()  # read for this request, with its credential
+            else:
+                now = self.clock.now()
+                found = await self.db.read(lambda c: visible_candidates(c, principal, name, now))
             agent, ref, _ = self._choose(principal, name, found)
             return AgentRecord.of(agent, ref)
 
@@ -275,10 +296,8 @@ class AgentBase:
 
     # == views ======================================================================================
 
-    def _internal_url(self, record: AgentRecord, status: WorkloadStatus | None) -> str:
-        if status is not None and status.url:
-            return status.url
-        return f"http://{record.name}.{record.project.namespace}.svc.cluster.local"
+    def _internal_url(self, record: AgentRecord, address: str | None) -> str:
+        return address or f"http://{record.name}.{record.project.namespace}.svc.cluster.local"
 
     async def _status(self, record: AgentRecord) -> WorkloadStatus | None:
         try:
@@ -287,9 +306,16 @@ class AgentBase:
             log.exception("runtime status of %s failed", record.name)
             return None
 
+    async def _address(self, record: AgentRecord) -> str | None:
+        try:
+            return await self.runtime.address(record.workload)
+        except Exception:  # noqa: BLE001 - a view must not fail because the runtime hiccuped
+            log.exception("runtime status of %s failed", record.name)
+            return None
+
     async def view(self, record: AgentRecord, status: WorkloadStatus | None = None) -> AgentView:
-        if status is None:
-            status = await self._status(record)
+        # The view shows only the runtime's address: without a status at hand, ask for just that.
+        address = status.url if status is not None else await self._address(record)
         body: dict[str, Any] = {
             "name": record.name,
             "state": record.state,
@@ -302,7 +328,7 @@ class AgentBase:
             body["runtime"] = record.runtime or "python"
         body.update({
             "image": record.image,
-            "url": self._internal_url(record, status),
+            "url": self._internal_url(record, address),
             "public_url": self.hosts.public_url(record.name, record.project.short),
             "latest_revision": record.latest_revision,
             "owner": record.owner_email,

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 
 from caiplatform.db.models import OrgMember, Project, ProjectMember, User
 from caiplatform.db.models.agents import Agent
+from caiplatform.db.prepared import PreparedRead
 from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.services.access import ProjectGrant, ProjectRef, user_grant
 
@@ -57,8 +58,8 @@ _RECORD_FIELDS = tuple(AgentRow.__annotations__)
 _PROJECT_FIELDS = ("id", "org_id", "slug", "name", "short")
 _USER: BindParameter[str] = bindparam("user_id")
 
-# Built once: per call only the parameters change (and SQLAlchemy finds the compiled form in its cache).
-CANDIDATES = (
+# Built once, compiled once per dialect (`PreparedRead`): per call only the parameters change.
+CANDIDATES = PreparedRead(
     select(
         *(getattr(Agent, f) for f in _RECORD_FIELDS),
         *(getattr(Project, f).label(f"project_{f}") for f in _PROJECT_FIELDS),
@@ -80,7 +81,7 @@ def visible_candidates(connection: Connection, principal: Principal, name: str,
                        now: datetime) -> list[tuple[AgentRow, ProjectRef, ProjectGrant]]:
     """The agents named `name` in the projects the caller sees, each with the caller's grant there."""
     user_id = principal.user_id if principal.kind is PrincipalKind.USER else None
-    rows = connection.execute(CANDIDATES, {"name": name, "user_id": user_id}).all()
+    rows = CANDIDATES.all(connection, {"name": name, "user_id": user_id})
     found: list[tuple[AgentRow, ProjectRef, ProjectGrant]] = []
     i = 0
     while i < len(rows):

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from caiplatform import validation
 from caiplatform.db.models import ApiKey, Project
 from caiplatform.db.models.agents import Agent, AgentBuild, AgentFile, AgentRevision, AgentSecret
+from caiplatform.db.prefetch import Prefetched
 from caiplatform.errors import Conflict, NotFound
 from caiplatform.models.agents import AgentDeleted, AgentList, AgentView
 from caiplatform.principal import Principal
@@ -59,8 +60,10 @@ class AgentService(AgentConfiguration):
         views = [await self.view(r) for r in page.items]
         return AgentList(agents=views, next_page_token=page.next_page_token)
 
-    async def get(self, principal: Principal, name: str, project: str | None) -> AgentView:
-        return await self.view(await self._locate(principal, name, project))
+    async def get(self, principal: Principal, name: str, project: str | None,
+                  prefetched: Prefetched | None = None) -> AgentView:
+        """`prefetched`: the outcome of `gate_read(name, project)` made with the credential, if it was."""
+        return await self.view(await self._locate(principal, name, project, prefetched))
 
     async def delete(self, principal: Principal, name: str, project: str | None) -> AgentDeleted:
         record = await self._locate(principal, name, project)
