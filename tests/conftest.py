@@ -37,9 +37,12 @@ def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None
     return True if selection.never_unit(source) else None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the `xdist_group` marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its kind and deselect those that need what this machine lacks (see
-    caiplatform.testing.selection and docs/testing.md)."""
+    caiplatform.testing.selection and docs/testing.md). Under `--dist loadgroup` (the full suite's one
+    run) the `engine` tests share one worker, one at a time (they share the machine's engines), and the
+    `process` and `e2e` tests of a module share one (its module-scoped servers start once)."""
     kept: list[pytest.Item] = []
     lacking: dict[str, list[pytest.Item]] = {}
     for item in items:
@@ -51,6 +54,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kind = selection.kind_of(getattr(item, "fixturenames", ()), params, modules, marks)
         if kind not in marks:
             item.add_marker(kind)
+        group = _WORKER_GROUP.get(kind, item.nodeid.split("::", 1)[0])
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
         needs_marks = list(item.iter_markers("needs"))
         explicit = [arg for mark in needs_marks for arg in mark.args] if needs_marks else None
         missing = selection.missing_needs(selection.needs_of(params, function, explicit))
@@ -65,6 +71,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[_LACKING] = {what: len(group) for what, group in lacking.items()}
 
 
+# The xdist group of each kind; a missing kind is grouped by its module, and `unit` tests by none.
+_WORKER_GROUP = {"unit": "", "engine": "engine"}
 _LACKING = pytest.StashKey[dict[str, int]]()
 
 
