@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -276,23 +277,21 @@ class InMemoryBroker(Broker):
             done += 1
         return done
 
-    async def nak(self, token: str, delay: float = 0.0) -> None:
+    def _redeliver_in(self, token: str, delay: Callable[[_Consumer], float]) -> None:
+        """Move an unacknowledged delivery's next delivery to `delay(consumer)` seconds from now."""
         parsed = self._parse(token)
         if parsed is None:
             return
         _, consumer, seq = parsed
         entry = consumer.pending.get(seq)
         if entry is not None:
-            entry.due = self.clock.monotonic() + delay
+            entry.due = self.clock.monotonic() + delay(consumer)
+
+    async def nak(self, token: str, delay: float = 0.0) -> None:
+        self._redeliver_in(token, lambda _consumer: delay)
 
     async def in_progress(self, token: str) -> None:
-        parsed = self._parse(token)
-        if parsed is None:
-            return
-        _, consumer, seq = parsed
-        entry = consumer.pending.get(seq)
-        if entry is not None:
-            entry.due = self.clock.monotonic() + consumer.config.ack_wait
+        self._redeliver_in(token, lambda consumer: consumer.config.ack_wait)
 
     async def term(self, token: str) -> None:
         parsed = self._parse(token)

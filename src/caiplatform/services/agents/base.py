@@ -52,6 +52,7 @@ A = TypeVar("A", Agent, AgentRow)
 # The question the owner gate's prefetched read answers (with the agent's name).
 GATE = "agents.owner-gate"
 P = TypeVar("P", Project, ProjectRef)
+T = TypeVar("T")
 
 
 class AgentBase:
@@ -299,19 +300,19 @@ class AgentBase:
     def _internal_url(self, record: AgentRecord, address: str | None) -> str:
         return address or f"http://{record.name}.{record.project.namespace}.svc.cluster.local"
 
-    async def _status(self, record: AgentRecord) -> WorkloadStatus | None:
+    async def _ask_runtime(self, record: AgentRecord,
+                           question: Callable[[WorkloadRef], Awaitable[T | None]]) -> T | None:
         try:
-            return await self.runtime.status(record.workload)
+            return await question(record.workload)
         except Exception:  # noqa: BLE001 - a view must not fail because the runtime hiccuped
             log.exception("runtime status of %s failed", record.name)
             return None
 
+    async def _status(self, record: AgentRecord) -> WorkloadStatus | None:
+        return await self._ask_runtime(record, self.runtime.status)
+
     async def _address(self, record: AgentRecord) -> str | None:
-        try:
-            return await self.runtime.address(record.workload)
-        except Exception:  # noqa: BLE001 - a view must not fail because the runtime hiccuped
-            log.exception("runtime status of %s failed", record.name)
-            return None
+        return await self._ask_runtime(record, self.runtime.address)
 
     async def view(self, record: AgentRecord, status: WorkloadStatus | None = None) -> AgentView:
         # The view shows only the runtime's address: without a status at hand, ask for just that.
