@@ -53,10 +53,12 @@ def memory_basetemp() -> Iterator[list[str]]:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Every test. Without arguments in three runs: the unit tests on two workers (they share nothing, as
-    `nox -s unit` proves on every save); the tests on the machine's shared engines one at a time; the tests
-    that start processes and servers of their own (data dirs, ports and engines of their own) on two
-    workers, a module per worker."""
+    """Every test. Without arguments in two runs: the unit tests on two workers (they share nothing, as
+    `nox -s unit` proves on every save); then the rest on four workers, because those tests mostly wait
+    (for servers to start, builds, engines) and four overlap their waits on two cores: the tests on the
+    machine's shared engines all on one worker, one at a time, and the tests that start processes and
+    servers of their own (data dirs, ports and engines of their own) a module per worker
+    (`--dist loadgroup` with the groups `tests/conftest.py` gives)."""
     session.install("-e", ".[all,agents,dev]")
     start_engines(session)
     env = {**dict(os.environ), "PYTHONUNBUFFERED": "1", **BYTECODE}
@@ -65,8 +67,7 @@ def tests(session: nox.Session) -> None:
         return
     with memory_basetemp() as basetemp:
         session.run("python", "-m", "pytest", "-m", "unit", "--forbid-processes", "-n", "2", *basetemp, env=env)
-    session.run("python", "-m", "pytest", "-m", "engine", env=env)
-    session.run("python", "-m", "pytest", "-m", "process or e2e", "-n", "2", "--dist", "loadfile", env=env)
+    session.run("python", "-m", "pytest", "-m", "not unit", "-n", "4", "--dist", "loadgroup", env=env)
 
 
 @nox.session

@@ -40,7 +40,7 @@ def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the `xdist_group` marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its kind and deselect those that need what this machine lacks (see
-    caiplatform.testing.selection and docs/testing.md). Under `--dist loadgroup` (the full suite's one
+    caiplatform.testing.selection and docs/testing.md). Under `--dist loadgroup` (the full suite's second
     run) the `engine` tests share one worker, one at a time (they share the machine's engines), and the
     `process` and `e2e` tests of a module share one (its module-scoped servers start once)."""
     kept: list[pytest.Item] = []
@@ -54,7 +54,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kind = selection.kind_of(getattr(item, "fixturenames", ()), params, modules, marks)
         if kind not in marks:
             item.add_marker(kind)
-        group = _WORKER_GROUP.get(kind, item.nodeid.split("::", 1)[0])
+        group = _worker_group(item, kind)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
         needs_marks = list(item.iter_markers("needs"))
@@ -71,8 +71,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[_LACKING] = {what: len(group) for what, group in lacking.items()}
 
 
-# The xdist group of each kind; a missing kind is grouped by its module, and `unit` tests by none.
-_WORKER_GROUP = {"unit": "", "engine": "engine"}
+def _worker_group(item: pytest.Item, kind: str) -> str:
+    """The xdist group of a test: none for `unit`, one for every `engine` test, else its module, or its
+    package when it uses a package-scoped fixture (`tests/cluster` shares one cluster, in module order)."""
+    if kind in ("unit", "engine"):
+        return "" if kind == "unit" else "engine"
+    path = item.nodeid.split("::", 1)[0]
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    if any(d.scope == "package" for defs in definitions for d in defs):
+        return path.rsplit("/", 1)[0]
+    return path
+
+
 _LACKING = pytest.StashKey[dict[str, int]]()
 
 
