@@ -27,8 +27,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection(session: pytest.Session) -> None:
     """No cyclic garbage collection while collecting: what the imports and the items make lives for the
-    whole run, and every full collection would walk it again (see `pytest_collection_finish`)."""
-    gc.disable()
+    whole run, and every full collection would walk it again (see `pytest_collection_finish`). Not in
+    xdist's controller, which collects nothing (its workers do)."""
+    if not session.config.pluginmanager.has_plugin("dsession"):
+        gc.disable()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
