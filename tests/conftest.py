@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import inspect
 import socket
 import subprocess
@@ -21,6 +22,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="fail a test marked `unit` that starts a child process (nox -s unit sets it)",
     )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> None:
+    """No cyclic garbage collection while collecting: what the imports and the items make lives for the
+    whole run, and every full collection would walk it again (see `pytest_collection_finish`). Not in
+    xdist's controller, which collects nothing (its workers do)."""
+    if not session.config.pluginmanager.has_plugin("dsession"):
+        gc.disable()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection made (modules, classes, the OpenAPI document, the items) moves to the collector's
+    permanent generation, and a full collection waits for ten times as many younger ones as by default:
+    tests import modules lazily, so the heap keeps growing, and each worker spent about 4 s of CPU in some
+    14 full collections over all of it. Garbage cycles are still collected (docs/testing.md)."""
+    gc.freeze()
+    gc.set_threshold(7000, 10, 100)
+    gc.enable()
 
 
 def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:

@@ -30,6 +30,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from tests.openapi_support import build_document, served_document
+
 EXAMPLES = int(os.environ.get("CAI_CONTRACT_EXAMPLES", "4"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 # Operations that would end the caller's own session for every case after them; each has its own tests.
@@ -39,14 +41,7 @@ SESSION_ENDING = re.compile(r"^/v1/auth/(logout|password)$")
 DESTRUCTIVE = {("DELETE", "/v1/projects/{projectID}"), ("DELETE", "/v1/projects/{project_id}")}
 
 
-def _document() -> dict:
-    from caiplatform.platform import Platform
-    from caiplatform_server.app import create_app
-
-    return create_app(Platform.in_memory(), manage_lifecycle=False).app.openapi()  # type: ignore[attr-defined]
-
-
-DOCUMENT = _document()
+DOCUMENT = served_document()  # as `create_app` serves it, kept across runs per state of the source
 PICKS = itertools.count()
 schema = schemathesis.openapi.from_dict(DOCUMENT).exclude(path_regex=SESSION_ENDING.pattern)
 # The coverage phase (every boundary and negative case the schema defines, about four times the run)
@@ -54,6 +49,10 @@ schema = schemathesis.openapi.from_dict(DOCUMENT).exclude(path_regex=SESSION_END
 schema.config.phases.update(phases=os.environ.get("CAI_CONTRACT_PHASES", "examples,coverage,fuzzing").split(","))
 if os.environ.get("CAI_CONTRACT_PATHS"):
     schema = schema.include(path_regex=os.environ["CAI_CONTRACT_PATHS"])
+
+
+def test_the_collected_document_is_the_served_one():
+    assert DOCUMENT == json.loads(json.dumps(build_document()))
 
 
 def test_the_document_is_valid_openapi_3_1():

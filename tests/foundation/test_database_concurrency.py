@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from sqlalchemy import Column, Integer, MetaData, Table, func, insert, select
 
 from caiplatform.db import Database
@@ -25,3 +26,24 @@ async def test_concurrent_units_of_work_on_the_in_memory_database():
     await asyncio.gather(*(db.run(write(n)) for n in range(200)))
     assert await db.run(lambda s: s.execute(select(func.count()).select_from(rows)).scalar()) == 200
     db.dispose()
+
+
+def test_a_snapshot_puts_back_the_whole_database_and_only_an_in_memory_one_is_copied(tmp_path):
+    db = Database.in_memory()
+    metadata = MetaData()
+    rows = Table("snapshot_probe", metadata, Column("id", Integer, primary_key=True), Column("n", Integer))
+    metadata.create_all(db.engine)
+    db.run_sync(lambda s: s.execute(insert(rows).values(n=1)))
+    snapshot = db.snapshot()
+    db.run_sync(lambda s: s.execute(insert(rows).values(n=2)))
+    db.run_sync(lambda s: s.execute(rows.delete().where(rows.c.n == 1)))
+    db.restore(snapshot)
+    assert db.run_sync(lambda s: s.execute(select(rows.c.n)).scalars().all()) == [1]
+    db.run_sync(lambda s: s.execute(insert(rows).values(n=3)))  # the restored database takes writes
+    assert db.run_sync(lambda s: s.execute(select(rows.c.n).order_by(rows.c.n)).scalars().all()) == [1, 3]
+    snapshot.close()
+    db.dispose()
+    on_disk = Database.sqlite_file(tmp_path / "db.sqlite")
+    with pytest.raises(ValueError, match="in-memory"):
+        on_disk.snapshot()
+    on_disk.dispose()

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import caiplatform
+from tests.openapi_support import served_document
 from tests.world_support import VERBS
 
 EXAMPLES = int(os.environ.get("CAI_FUZZ_EXAMPLES", "10"))
@@ -26,11 +27,8 @@ WRITES = ("post", "put", "patch")
 
 
 def _routes() -> list[tuple[str, str]]:
-    from caiplatform.platform import Platform
-    from caiplatform_server.app import create_app
-
-    app = create_app(Platform.in_memory(), manage_lifecycle=False).app  # type: ignore[attr-defined]
-    return [(method, path) for path, ops in app.openapi()["paths"].items() for method in ops if method in WRITES]
+    document = served_document()  # the app's, kept across runs per state of the source (tests/openapi_support.py)
+    return [(method, path) for path, ops in document["paths"].items() for method in ops if method in WRITES]
 
 
 def _field_names() -> list[str]:

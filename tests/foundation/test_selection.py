@@ -5,6 +5,9 @@ from __future__ import annotations
 import importlib
 import types
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from caiplatform.testing import selection
 
 PLAIN = types.ModuleType("plain")
@@ -35,6 +38,28 @@ def _deploys_a_go_function():
 
 def _deploys_langgraph():
     return {"framework": "langgraph"}
+
+
+def _keeps(*_: object):
+    return lambda function: function
+
+
+@_keeps("function-ruby")
+def _names_in_its_decorators_and_its_last_nested_function():
+    def later():
+        return "nodejs"
+
+    return later
+
+
+@given(st.just(1))
+def _given_deploys_go(x):
+    return "go"
+
+
+def test_a_body_is_its_decorators_to_its_last_line_also_behind_a_given():
+    assert selection.needs_of({}, _names_in_its_decorators_and_its_last_nested_function, None) == {"ruby", "node"}
+    assert selection.needs_of({}, _given_deploys_go, None) == {"go"}
 
 
 def test_needs_come_from_parameters_the_body_or_an_explicit_marker():

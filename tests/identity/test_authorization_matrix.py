@@ -4,8 +4,9 @@ ONE table drives it. Columns follow `world.PRINCIPALS`: anonymous, invalid crede
 project admin of P, org admin of P's org, platform admin without grants, platform admin with an active
 break-glass grant on P, service-account key of P (admin grant), workload key of P, automation token,
 member of P who still owes a password change, member of another project. Each cell runs on a fresh
-tenancy (`world.build_world`), so destructive routes are checked from every principal. A 404 in the
-table means the route must not reveal the project: never a 200 (or a 403) there.
+tenancy (`world.build_world`, put back by `world.Tenancies` after every accepted request), so destructive
+routes are checked from every principal. A 404 in the table means the route must not reveal the project:
+never a 200 (or a 403) there.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 
 import pytest
 
-from .world import PRINCIPALS, build_world
+from .world import PRINCIPALS, Tenancies
 
 PLATFORM = "401 401 403 403 403 200 200 403 403 200 403 403"
 SESSION = "401 401 200 200 200 200 200 200 403 200 403 200"
@@ -109,19 +110,20 @@ async def test_matrix(platform, client, settings, clock, method, path, body, exp
     assert len(statuses) == len(PRINCIPALS)
     failures = []
     world = None
-    for principal, want in zip(PRINCIPALS, statuses, strict=True):
-        if path.startswith("/v1/invitations"):
-            clock.advance(minutes=16)  # accept is sign-in throttled: give every principal a fresh window
-        if world is None:
-            # A refused request changes nothing, so the next principal may reuse the same tenancy.
-            world = build_world(platform, settings.automation_token)
-        url = _fill(path, world.ids)
-        content = json.dumps(_fill(body, world.ids)) if body is not None else None
-        response = await client.request(method, url, headers=world.headers[principal], content=content)
-        if response.is_success:
-            world = None
-        if response.status_code != want:
-            failures.append(f"{principal}: want {want}, got {response.status_code} {response.text[:160]}")
-        if want == 404:
-            assert response.status_code == 404, f"{principal} must not see the project: {response.text}"
+    with Tenancies(platform, settings.automation_token) as tenancies:
+        for principal, want in zip(PRINCIPALS, statuses, strict=True):
+            if path.startswith("/v1/invitations"):
+                clock.advance(minutes=16)  # accept is sign-in throttled: give every principal a fresh window
+            if world is None:
+                # A refused request changes nothing, so the next principal may reuse the same tenancy.
+                world = tenancies.fresh()
+            url = _fill(path, world.ids)
+            content = json.dumps(_fill(body, world.ids)) if body is not None else None
+            response = await client.request(method, url, headers=world.headers[principal], content=content)
+            if response.is_success:
+                world = None
+            if response.status_code != want:
+                failures.append(f"{principal}: want {want}, got {response.status_code} {response.text[:160]}")
+            if want == 404:
+                assert response.status_code == 404, f"{principal} must not see the project: {response.text}"
     assert not failures, "\n".join(failures)

@@ -4,9 +4,10 @@ project P, a second project Q, and one principal of every kind the authorization
 from __future__ import annotations
 
 import secrets
+import sqlite3
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cache
 
 from sqlalchemy.orm import Session
@@ -150,3 +151,36 @@ def build_world(platform: Platform, automation_token: str) -> World:
 
     platform.db.run_sync(build)
     return world
+
+
+class Tenancies:
+    """Fresh tenancies on one in-memory platform, as `build_world` makes them: the first is built, and
+    its database is copied aside; each next one is that copy put back (`Database.restore`: 0.05 ms
+    instead of ~6 ms of ORM inserts), so every leftover of the requests made since is gone. The
+    tenancy is the same one (same ids and credentials, all still valid), built at the same moment:
+    once the clock has moved, the next one is built again, so its grants and invitations start then."""
+
+    def __init__(self, platform: Platform, automation_token: str):
+        self.platform, self.automation_token = platform, automation_token
+        self._built: tuple[datetime, World, sqlite3.Connection] | None = None
+
+    def fresh(self) -> World:
+        now = self.platform.clock.now()
+        if self._built is not None and self._built[0] == now:
+            self.platform.db.restore(self._built[2])
+            return self._built[1]
+        self.close()
+        world = build_world(self.platform, self.automation_token)
+        self._built = (now, world, self.platform.db.snapshot())
+        return world
+
+    def __enter__(self) -> Tenancies:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._built is not None:
+            self._built[2].close()
+            self._built = None

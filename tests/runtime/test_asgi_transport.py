@@ -41,7 +41,9 @@ async def test_chunks_arrive_as_the_app_sends_them():
 
 async def test_closing_early_disconnects_and_ends_the_app():
     gate, seen = asyncio.Event(), []
-    async with httpx.AsyncClient(transport=StreamingASGITransport(chunked_app(gate, seen)), base_url="http://t") as c:
+    # The app below never ends on its own: it is cancelled once its grace after the disconnect is over.
+    transport = StreamingASGITransport(chunked_app(gate, seen), disconnect_grace=0.05)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
         async with c.stream("POST", "/", content=b"x") as response:
             assert await anext(response.aiter_lines()) == "first"
     # The app was still waiting on the gate: it was cancelled, nothing left running.

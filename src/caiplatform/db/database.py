@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio.to_thread
 from sqlalchemy import create_engine, event, make_url, text
@@ -145,15 +146,34 @@ class Database:
         if self._one_connection is None:
             _create_schema(self.engine)
             return
-        template = _in_memory_schema()
-        with self._turn(), template._turn():
-            source = template.engine.raw_connection()
-            target = self.engine.raw_connection()
+        with _in_memory_schema()._sqlite() as template, self._sqlite() as target:
+            template.backup(target)
+
+    def snapshot(self) -> sqlite3.Connection:
+        """A copy of this in-memory database, for `restore` (SQLite's backup API; a fraction of a
+        millisecond for a small database): tests put back a state they built once instead of building
+        it again."""
+        copy = sqlite3.connect(":memory:", check_same_thread=False)
+        with self._sqlite() as connection:
+            connection.backup(copy)
+        return copy
+
+    def restore(self, snapshot: sqlite3.Connection) -> None:
+        """Replace this in-memory database's content with a `snapshot` of it, between transactions."""
+        with self._sqlite() as connection:
+            snapshot.backup(connection)
+
+    @contextmanager
+    def _sqlite(self) -> Iterator[sqlite3.Connection]:
+        """The one connection of an in-memory SQLite database, while no transaction runs on it."""
+        if self._one_connection is None:
+            raise ValueError("only an in-memory SQLite database is copied whole")
+        with self._turn():
+            raw = self.engine.raw_connection()
             try:
-                source.driver_connection.backup(target.driver_connection)  # type: ignore[union-attr]
+                yield cast(sqlite3.Connection, raw.driver_connection)
             finally:
-                target.close()
-                source.close()
+                raw.close()
 
     def ping(self) -> None:
         with self._turn(), self.engine.connect() as conn:

@@ -830,12 +830,16 @@ class InternalTransport(httpx.AsyncBaseTransport):
                  on_delivery: Callable[[WorkloadRef, httpx.Headers, int | None, str], Awaitable[None]] | None = None):
         self._resolve = resolve
         self._runtime = runtime
-        self._fallback = fallback or httpx.AsyncHTTPTransport()
+        # Made on first use: a transport to the network loads the machine's certificates (~40 ms of CPU),
+        # and one is made for every platform that serves a service, most of which never push elsewhere.
+        self._fallback = fallback
         self._on_delivery = on_delivery
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         found = await self._resolve(request.url.host)
         if found is None:
+            if self._fallback is None:
+                self._fallback = httpx.AsyncHTTPTransport()
             return await self._fallback.handle_async_request(request)
         ref, timeout, tag = found
         try:
@@ -871,7 +875,8 @@ class InternalTransport(httpx.AsyncBaseTransport):
             log.warning("serverless: could not record a push delivery", exc_info=True)
 
     async def aclose(self) -> None:
-        await self._fallback.aclose()
+        if self._fallback is not None:
+            await self._fallback.aclose()
 
 
 def next_occurrence(schedule: Mapping[str, Any], after: datetime) -> datetime:

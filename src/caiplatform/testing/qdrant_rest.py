@@ -22,6 +22,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 import anyio.from_thread
@@ -59,10 +60,13 @@ def _quantization(config: models.QuantizationConfig | None) -> Quantization:
 
 
 class QdrantRestFake(httpx.BaseTransport):
-    def __init__(self, api_key: str | None = None, *, now: Callable[[], float] = time.time):
+    def __init__(self, api_key: str | None = None, *, now: Callable[[], float] = time.time,
+                 directory: str | Path | None = None):
         self.api_key = api_key
         self.now = now  # the clock a token's `exp` is read against
-        self._directory = tempfile.TemporaryDirectory(prefix="qdrant-rest-fake-")
+        # Under the test's own directory when it gives one (pytest's, on a memory file system in the unit
+        # runs): each collection is an Edge shard with some 32 MB of files to write and remove.
+        self._directory = tempfile.TemporaryDirectory(prefix="qdrant-rest-fake-", dir=directory)
         self.engine = EdgeVectorEngine(self._directory.name)
         self.requests: list[tuple[str, str, Any]] = []  # (method, path, JSON body) as received
         self.fail_next: tuple[int, bytes] | None = None  # the next answer, raw (status, body)

@@ -19,11 +19,11 @@ per missing thing instead of failing them.
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import inspect
 import re
 import shutil
+import types
 from collections.abc import Iterable
 from functools import cache
 from typing import Any
@@ -79,40 +79,34 @@ def _module_words(module: Any) -> tuple[bool, bool]:
 
 
 @cache
-def _function_spans(module: Any) -> dict[int, tuple[int, int]]:
-    """The line span (decorators included) of every function in a module, by its first line as its code
-    object records it: parsing a module once is much cheaper than `inspect.getsource` per function."""
-    source = _module_source(module)
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return {}
-    spans: dict[int, tuple[int, int]] = {}
-    bodies = [tree.body]  # tests are functions of the module or methods of its classes: no deeper walk
-    while bodies:
-        for node in bodies.pop():
-            if isinstance(node, ast.ClassDef):
-                bodies.append(node.body)
-            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
-                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-                spans.setdefault(start, (start, node.end_lineno))
-                spans.setdefault(node.lineno, (start, node.end_lineno))
-    return spans
-
-
-@cache
 def _module_lines(module: Any) -> list[str]:
     return _module_source(module).splitlines()
 
 
+def _code_span(code: types.CodeType) -> tuple[int, int]:
+    """The lines of a function's source, decorators included, from its code object: from its first line
+    (a decorated function's is its first decorator's) to the last line any of its instructions, or of
+    the functions defined in it, comes from. Much cheaper than parsing modules or `inspect.getsource`."""
+    last = code.co_firstlineno
+    codes = [code]
+    while codes:
+        current = codes.pop()
+        for _, end, _, _ in current.co_positions():
+            if end is not None and end > last:
+                last = end
+        codes.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+    return code.co_firstlineno, last
+
+
 @cache
 def _function_source(function: Any) -> str:
-    code = getattr(inspect.unwrap(function), "__code__", None)
+    # Hypothesis' `given` puts a stand-in of its own code in the test's place, and keeps the test here.
+    inner = getattr(getattr(function, "hypothesis", None), "inner_test", function)
+    code = getattr(inspect.unwrap(inner), "__code__", None)
     module = inspect.getmodule(function)
-    if code is not None and module is not None:
-        span = _function_spans(module).get(code.co_firstlineno)
-        if span is not None:
-            return "\n".join(_module_lines(module)[span[0] - 1 : span[1]])
+    if code is not None and module is not None and code.co_filename == getattr(module, "__file__", None):
+        first, last = _code_span(code)
+        return "\n".join(_module_lines(module)[first - 1 : last])
     try:
         return inspect.getsource(function)
     except (OSError, TypeError):

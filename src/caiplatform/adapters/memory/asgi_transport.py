@@ -25,11 +25,12 @@ _END = object()
 
 class _StreamedBody(httpx.AsyncByteStream):
     def __init__(self, chunks: asyncio.Queue[Any], task: asyncio.Task[None], disconnected: asyncio.Event,
-                 failure: list[BaseException]):
+                 failure: list[BaseException], grace: float):
         self._chunks = chunks
         self._task = task
         self._disconnected = disconnected
         self._failure = failure
+        self._grace = grace
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         while True:
@@ -49,7 +50,7 @@ class _StreamedBody(httpx.AsyncByteStream):
         if not self._task.done():
             # Give the app a moment to notice the disconnect and finish its own clean-up, as a server would.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._task), 1.0)
+                await asyncio.wait_for(asyncio.shield(self._task), self._grace)
         if not self._task.done():
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -57,10 +58,12 @@ class _StreamedBody(httpx.AsyncByteStream):
 
 
 class StreamingASGITransport(httpx.AsyncBaseTransport):
-    def __init__(self, app: Any, *, client: tuple[str, int] = ("127.0.0.1", 123), root_path: str = ""):
+    def __init__(self, app: Any, *, client: tuple[str, int] = ("127.0.0.1", 123), root_path: str = "",
+                 disconnect_grace: float = 1.0):
         self.app = app
         self.client = client
         self.root_path = root_path
+        self.disconnect_grace = disconnect_grace  # seconds an app has to end after the reader left
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         scope = {
@@ -131,4 +134,4 @@ class StreamingASGITransport(httpx.AsyncBaseTransport):
                 raise failure[0]
             raise RuntimeError("the ASGI app returned without starting a response")
         return httpx.Response(start["status"], headers=start["headers"],
-                              stream=_StreamedBody(chunks, task, disconnected, failure))
+                              stream=_StreamedBody(chunks, task, disconnected, failure, self.disconnect_grace))
