@@ -14,6 +14,7 @@ import croniter  # noqa: F401
 import pytest
 
 from caiplatform.testing import engines, selection
+from tests import worker_groups
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -22,6 +23,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="fail a test marked `unit` that starts a child process (nox -s unit sets it)",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker_groups.name_the_file(config)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadgroup` with the groups of `tests/worker_groups.py` (xdist's own lose them on pytest 9)."""
+    return worker_groups.GroupScheduling(config, log) if worker_groups.grouping(config) else None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -57,14 +67,13 @@ def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None
     return True if selection.never_unit(source) else None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the `xdist_group` marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its kind and deselect those that need what this machine lacks (see
-    caiplatform.testing.selection and docs/testing.md). Under `--dist loadgroup` (the full suite's second
-    run) the `engine` tests share one worker, one at a time (they share the machine's engines), and the
-    `process` and `e2e` tests of a module share one (its module-scoped servers start once)."""
+    caiplatform.testing.selection and docs/testing.md), and, for the full suite's second run, tell the
+    controller which tests share a worker (`tests/worker_groups.py`)."""
     kept: list[pytest.Item] = []
     lacking: dict[str, list[pytest.Item]] = {}
+    groups: dict[str, str] = {}
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = dict(callspec.params) if callspec is not None else {}
@@ -74,9 +83,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kind = selection.kind_of(getattr(item, "fixturenames", ()), params, modules, marks)
         if kind not in marks:
             item.add_marker(kind)
-        group = _worker_group(item, kind)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+        groups[item.nodeid] = worker_groups.group_of(item, kind)
         needs_marks = list(item.iter_markers("needs"))
         explicit = [arg for mark in needs_marks for arg in mark.args] if needs_marks else None
         missing = selection.missing_needs(selection.needs_of(params, function, explicit))
@@ -89,19 +96,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept_ids])
         items[:] = kept
     config.stash[_LACKING] = {what: len(group) for what, group in lacking.items()}
-
-
-def _worker_group(item: pytest.Item, kind: str) -> str:
-    """The xdist group of a test: none for `unit`, one for every `engine` test, else its module, or its
-    package when it uses a package-scoped fixture (`tests/cluster` shares one cluster, in module order)."""
-    if kind in ("unit", "engine"):
-        return "" if kind == "unit" else "engine"
-    path = item.nodeid.split("::", 1)[0]
-    info = getattr(item, "_fixtureinfo", None)
-    definitions = info.name2fixturedefs.values() if info is not None else ()
-    if any(d.scope == "package" for defs in definitions for d in defs):
-        return path.rsplit("/", 1)[0]
-    return path
+    worker_groups.write(config, groups)
 
 
 _LACKING = pytest.StashKey[dict[str, int]]()
