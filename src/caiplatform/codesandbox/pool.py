@@ -65,7 +65,8 @@ class WarmSandbox:
         answer = None
         with contextlib.suppress(ValueError):
             answer = json.loads(line) if line.strip() else None
-        oom = await asyncio.to_thread(self.launch.oom_killed)
+        oom = await asyncio.to_thread(self.launch.oom_killed) or bool(
+            self.launch.rlimited and answer is not None and answer.get("out_of_memory"))
         return RunOutcome(answer, oom, await self._own_stderr())
 
     async def _own_stderr(self) -> str:

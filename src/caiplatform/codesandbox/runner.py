@@ -22,6 +22,10 @@ import sys
 import threading
 from pathlib import Path
 
+from caiplatform.sandbox.limits import ran_out_of_memory
+
+STDERR_TAIL = 8192
+
 JOIN_SECONDS = 1.0
 
 
@@ -94,6 +98,9 @@ def run_request(work: Path, request: dict) -> dict:
     for name, sink in sinks.items():
         answer[name] = sink.get("data", b"").decode("utf-8", "replace")
         answer[f"{name}_truncated"] = bool(sink.get("truncated"))
+    # Under the rlimit fallback an allocation fails instead of a kernel kill: the snippet's runtime says so.
+    stderr_tail = sinks["stderr"].get("data", b"")[-STDERR_TAIL:].decode("utf-8", "replace")
+    answer["out_of_memory"] = not timed_out and ran_out_of_memory(code, stderr_tail)
     return answer
 
 

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from caiplatform.sandbox.limits import memory_rlimit
+
 
 def call(code_dir: Path, request: dict) -> dict:
     path = code_dir / request["module_path"]
@@ -53,7 +55,9 @@ def main() -> int:
         answer = call(code_dir, json.loads(line))
         text = json.dumps(answer, default=str)
     except BaseException as exc:  # noqa: BLE001 - the tool's failure is the answer
-        text = json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+        # Under the rlimit fallback an allocation fails instead of a kernel kill (the platform says `memory`).
+        out_of_memory = isinstance(exc, MemoryError) and memory_rlimit() is not None
+        text = json.dumps({"error": f"{type(exc).__name__}: {exc}", "out_of_memory": out_of_memory})
     channel.write(text.encode() + b"\n")
     channel.flush()
     return 0

@@ -265,6 +265,18 @@ def rlimit_argv(limits: Limits) -> list[str]:
 # How a process that ran out of memory under the rlimit fallback ends (the harness, when an allocation
 # failed against the limit): the runtime reports it as `OOMKilled`, as it does the cgroup's kill.
 OUT_OF_MEMORY_EXIT = 113
+# What a language runtime writes when it dies because an allocation failed (Python's `MemoryError`, V8,
+# C++, Go, Ruby, and the Node.js and Ruby shims' own words).
+OUT_OF_MEMORY_SIGNS = ("MemoryError", "JavaScript heap out of memory", "std::bad_alloc", "runtime: out of memory",
+                       "failed to allocate memory", "NoMemoryError")
+
+
+def ran_out_of_memory(exit_code: int | None, stderr_tail: str) -> bool:
+    """Under the rlimit fallback: whether a process that failed did so because an allocation failed
+    against the memory limit (its runtime says so on its standard error). Never true under a cgroup,
+    whose kernel kill is read from the cgroup instead."""
+    return (memory_rlimit() is not None and exit_code not in (0, None)
+            and any(sign in stderr_tail for sign in OUT_OF_MEMORY_SIGNS))
 
 
 def memory_rlimit() -> int | None:

@@ -31,15 +31,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
+from caiplatform.sandbox.limits import OUT_OF_MEMORY_SIGNS
 from caiplatform.turns.base import StreamLine, TurnContext, TurnError, TurnRunner
 from caiplatform.turns.function import FunctionContext, render
 from caiplatform.turns.loader import EntryError
 
 # Lines can carry an 8 MiB event; asyncio's default line limit is 64 KiB.
 LINE_LIMIT = 64 * 1024 * 1024
-# What a language runtime writes when it dies because an allocation failed.
-OUT_OF_MEMORY_SIGNS = ("JavaScript heap out of memory", "std::bad_alloc", "runtime: out of memory",
-                       "failed to allocate memory", "NoMemoryError")
 STDERR_TAIL = 8192
 
 
