@@ -192,14 +192,6 @@ class RouteTable:
             self._telemetry_asked_until = now + TELEMETRY_RECHECK_SECONDS
         return self._telemetry
 
-    async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> bool:
-        """Answer the request when its route is direct; False (nothing sent) to leave it to FastAPI."""
-        found = self.find(scope)
-        if found is None:
-            return False
-        await self.call(found, scope, receive, send)
-        return True
-
     def find(self, scope: Scope) -> Found | None:
         """The request's route when it is direct (its path parameters then in the scope, as FastAPI puts
         them), else None."""
