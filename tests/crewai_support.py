@@ -22,14 +22,14 @@ from pathlib import Path
 from caiplatform.adapters.local.builder import READY_MARKER, LocalBuilder, requirements_key
 from caiplatform.ports.builder import BuildRequest, Image
 from caiplatform.sandbox import shared_sandbox
+from tests.cache_support import shared_cache_dir
 
 # Pinned so the cached environment is what the tests describe (a new crewai release is a new environment).
 REQUIREMENTS = "crewai==1.15.30\n"
 
 
 def cache_root() -> Path:
-    base = os.environ.get("CAI_TEST_CACHE_DIR") or str(Path(__file__).resolve().parents[1] / ".caiplatform" / "test-cache")
-    return Path(base) / "crewai"
+    return shared_cache_dir() / "crewai"
 
 
 def build_in_cache(source: Path, workload: str) -> Image:

@@ -21,6 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.cache_support import shared_cache_dir
+
 PACKAGES = ("caiplatform", "caiplatform_server")
 WRITERS = ("fastapi", "pydantic", "pydantic-core", "starlette")
 
@@ -49,8 +51,7 @@ def source_key() -> str:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("CAI_TEST_CACHE_DIR") or str(Path(__file__).resolve().parents[1] / ".caiplatform" / "test-cache")
-    return Path(base) / "openapi"
+    return shared_cache_dir() / "openapi"
 
 
 def served_document() -> dict[str, Any]:
