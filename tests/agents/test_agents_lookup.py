@@ -5,6 +5,7 @@ expired, an outsider, a deleted account, the automation token and the platform i
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 
 from sqlalchemy.orm import Session
@@ -136,3 +137,51 @@ async def test_the_gate_picks_the_callers_own_agent_and_refuses_the_rest(platfor
     assert (await _outcome(lambda: locate(principals["member"], ORPHAN, None)))[0] == "Forbidden"
     assert (await _outcome(lambda: locate(principals["automation"], TWIN, None)))[0] == "Conflict"
     assert (await _outcome(lambda: locate(principals["automation"], TWIN, "qq")))[2] == ids["Q"]
+
+
+async def _target_outcome(pending) -> tuple:
+    try:
+        target = await pending
+    except PlatformError as exc:
+        return type(exc).__name__, exc.message
+    return "ok", target.agent_id, target.project_id, target.project_short, target.kind
+
+
+async def test_the_invoke_targets_lean_read_answers_as_the_orm_path(platform):
+    """`invoke_target` without `?project=`: one Core statement for people, the automation token, the platform
+    and anonymous callers; the same answer as the ORM reads it replaced (visible projects, then the agents
+    of that name there; every agent of that name for an anonymous caller)."""
+    ids = _build(platform)
+    agents = platform.agents
+    principals = {**_principals(ids), "anonymous": Principal.anonymous("127.0.0.1")}
+
+    def before(principal: Principal, name: str):
+        def read(s: Session):
+            if principal.authenticated:
+                return [(a, p) for a, p, _ in agents._candidates_sync(s, agents._projects_sync(s, principal, None), name)]
+            return [(a, p) for a in s.query(Agent).filter(Agent.name == name)
+                    for p in [s.get(Project, a.project_id)]]
+
+        async def target():
+            return agents._one_target(name, platform.db.read_session_sync(read))
+
+        return target()
+
+    for who, principal in principals.items():
+        for name in (TWIN, SOLO, ORPHAN, "missing"):
+            expected = await _target_outcome(before(principal, name))
+            got = await _target_outcome(agents.invoke_target(principal, name, None))
+            assert got == expected, (who, name)
+            prefetched = platform.db.read_sync(functools.partial(agents.gate_read(name, None).run, principal=principal))
+            assert await _target_outcome(agents.invoke_target(principal, name, None, prefetched)) == expected
+
+
+async def test_a_prefetched_target_counts_only_for_its_own_caller(platform):
+    ids = _build(platform)
+    principals = _principals(ids)
+    agents = platform.agents
+    theirs = platform.db.read_sync(functools.partial(agents.gate_read(SOLO, None).run, principal=principals["both"]))
+    # The outsider does not see `solo`: read again for them rather than taking someone else's outcome.
+    got = await _target_outcome(agents.invoke_target(principals["outsider"], SOLO, None, theirs))
+    assert got == ("NotFound", "unknown agent: solo")
+    assert (await _target_outcome(agents.invoke_target(principals["both"], SOLO, None, theirs)))[0] == "ok"  # it sees `solo`

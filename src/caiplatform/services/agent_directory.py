@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from caiplatform.db.prefetch import Prefetched
 from caiplatform.ports.runtime import WorkloadRef
 from caiplatform.principal import Principal
 
@@ -32,8 +33,12 @@ class EmbedTarget:
 
 
 class AgentDirectory(Protocol):
-    async def invoke_target(self, principal: Principal, name: str, project: str | None) -> InvokeTarget:
+    async def invoke_target(self, principal: Principal, name: str, project: str | None,
+                            prefetched: Prefetched | None = None) -> InvokeTarget:
         """The agent `name` as this caller may invoke it (document 1, invoke rule 6).
+
+        `prefetched`: what the route's `reads_with_credential` read beside the credential, if anything (a
+        directory that has no use for it reads as it would without it).
 
         `project` is the optional `?project=<slug|short|id>`. Raises `NotFound("unknown agent: <name>")`
         for an unknown or invisible agent and `Conflict` (add `?project=<slug>` or sign in) for a name

@@ -28,6 +28,7 @@ import httpx
 from pydantic import ValidationError
 
 from caiplatform import json_input, validation
+from caiplatform.db.prefetch import Prefetched
 from caiplatform.errors import (
     BadGateway,
     BadRequest,
@@ -360,9 +361,11 @@ class InvokeService:
 
     # -- invoke ----------------------------------------------------------------------------------
     async def prepare(self, principal: Principal, name: str, project: str | None, raw: bytes | InvokeRequest, *,
-                      target: InvokeTarget | None = None, allow_memorize: bool = True) -> Prepared:
+                      target: InvokeTarget | None = None, allow_memorize: bool = True,
+                      prefetched: Prefetched | None = None) -> Prepared:
         """Invoke rules 1 to 7 up to the call itself (`target` given: the embed route found it). `raw` is the
-        body as sent (a function's event is any JSON) or, from the library, an `InvokeRequest`."""
+        body as sent (a function's event is any JSON) or, from the library, an `InvokeRequest`. `prefetched`:
+        the target's read made with the credential (`AgentService.gate_read`), if the route made it."""
         if isinstance(raw, InvokeRequest):
             raw = json.dumps(raw.model_dump(exclude_unset=True), ensure_ascii=False).encode()
         directory = self._wired()[0]
@@ -379,7 +382,7 @@ class InvokeService:
             # Functions take any event; for everything else (and for a name that resolves to nothing,
             # since validation comes before lookup) rule 1 holds.
             try:
-                target = await directory.invoke_target(principal, name, project)
+                target = await directory.invoke_target(principal, name, project, prefetched)
             except (NotFound, Conflict, Forbidden):
                 raise BadRequest(MESSAGE_REQUIRED) from None
         if not has_message and (target is None or target.kind != "function"):
@@ -403,7 +406,7 @@ class InvokeService:
         if memorize and not principal.authenticated:
             raise Unauthenticated(MEMORIZE_NEEDS_AUTH)
         if target is None:
-            target = await directory.invoke_target(principal, name, project)
+            target = await directory.invoke_target(principal, name, project, prefetched)
         if target.kind != "function" and len(raw) > AGENT_BODY_LIMIT:
             raise PayloadTooLarge(f"request body too large (limit {AGENT_BODY_LIMIT} bytes)")
         if target.kind == "function":
@@ -428,10 +431,10 @@ class InvokeService:
         return {"Content-Type": prepared.content_type, **prepared.id_headers, **self._internal_headers(prepared.target)}
 
     async def invoke(self, principal: Principal, name: str, project: str | None, raw: bytes | InvokeRequest, *,
-                     prepared: Prepared | None = None) -> Reply:
+                     prepared: Prepared | None = None, prefetched: Prefetched | None = None) -> Reply:
         """POST /v1/agents/{name}/invoke: one message, one reply (a function's own return value)."""
         deadline = time.monotonic() + self.timeout
-        prepared = prepared or await self.prepare(principal, name, project, raw)
+        prepared = prepared or await self.prepare(principal, name, project, raw, prefetched=prefetched)
         status, content, headers = await self._exchange(
             prepared.target, "POST", "/invoke", deadline=deadline, content=prepared.body,
             headers=self._turn_headers(prepared))
@@ -442,11 +445,11 @@ class InvokeService:
         return Reply(200, content, prepared.id_headers, headers.get("content-type", "application/json"))
 
     async def stream(self, principal: Principal, name: str, project: str | None, raw: bytes | InvokeRequest, *,
-                     prepared: Prepared | None = None) -> TurnStream:
+                     prepared: Prepared | None = None, prefetched: Prefetched | None = None) -> TurnStream:
         """POST /v1/agents/{name}/invoke/stream. Errors before the first line are raised; later ones
         (timeout, oversized stream) end the stream with an `error` line."""
         deadline = time.monotonic() + self.timeout
-        prepared = prepared or await self.prepare(principal, name, project, raw)
+        prepared = prepared or await self.prepare(principal, name, project, raw, prefetched=prefetched)
         target = prepared.target
         endpoint = await self._acquire(target, deadline)
         response: Upstream | None = None

@@ -47,7 +47,8 @@ class StaticDirectory:
             raise Conflict(f"agent {name} exists in several projects; add ?project=<slug> or sign in")
         return found[0]
 
-    async def invoke_target(self, principal: Principal, name: str, project: str | None) -> InvokeTarget:
+    async def invoke_target(self, principal: Principal, name: str, project: str | None,
+                            prefetched: Any = None) -> InvokeTarget:
         return self._find(name, project)
 
     async def manage_target(self, principal: Principal, name: str, project: str | None) -> InvokeTarget:

@@ -25,8 +25,9 @@ from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.services.agent_directory import EmbedTarget
 from caiplatform.services.invoke import AGENT_BODY_LIMIT, FUNCTION_BODY_LIMIT, TurnStream
-from caiplatform_server.app_deps import platform_of, principal_of
+from caiplatform_server.app_deps import caller_of, platform_of, principal_of
 from caiplatform_server.contract import ANONYMOUS, CALLERS, _schema_ref, operation, reply
+from caiplatform_server.dispatch import prefetched_of, reads_with_credential
 from caiplatform_server.http import read_body
 
 router = APIRouter(tags=["invoke"])
@@ -100,21 +101,30 @@ def _page_args(request: Request) -> tuple[str | None, str | None]:
     return q.get("page_size", q.get("limit")), q.get("page_token")
 
 
+def _target_read(request: Request) -> Any:
+    """The invoke target's read, made with the credential's (`reads_with_credential`)."""
+    return request.app.state.platform.agents.gate_read(request.path_params["name"], _project(request))
+
+
+# Both invoke routes take only `request` (and the name): the flat route table calls them directly.
 @router.post(A + "/invoke", summary="One message in, one reply out",
              **_invoke_operation(stream=False, security=CALLERS, query=[PROJECT]))
-async def invoke(name: str, request: Request, principal: Principal = Depends(principal_of),
-                 platform: Platform = Depends(platform_of)) -> Response:
+@reads_with_credential(_target_read)
+async def invoke(name: str, request: Request) -> Response:
+    platform, principal = caller_of(request)
     raw = await read_body(request, FUNCTION_BODY_LIMIT)
-    answer = await platform.invoke.invoke(principal, name, _project(request), raw)
+    answer = await platform.invoke.invoke(principal, name, _project(request), raw, prefetched=prefetched_of(request))
     return Response(answer.content, status_code=answer.status, headers=answer.headers, media_type=answer.media_type)
 
 
 @router.post(A + "/invoke/stream", summary="The same turn as an NDJSON stream",
              **_invoke_operation(stream=True, security=CALLERS, query=[PROJECT]))
-async def invoke_stream(name: str, request: Request, principal: Principal = Depends(principal_of),
-                        platform: Platform = Depends(platform_of)) -> Response:
+@reads_with_credential(_target_read)
+async def invoke_stream(name: str, request: Request) -> Response:
+    platform, principal = caller_of(request)
     raw = await read_body(request, FUNCTION_BODY_LIMIT)
-    return TurnStreamResponse(await platform.invoke.stream(principal, name, _project(request), raw))
+    return TurnStreamResponse(await platform.invoke.stream(principal, name, _project(request), raw,
+                                                           prefetched=prefetched_of(request)))
 
 
 @router.get(A + "/users", summary="Callers of the agent",

@@ -359,7 +359,7 @@ class AgentBase:
             kind=record.kind, framework=record.framework, workload=record.workload,
         )
 
-    def _target(self, agent: Agent, project: Project) -> InvokeTarget:
+    def _target(self, agent: Agent | AgentRow, project: Project | ProjectRef) -> InvokeTarget:
         return InvokeTarget(
             agent=agent.name, agent_id=agent.id, project_id=project.id, project_short=project.short,
             kind=agent.kind, framework=agent.framework,

@@ -77,6 +77,13 @@ CANDIDATES = PreparedRead(
 )
 
 
+def named_agents(connection: Connection, name: str) -> list[tuple[AgentRow, ProjectRef]]:
+    """Every agent named `name`, with its project: the invoke target of an anonymous caller, who sees every
+    agent (the data plane is open by default). The same statement, without a user: one row per agent."""
+    rows = CANDIDATES.all(connection, {"name": name, "user_id": None})
+    return [(AgentRow(row), ProjectRef(*(getattr(row, f"project_{f}") for f in _PROJECT_FIELDS))) for row in rows]
+
+
 def visible_candidates(connection: Connection, principal: Principal, name: str,
                        now: datetime) -> list[tuple[AgentRow, ProjectRef, ProjectGrant]]:
     """The agents named `name` in the projects the caller sees, each with the caller's grant there."""

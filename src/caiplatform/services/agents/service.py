@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
+from collections.abc import Sequence
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -17,8 +18,11 @@ from caiplatform.db.prefetch import Prefetched
 from caiplatform.errors import Conflict, NotFound
 from caiplatform.models.agents import AgentDeleted, AgentList, AgentView
 from caiplatform.principal import Principal
+from caiplatform.services.access import ProjectRef
 from caiplatform.services.agent_directory import InvokeTarget
+from caiplatform.services.agents.base import GATE
 from caiplatform.services.agents.configuration import AgentConfiguration
+from caiplatform.services.agents.lookup import LEAN_KINDS, AgentRow, named_agents, visible_candidates
 from caiplatform.services.agents.records import (
     AgentRecord,
     owner_ref_of,
@@ -161,8 +165,23 @@ class AgentService(AgentConfiguration):
 
     # == AgentDirectory (for the invoke path) ========================================================
 
-    async def invoke_target(self, principal: Principal, name: str, project: str | None) -> InvokeTarget:
+    async def invoke_target(self, principal: Principal, name: str, project: str | None,
+                            prefetched: Prefetched | None = None) -> InvokeTarget:
+        """`prefetched`: the outcome of `gate_read(name, project)` made with the credential, if it was."""
         validation.agent_name(name)
+        if project is None and (not principal.authenticated or principal.kind in LEAN_KINDS):
+            # Most invokes: one Core statement on the read path, the same rules as the ORM path below (the
+            # caller's visible projects; every project for an anonymous caller).
+            if not principal.authenticated:
+                found = await self.db.read(lambda c: named_agents(c, name))
+            else:
+                if prefetched is not None and prefetched.answers((GATE, name), principal):
+                    candidates = prefetched.result()  # read for this request, with its credential
+                else:
+                    now = self.clock.now()
+                    candidates = await self.db.read(lambda c: visible_candidates(c, principal, name, now))
+                found = [(agent, ref) for agent, ref, _ in candidates]
+            return self._one_target(name, found)
 
         def run(session: Session) -> InvokeTarget:
             if principal.authenticated:
@@ -174,13 +193,16 @@ class AgentService(AgentConfiguration):
                     ids = [p.id for p in self.access.project_by_ref_sync(session, project)]
                     query = query.where(Agent.project_id.in_(ids))
                 found = [(a, p) for a, p in session.execute(query).all()]
-            if not found:
-                raise NotFound(unknown_agent(name))
-            if len(found) > 1:
-                raise Conflict(f"agent {name} exists in several projects; add ?project=<slug> or sign in")
-            return self._target(*found[0])
+            return self._one_target(name, found)
 
-        return await self.db.run(run)
+        return await self.db.read_session(run)  # a read-only lookup: no transaction to commit
+
+    def _one_target(self, name: str, found: Sequence[tuple[Agent | AgentRow, Project | ProjectRef]]) -> InvokeTarget:
+        if not found:
+            raise NotFound(unknown_agent(name))
+        if len(found) > 1:
+            raise Conflict(f"agent {name} exists in several projects; add ?project=<slug> or sign in")
+        return self._target(*found[0])
 
     async def manage_target(self, principal: Principal, name: str, project: str | None) -> InvokeTarget:
         self.access.require_management(principal)
