@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -169,6 +170,39 @@ async def test_a_client_leaving_mid_stream_frees_the_slot(wired, client, platfor
 
     with pytest.raises(ClientDisconnect):
         await response({"type": "http", "asgi": {"spec_version": "2.4"}}, receive, send)
+    assert wired.harnesses.held == 0
+
+
+async def test_a_client_that_disconnects_while_the_turn_runs_ends_the_stream_and_frees_the_slot(wired, platform):
+    """ASGI 2.3 (uvicorn): the server says `http.disconnect` and keeps accepting sends; the stream stops
+    waiting for the turn at once, ends without an error and frees the slot."""
+    from caiplatform_server.apis.core_invoke import TurnStreamResponse
+
+    wired.deploy("fn", "function", PYTHON_FUNCTION)
+    turn = await platform.invoke.stream(platform_principal(), "fn", None, b'{"message": "hi"}')
+    never = asyncio.Event()
+
+    async def lines():
+        yield b'{"type": "start"}\n'
+        await never.wait()  # the turn would go on past the client's departure
+        yield b"unreachable\n"
+
+    turn.lines = lines()
+    left = asyncio.Event()
+
+    async def receive():
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+        if message.get("body"):
+            left.set()  # the client reads the first line and goes away
+
+    await asyncio.wait_for(TurnStreamResponse(turn)({"type": "http", "asgi": {"spec_version": "2.3"}}, receive, send), 5)
+    assert [m.get("body") for m in sent[1:]] == [b'{"type": "start"}\n']
     assert wired.harnesses.held == 0
 
 

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from caiplatform.errors import PlatformError
@@ -52,9 +54,35 @@ class TurnStreamResponse(StreamingResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await self._stream(receive, send)
         finally:
             await self.turn.aclose()
+
+    async def _stream(self, receive: Receive, send: Send) -> None:
+        """Starlette's stream, with the client's disconnect watched by one plain task rather than an anyio
+        task group, whose setup came before the first line (the first line's latency is a target)."""
+        streaming = asyncio.current_task()
+        assert streaming is not None
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            streaming.cancel()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await self.stream_response(send)
+        except OSError:  # a server that raises on a closed connection (ASGI 2.4), as Starlette says it
+            raise ClientDisconnect() from None
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            streaming.uncancel()  # the client left: the stream ends, as Starlette's does
+        finally:
+            watcher.cancel()
 
 
 PROJECT = {"name": "project", "in": "query", "required": False, "schema": {"type": "string"},
