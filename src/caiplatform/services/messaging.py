@@ -22,7 +22,8 @@ from sqlalchemy.orm import Session
 
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
-from caiplatform.db.models import MessagingSubscription, MessagingTopic, Project
+from caiplatform.db.models import MessagingSubscription, MessagingTopic, Project, ProjectMember
+from caiplatform.db.prepared import PreparedRead
 from caiplatform.domain import messaging as m
 from caiplatform.domain.messaging import Subscription, Topic, TopicCounters
 from caiplatform.errors import BadRequest, Conflict, InternalError, NotFound, Unavailable
@@ -51,7 +52,7 @@ from caiplatform.ports.broker import (
     StreamFull,
 )
 from caiplatform.principal import Principal
-from caiplatform.services.access import Access, ProjectRef, Role
+from caiplatform.services.access import GATE_COLUMNS, GATE_MEMBER_JOIN, Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.purge import remove_each
 
@@ -103,8 +104,15 @@ def push_url_problem(url: str, namespace: str) -> str | None:
 # The reads of publish, pull and acknowledge, made on every request: Core statements built once, run on
 # the request's transaction, rather than ORM queries built, compiled and loaded into objects each time
 # (two thirds of the request's database work). Rows carry the ORM attributes' names.
-_TOPIC_READ = select(*MessagingTopic.__table__.columns).where(
-    MessagingTopic.project_id == bindparam("project"), MessagingTopic.name == bindparam("topic"))
+# Publish reads the caller's grant and the topic in one prepared statement (`Access.project_gate_sync`):
+# a row per grant row of the caller, the topic's columns on each (all None when there is no such topic).
+_TOPIC_GATE = PreparedRead(
+    select(*GATE_COLUMNS, *MessagingTopic.__table__.columns)
+    .select_from(Project)
+    .outerjoin(ProjectMember, GATE_MEMBER_JOIN)
+    .outerjoin(MessagingTopic, and_(MessagingTopic.project_id == Project.id, MessagingTopic.name == bindparam("topic")))
+    .where(Project.id == bindparam("project"))
+)
 _SUBSCRIPTION_READ = (
     select(MessagingTopic.id.label("topic_row_id"), *MessagingSubscription.__table__.columns)
     .select_from(MessagingTopic)
@@ -114,7 +122,7 @@ _SUBSCRIPTION_READ = (
 )
 
 
-def _topic_of(row: MessagingTopic | Row[Any], project: ProjectRef) -> Topic:
+def _topic_of(row: Any, project: ProjectRef) -> Topic:
     return Topic(
         project_id=row.project_id,
         project_short=project.short,
@@ -249,14 +257,13 @@ class TopicService:
         """`_project` then the topic in one transaction: one trip to the database on the publish path."""
         self.access.require_management(principal)
 
-        def read(session: Session) -> tuple[ProjectRef, Row[Any] | None]:
-            grant = self.access.project_sync(session, principal, project_id, need=Role.MEMBER, bad_id=NotFound)
-            if not m.valid_name(name):
-                return grant.project, None
-            row = session.connection().execute(_TOPIC_READ, {"project": grant.project.id, "topic": name}).first()
-            return grant.project, row
+        def read(session: Session) -> tuple[ProjectRef, Any]:
+            grant, rows = self.access.project_gate_sync(session, principal, project_id, _TOPIC_GATE,
+                                                        {"topic": name}, need=Role.MEMBER, bad_id=NotFound)
+            row = rows[0]
+            return grant.project, (row if row.id is not None and m.valid_name(name) else None)
 
-        project, row = await self.db.run(read)
+        project, row = await self.db.read_session(read)  # a read-only gate: no transaction to commit
         if row is None:
             raise NotFound(m.TOPIC_NOT_FOUND)
         return project, _topic_of(row, project)
@@ -277,7 +284,7 @@ class TopicService:
                 raise NotFound(m.TOPIC_NOT_FOUND)
             return grant.project, row if row.id is not None and m.valid_name(name) else None
 
-        project, row = await self.db.run(read)
+        project, row = await self.db.read_session(read)  # a read-only gate: no transaction to commit
         if row is None:
             raise NotFound(m.SUBSCRIPTION_NOT_FOUND)
         return project, subscription_of(row, project.short)
