@@ -110,7 +110,9 @@ def decode(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     if (data.count(b"[") + data.count(b"{") > max_depth and isinstance(value, (dict, list))
             and value_depth_exceeds(value, max_depth)):
         raise JSONInputError(too_deep)
-    if _SURROGATE_ESCAPE.search(data):  # `\ud800` decodes to a string no UTF-8 encoder (database, log) takes
+    # `\ud800` decodes to a string no UTF-8 encoder (database, log) takes. A body without a backslash has no
+    # escape at all: that test is a memchr (1 µs for 100 KiB), the pattern's search 28 µs.
+    if b"\\" in data and _SURROGATE_ESCAPE.search(data):
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
