@@ -169,9 +169,8 @@ async def delete_subscription(project_id: str, topic: str, subscription: str,
              **operation(body=(PullRequest, AcknowledgeRequest), body_required=False,
                          response=(views.PullResult, views.AcknowledgeResult), other_success={207: views.PullResult},
                          errors=(403, 404, 405, 409, 413, 500)))
-async def subscription_method(project_id: str, topic: str, subscription: str, request: Request,
-                              principal: Principal = Depends(principal_of),
-                              platform: Platform = Depends(platform_of)) -> JSONResponse:
+async def subscription_method(project_id: str, topic: str, subscription: str, request: Request) -> JSONResponse:
+    platform, principal = caller_of(request)  # called directly, as `topic_method` is
     name, verb = _split_verb(subscription)
     if verb is None:
         raise MethodNotAllowed(BARE_SUBSCRIPTION_POST)
