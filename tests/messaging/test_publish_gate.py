@@ -6,6 +6,7 @@ for every need and axis; and for a project id that is malformed or names no proj
 
 from __future__ import annotations
 
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from caiplatform.db.models import MessagingTopic, ProjectMember, ServiceAccount
@@ -73,15 +74,15 @@ def _check(platform) -> None:
                     def old(s: Session, principal=principal, project_id=project_id, need=need, axis=axis) -> object:
                         return access.project_sync(s, principal, project_id, need=need, axis=axis, bad_id=NotFound)
 
-                    def new(s: Session, principal=principal, project_id=project_id, need=need, axis=axis) -> object:
-                        grant, rows = access.project_gate_sync(s, principal, project_id, messaging._TOPIC_GATE,
+                    def new(c: Connection, principal=principal, project_id=project_id, need=need, axis=axis) -> object:
+                        grant, rows = access.project_gate_sync(c, principal, project_id, messaging._TOPIC_GATE,
                                                                {"topic": "none"}, need=need, axis=axis,
                                                                bad_id=NotFound)
                         assert all(row.id is None for row in rows)
                         return grant
 
                     expected = _outcome(lambda old=old: platform.db.read_session_sync(old))
-                    assert _outcome(lambda new=new: platform.db.read_session_sync(new)) == expected, (
+                    assert _outcome(lambda new=new: platform.db.read_sync(new)) == expected, (
                         who, project_id, need, axis)
                     seen.add(expected[0])
     assert seen == {"ok", "NotFound", "Forbidden"}
@@ -96,8 +97,8 @@ def _check_topic(platform, project_id: str) -> None:
         max_age_seconds=90.5, discard="new", phase="Ready", created_at=now, updated_at=now)))
     automation = Principal.automation()
 
-    def gate(s: Session) -> object:
-        grant, rows = platform.access.project_gate_sync(s, automation, project_id, messaging._TOPIC_GATE,
+    def gate(c: Connection) -> object:
+        grant, rows = platform.access.project_gate_sync(c, automation, project_id, messaging._TOPIC_GATE,
                                                         {"topic": "orders"})
         return messaging._topic_of(rows[0], grant.project)
 
@@ -105,6 +106,6 @@ def _check_topic(platform, project_id: str) -> None:
         grant = platform.access.project_sync(s, automation, project_id)
         return messaging._topic_of(messaging.TopicService._topic_row(s, project_id, "orders"), grant.project)
 
-    topic = platform.db.read_session_sync(gate)
+    topic = platform.db.read_sync(gate)
     assert topic == platform.db.read_session_sync(orm)
     assert (topic.max_age_seconds, topic.max_bytes_value, topic.created_at) == (90.5, 1 << 20, now)

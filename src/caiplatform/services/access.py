@@ -42,6 +42,7 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, bindparam, exists, or_, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import BindParameter
 
@@ -293,7 +294,7 @@ class Access:
 
     def project_gate_sync(
         self,
-        session: Session,
+        connection: Connection,
         principal: Principal,
         project_id: str,
         statement: PreparedRead,
@@ -306,10 +307,11 @@ class Access:
     ) -> tuple[ProjectGrant, list[Any]]:
         """`project_sync` and the request's own read in one prepared statement (see `GATE_COLUMNS`): the
         grant, checked as `project_sync` checks it, and the statement's rows (one per grant row of the
-        user, at least one). A service account's grant is read as `grant_sync` reads it."""
+        user, at least one). A service account's grant is read as `grant_sync` reads it, through an ORM
+        session on `connection`."""
         pid = project_uuid(project_id, bad_id)
         user_id = principal.user_id if principal.kind is PrincipalKind.USER else None
-        rows = statement.all(session.connection(), {**params, "project": pid, "grant_user": user_id})
+        rows = statement.all(connection, {**params, "project": pid, "grant_user": user_id})
         if not rows:
             raise NotFound("not found")
         first = rows[0]
@@ -320,7 +322,8 @@ class Access:
             grant = user_grant(ref, first.grant_user_role == "admin", bool(first.grant_org_admin), members,
                                self.clock.now())
         else:
-            grant = self.grant_of_sync(session, principal, ref)
+            with Session(bind=connection) as session:  # used by a service account's grant only
+                grant = self.grant_of_sync(session, principal, ref)
         return _checked(grant, need, axis, admin_message), rows
 
     async def project(

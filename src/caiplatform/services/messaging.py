@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import and_, bindparam, func, select
-from sqlalchemy.engine import Row
+from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -257,13 +257,13 @@ class TopicService:
         """`_project` then the topic in one transaction: one trip to the database on the publish path."""
         self.access.require_management(principal)
 
-        def read(session: Session) -> tuple[ProjectRef, Any]:
-            grant, rows = self.access.project_gate_sync(session, principal, project_id, _TOPIC_GATE,
+        def read(connection: Connection) -> tuple[ProjectRef, Any]:
+            grant, rows = self.access.project_gate_sync(connection, principal, project_id, _TOPIC_GATE,
                                                         {"topic": name}, need=Role.MEMBER, bad_id=NotFound)
             row = rows[0]
             return grant.project, (row if row.id is not None and m.valid_name(name) else None)
 
-        project, row = await self.db.read_session(read)  # a read-only gate: no transaction to commit
+        project, row = await self.db.read(read)  # a read-only gate: no session, no transaction to commit
         if row is None:
             raise NotFound(m.TOPIC_NOT_FOUND)
         return project, _topic_of(row, project)
