@@ -1,4 +1,4 @@
-"""Publish reads the caller's grant and the topic in one prepared statement (`Access.project_gate_sync`);
+"""Publish (and pull, acknowledge) read the caller's grant and the topic in one prepared statement (`Access.project_gate_sync`);
 it must answer exactly as `Access.project_sync` does, for every kind of caller and grant: owner, member,
 org admin, platform admin, break-glass active and expired, an outsider, a deleted account, service accounts
 (granted, disabled, deleted, ungranted, of another project), the automation token and the platform itself;
@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from caiplatform.db.models import MessagingTopic, ProjectMember, ServiceAccount
+from caiplatform.db.models import MessagingSubscription, MessagingTopic, ProjectMember, ServiceAccount
 from caiplatform.errors import NotFound, PlatformError
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal, PrincipalKind
@@ -109,3 +109,30 @@ def _check_topic(platform, project_id: str) -> None:
     topic = platform.db.read_sync(gate)
     assert topic == platform.db.read_session_sync(orm)
     assert (topic.max_age_seconds, topic.max_bytes_value, topic.created_at) == (90.5, 1 << 20, now)
+
+    def subscribe(s: Session) -> None:
+        row = messaging.TopicService._topic_row(s, project_id, "orders")
+        s.add(MessagingSubscription(
+            project_id=project_id, topic_id=row.id, topic_name="orders", name="workers", display_name="W",
+            type="key-shared", ack_deadline_seconds=30, max_deliver=7, start_from="new", max_ack_pending=50,
+            deliver_mode="pull", push_url="", content_mode="binary", dead_letter_topic="", phase="Ready",
+            dead_letter_after_attempts=5, created_at=now, updated_at=now))
+
+    platform.db.run_sync(subscribe)
+
+    def subscription_gate(c: Connection, topic: str, name: str) -> tuple:
+        grant, rows = platform.access.project_gate_sync(c, automation, project_id, messaging._SUBSCRIPTION_GATE,
+                                                        {"topic": topic, "subscription": name})
+        row = rows[0]
+        found = messaging.subscription_of(row, grant.project.short) if row.id is not None else None
+        return row.topic_row_id is not None, found
+
+    def subscription_orm(s: Session) -> object:
+        topic_row = messaging.TopicService._topic_row(s, project_id, "orders")
+        return messaging.subscription_of(messaging.TopicService._sub_row(s, topic_row, "workers"),
+                                         platform.access.project_sync(s, automation, project_id).project.short)
+
+    assert platform.db.read_sync(lambda c: subscription_gate(c, "orders", "workers")) == (
+        True, platform.db.read_session_sync(subscription_orm))
+    assert platform.db.read_sync(lambda c: subscription_gate(c, "orders", "nobody")) == (True, None)
+    assert platform.db.read_sync(lambda c: subscription_gate(c, "nothing", "workers")) == (False, None)
