@@ -32,6 +32,8 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _OPEN = ord("(")
 # Passes before counting runs: after p passes at most one run in p characters is left.
 _PASSES = 16
+# Members a parsed value's walk visits before the walk gives way to counting the brackets of the bytes.
+_WALK_FIRST_BUDGET = 2048
 
 
 class JSONInputError(ValueError):
@@ -61,17 +63,35 @@ def nesting_depth_exceeds(raw: bytes, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def value_depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether a decoded value nests arrays and objects deeper than `limit`, without recursing."""
+def value_depth_exceeds(value: Any, limit: int = MAX_DEPTH, budget: int | None = None) -> bool | None:
+    """Whether a decoded value nests arrays and objects deeper than `limit`, without recursing; None when
+    `budget` is given and the walk met more members than that before it could tell."""
     stack: list[tuple[Any, int]] = [(value, 1)]
+    left = budget
     while stack:
         container, depth = stack.pop()
         if depth > limit:
             return True
+        if left is not None:
+            left -= len(container)
+            if left < 0:
+                return None
         for child in container.values() if isinstance(container, dict) else container:
             if isinstance(child, (dict, list)):
                 stack.append((child, depth + 1))
     return False
+
+
+def _too_deep(data: bytes, value: Any, limit: int) -> bool:
+    """Whether a parsed value nests deeper than `limit`. A walk over a value of few members (a publish of
+    100 messages: 23 µs) costs less than counting the brackets of its bytes (57 µs for 100 KiB); a value
+    of many members (a long array of numbers) is walked only when its brackets are more than `limit`."""
+    if not isinstance(value, (dict, list)):
+        return False
+    quick = value_depth_exceeds(value, limit, _WALK_FIRST_BUDGET)
+    if quick is not None:
+        return quick
+    return data.count(b"[") + data.count(b"{") > limit and bool(value_depth_exceeds(value, limit))
 
 
 def _reject_constant(name: str) -> Any:
@@ -107,10 +127,11 @@ def decode(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
         if nesting_depth_exceeds(data, max_depth):
             raise JSONInputError(too_deep) from None
         raise (exc if isinstance(exc, JSONInputError) else JSONInputError(str(exc))) from None
-    if (data.count(b"[") + data.count(b"{") > max_depth and isinstance(value, (dict, list))
-            and value_depth_exceeds(value, max_depth)):
+    if _too_deep(data, value, max_depth):
         raise JSONInputError(too_deep)
-    if _SURROGATE_ESCAPE.search(data):  # `\ud800` decodes to a string no UTF-8 encoder (database, log) takes
+    # `\ud800` decodes to a string no UTF-8 encoder (database, log) takes. A body without a backslash has no
+    # escape at all: that test is a memchr (1 µs for 100 KiB), the pattern's search 28 µs.
+    if b"\\" in data and _SURROGATE_ESCAPE.search(data):
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:

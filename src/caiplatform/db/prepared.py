@@ -18,7 +18,9 @@ from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from sqlalchemy import Float
 from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.exc import InvalidRequestError
 from sqlalchemy.sql import Select
 
 Converter = Callable[[Any], Any] | None
@@ -38,9 +40,19 @@ class _Plan:
             bind = compiled.binds[name]
             self.binds.append((name, bind.key, bind.effective_value, bind.type.dialect_impl(dialect).bind_processor(dialect)))
         columns = list(statement.selected_columns)
-        self.converters: list[Converter] = [col.type.dialect_impl(dialect).result_processor(dialect, None)
-                                            for col in columns]
+        self.converters: list[Converter] = [_result_converter(col, dialect) for col in columns]
         self.row: Any = namedtuple("PreparedRow", list(statement.selected_columns.keys()))  # type: ignore[misc]
+
+
+def _result_converter(column: Any, dialect: Dialect) -> Converter:
+    try:
+        return column.type.dialect_impl(dialect).result_processor(dialect, None)
+    except (InvalidRequestError, TypeError):
+        # PostgreSQL's numeric types choose their converter by the column's type code, which a plan made
+        # before any execution does not have; the driver already returns a plain float as a float.
+        if isinstance(column.type, Float) and not column.type.asdecimal:
+            return None
+        raise
 
 
 class PreparedRead:

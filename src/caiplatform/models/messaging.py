@@ -195,7 +195,8 @@ def outgoing_messages(body: Mapping[str, Any]) -> list[OutgoingMessage]:
         raise BadRequest(f"a publish carries at most {m.MAX_PUBLISH_MESSAGES} messages (got {len(messages)})")
     out = []
     for i, raw in enumerate(messages):
-        if not isinstance(raw, Mapping):
+        # `type(...) is dict` first: what a JSON body decodes to, without the ABC check (a third of the loop).
+        if type(raw) is not dict and not isinstance(raw, Mapping):
             raise BadRequest(f"messages[{i}] must be an object")
         text, data = raw.get("text"), raw.get("data")
         if text not in (None, "") and data not in (None, ""):
@@ -211,7 +212,7 @@ def outgoing_messages(body: Mapping[str, Any]) -> list[OutgoingMessage]:
         else:
             payload = b""
         attributes = raw.get("attributes") or {}
-        if not isinstance(attributes, Mapping):
+        if type(attributes) is not dict and not isinstance(attributes, Mapping):
             raise BadRequest(f"messages[{i}]: attributes must be an object of strings")
         for name, value in attributes.items():
             if not name or "\n" in name or "\r" in name:

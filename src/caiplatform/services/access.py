@@ -39,13 +39,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import ColumnElement, and_, bindparam, exists, or_, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import BindParameter
 
 from caiplatform.clock import Clock
 from caiplatform.db import Database
 from caiplatform.db.models import OrgMember, Project, ProjectMember, ServiceAccount, User
+from caiplatform.db.prepared import PreparedRead
 from caiplatform.domain.projects import ProjectRef as ProjectRef  # re-exported: services import it from here
 from caiplatform.errors import BadRequest, Forbidden, NotFound, PlatformError, Unauthenticated
 from caiplatform.principal import Principal, PrincipalKind
@@ -124,6 +128,36 @@ def user_grant(ref: ProjectRef, platform_admin: bool, org_admin: bool,
         if _RANK[role] > _RANK[metadata]:
             metadata = role
     return ProjectGrant(ref, metadata, resource)
+
+
+def _checked(grant: ProjectGrant, need: Role | None, axis: Axis, admin_message: str) -> ProjectGrant:
+    """`grant` when it shows the project and holds `need` on `axis`; else the refusal `project_sync` gives."""
+    if not grant.visible:
+        raise NotFound("not found")
+    if need is not None and _RANK[grant.role(axis)] < _RANK[need.value]:
+        if need is Role.ADMIN:
+            raise Forbidden(admin_message)
+        raise Forbidden(f"this action requires a {axis.value} role on the project")
+    return grant
+
+
+# The caller's grant on a project, as columns of one statement (`Access.project_gate_sync`): the project's
+# fields, the user's platform role, whether they are an admin of the project's org, and their grants on
+# the project (one row each, through an outer join). A statement selects `GATE_COLUMNS`, starts
+# `.select_from(Project).outerjoin(ProjectMember, GATE_MEMBER_JOIN)`, joins what else it reads and filters
+# on `Project.id == bindparam("project")`; `grant_user` is bound by the gate.
+_GATE_PROJECT_FIELDS = ("id", "org_id", "slug", "name", "short")
+_GATE_USER: BindParameter[str] = bindparam("grant_user")
+GATE_COLUMNS: tuple[ColumnElement[Any], ...] = (
+    *(getattr(Project, f).label(f"gate_project_{f}") for f in _GATE_PROJECT_FIELDS),
+    select(User.role).where(User.id == _GATE_USER).scalar_subquery().label("grant_user_role"),
+    exists().where(OrgMember.org_id == Project.org_id, OrgMember.user_id == _GATE_USER,
+                   OrgMember.role == "admin").label("grant_org_admin"),
+    ProjectMember.role.label("grant_member_role"),
+    ProjectMember.break_glass.label("grant_member_break_glass"),
+    ProjectMember.expires_at.label("grant_member_expires_at"),
+)
+GATE_MEMBER_JOIN = and_(ProjectMember.project_id == Project.id, ProjectMember.user_id == _GATE_USER)
 
 
 class Access:
@@ -208,16 +242,18 @@ class Access:
     # -- project grants -------------------------------------------------------------------------
 
     def grant_sync(self, session: Session, principal: Principal, project: Project) -> ProjectGrant:
-        ref = ProjectRef.of(project)
+        return self.grant_of_sync(session, principal, ProjectRef.of(project))
+
+    def grant_of_sync(self, session: Session, principal: Principal, ref: ProjectRef) -> ProjectGrant:
         kind = principal.kind
         if kind in (PrincipalKind.AUTOMATION, PrincipalKind.INTERNAL):
             return ProjectGrant(ref, "admin", "admin")
         if kind is PrincipalKind.SERVICE_ACCOUNT:
-            if principal.project_id != project.id:
+            if principal.project_id != ref.id:
                 return ProjectGrant(ref, None, None)
             row = session.scalar(
                 select(ProjectMember).where(
-                    ProjectMember.project_id == project.id,
+                    ProjectMember.project_id == ref.id,
                     ProjectMember.service_account_id == principal.service_account_id,
                 )
             )
@@ -229,11 +265,11 @@ class Access:
             return ProjectGrant(ref, None, None)
 
         platform_admin = self.is_platform_admin(session, principal)
-        if project.org_id in self.org_admin_of(session, principal):
+        if ref.org_id in self.org_admin_of(session, principal):
             return user_grant(ref, platform_admin, True, (), self.clock.now())
         rows = session.execute(
             select(ProjectMember.role, ProjectMember.break_glass, ProjectMember.expires_at).where(
-                ProjectMember.project_id == project.id, ProjectMember.user_id == principal.user_id
+                ProjectMember.project_id == ref.id, ProjectMember.user_id == principal.user_id
             )
         ).all()
         return user_grant(ref, platform_admin, False, rows, self.clock.now())
@@ -254,14 +290,41 @@ class Access:
         project = session.get(Project, pid)
         if project is None:
             raise NotFound("not found")
-        grant = self.grant_sync(session, principal, project)
-        if not grant.visible:
+        return _checked(self.grant_sync(session, principal, project), need, axis, admin_message)
+
+    def project_gate_sync(
+        self,
+        connection: Connection,
+        principal: Principal,
+        project_id: str,
+        statement: PreparedRead,
+        params: dict[str, object],
+        *,
+        need: Role | None = Role.MEMBER,
+        axis: Axis = Axis.RESOURCE,
+        bad_id: type[PlatformError] = BadRequest,
+        admin_message: str = PROJECT_ADMIN_REQUIRED,
+    ) -> tuple[ProjectGrant, list[Any]]:
+        """`project_sync` and the request's own read in one prepared statement (see `GATE_COLUMNS`): the
+        grant, checked as `project_sync` checks it, and the statement's rows (one per grant row of the
+        user, at least one). A service account's grant is read as `grant_sync` reads it, through an ORM
+        session on `connection`."""
+        pid = project_uuid(project_id, bad_id)
+        user_id = principal.user_id if principal.kind is PrincipalKind.USER else None
+        rows = statement.all(connection, {**params, "project": pid, "grant_user": user_id})
+        if not rows:
             raise NotFound("not found")
-        if need is not None and _RANK[grant.role(axis)] < _RANK[need.value]:
-            if need is Role.ADMIN:
-                raise Forbidden(admin_message)
-            raise Forbidden(f"this action requires a {axis.value} role on the project")
-        return grant
+        first = rows[0]
+        ref = ProjectRef(*(getattr(first, f"gate_project_{f}") for f in _GATE_PROJECT_FIELDS))
+        if principal.kind is PrincipalKind.USER and user_id:
+            members = [(row.grant_member_role, bool(row.grant_member_break_glass), row.grant_member_expires_at)
+                       for row in rows if row.grant_member_role is not None]
+            grant = user_grant(ref, first.grant_user_role == "admin", bool(first.grant_org_admin), members,
+                               self.clock.now())
+        else:
+            with Session(bind=connection) as session:  # used by a service account's grant only
+                grant = self.grant_of_sync(session, principal, ref)
+        return _checked(grant, need, axis, admin_message), rows
 
     async def project(
         self,

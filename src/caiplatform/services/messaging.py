@@ -16,13 +16,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import and_, bindparam, func, select
-from sqlalchemy.engine import Row
+from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
-from caiplatform.db.models import MessagingSubscription, MessagingTopic, Project
+from caiplatform.db.models import MessagingSubscription, MessagingTopic, Project, ProjectMember
+from caiplatform.db.prepared import PreparedRead
 from caiplatform.domain import messaging as m
 from caiplatform.domain.messaging import Subscription, Topic, TopicCounters
 from caiplatform.errors import BadRequest, Conflict, InternalError, NotFound, Unavailable
@@ -51,7 +52,7 @@ from caiplatform.ports.broker import (
     StreamFull,
 )
 from caiplatform.principal import Principal
-from caiplatform.services.access import Access, ProjectRef, Role
+from caiplatform.services.access import GATE_COLUMNS, GATE_MEMBER_JOIN, Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.purge import remove_each
 
@@ -100,21 +101,32 @@ def push_url_problem(url: str, namespace: str) -> str | None:
     return None
 
 
-# The reads of publish, pull and acknowledge, made on every request: Core statements built once, run on
-# the request's transaction, rather than ORM queries built, compiled and loaded into objects each time
-# (two thirds of the request's database work). Rows carry the ORM attributes' names.
-_TOPIC_READ = select(*MessagingTopic.__table__.columns).where(
-    MessagingTopic.project_id == bindparam("project"), MessagingTopic.name == bindparam("topic"))
-_SUBSCRIPTION_READ = (
-    select(MessagingTopic.id.label("topic_row_id"), *MessagingSubscription.__table__.columns)
-    .select_from(MessagingTopic)
+# The reads of publish, pull and acknowledge, made on every request: one prepared statement each (built
+# once, compiled once per dialect, run on the DB-API cursor) that reads the caller's grant on the project
+# with the topic (and the subscription), rather than ORM queries built, compiled and loaded into objects
+# each time (`Access.project_gate_sync`: a row per grant row of the caller). Rows carry the ORM attributes'
+# names. Publish: the topic's columns (all None when there is no such topic).
+_TOPIC_GATE = PreparedRead(
+    select(*GATE_COLUMNS, *MessagingTopic.__table__.columns)
+    .select_from(Project)
+    .outerjoin(ProjectMember, GATE_MEMBER_JOIN)
+    .outerjoin(MessagingTopic, and_(MessagingTopic.project_id == Project.id, MessagingTopic.name == bindparam("topic")))
+    .where(Project.id == bindparam("project"))
+)
+# Pull and acknowledge: the topic's id and the subscription's columns (`topic_row_id` None: no such topic;
+# `id` None: no such subscription).
+_SUBSCRIPTION_GATE = PreparedRead(
+    select(*GATE_COLUMNS, MessagingTopic.id.label("topic_row_id"), *MessagingSubscription.__table__.columns)
+    .select_from(Project)
+    .outerjoin(ProjectMember, GATE_MEMBER_JOIN)
+    .outerjoin(MessagingTopic, and_(MessagingTopic.project_id == Project.id, MessagingTopic.name == bindparam("topic")))
     .outerjoin(MessagingSubscription, and_(MessagingSubscription.topic_id == MessagingTopic.id,
                                            MessagingSubscription.name == bindparam("subscription")))
-    .where(MessagingTopic.project_id == bindparam("project"), MessagingTopic.name == bindparam("topic"))
+    .where(Project.id == bindparam("project"))
 )
 
 
-def _topic_of(row: MessagingTopic | Row[Any], project: ProjectRef) -> Topic:
+def _topic_of(row: Any, project: ProjectRef) -> Topic:
     return Topic(
         project_id=row.project_id,
         project_short=project.short,
@@ -249,14 +261,13 @@ class TopicService:
         """`_project` then the topic in one transaction: one trip to the database on the publish path."""
         self.access.require_management(principal)
 
-        def read(session: Session) -> tuple[ProjectRef, Row[Any] | None]:
-            grant = self.access.project_sync(session, principal, project_id, need=Role.MEMBER, bad_id=NotFound)
-            if not m.valid_name(name):
-                return grant.project, None
-            row = session.connection().execute(_TOPIC_READ, {"project": grant.project.id, "topic": name}).first()
-            return grant.project, row
+        def read(connection: Connection) -> tuple[ProjectRef, Any]:
+            grant, rows = self.access.project_gate_sync(connection, principal, project_id, _TOPIC_GATE,
+                                                        {"topic": name}, need=Role.MEMBER, bad_id=NotFound)
+            row = rows[0]
+            return grant.project, (row if row.id is not None and m.valid_name(name) else None)
 
-        project, row = await self.db.run(read)
+        project, row = await self.db.read(read)  # a read-only gate: no session, no transaction to commit
         if row is None:
             raise NotFound(m.TOPIC_NOT_FOUND)
         return project, _topic_of(row, project)
@@ -267,17 +278,16 @@ class TopicService:
         and acknowledge."""
         self.access.require_management(principal)
 
-        def read(session: Session) -> tuple[ProjectRef, Row[Any] | None]:
-            grant = self.access.project_sync(session, principal, project_id, need=Role.MEMBER, bad_id=NotFound)
-            if not m.valid_name(topic):
-                raise NotFound(m.TOPIC_NOT_FOUND)
-            row = session.connection().execute(
-                _SUBSCRIPTION_READ, {"project": grant.project.id, "topic": topic, "subscription": name}).first()
-            if row is None:
+        def read(connection: Connection) -> tuple[ProjectRef, Any]:
+            grant, rows = self.access.project_gate_sync(connection, principal, project_id, _SUBSCRIPTION_GATE,
+                                                        {"topic": topic, "subscription": name},
+                                                        need=Role.MEMBER, bad_id=NotFound)
+            row = rows[0]
+            if not m.valid_name(topic) or row.topic_row_id is None:
                 raise NotFound(m.TOPIC_NOT_FOUND)
             return grant.project, row if row.id is not None and m.valid_name(name) else None
 
-        project, row = await self.db.run(read)
+        project, row = await self.db.read(read)  # a read-only gate: no session, no transaction to commit
         if row is None:
             raise NotFound(m.SUBSCRIPTION_NOT_FOUND)
         return project, subscription_of(row, project.short)

@@ -35,7 +35,7 @@ from caiplatform.models.messaging import (
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.validation import resource_segment
-from caiplatform_server.app_deps import platform_of, principal_of
+from caiplatform_server.app_deps import caller_of, platform_of, principal_of
 from caiplatform_server.contract import operation, reply
 from caiplatform_server.http import json_body
 
@@ -106,8 +106,10 @@ async def delete_topic(project_id: str, topic: str, principal: Principal = Depen
 @router.post(TOPIC, summary="Topic methods: :publish",
              **operation(body=PublishRequest, response=views.PublishResult, other_success={207: views.PublishPartial},
                          errors=(403, 404, 405, 409, 413, 500)))
-async def topic_method(project_id: str, topic: str, request: Request, principal: Principal = Depends(principal_of),
-                       platform: Platform = Depends(platform_of)) -> JSONResponse:
+async def topic_method(project_id: str, topic: str, request: Request) -> JSONResponse:
+    # Only `request` and the path: the conventions middleware calls it directly (`dispatch.RouteTable`),
+    # without FastAPI's routing over every route and its dependency solving (docs/performance.md).
+    platform, principal = caller_of(request)
     name, verb = _split_verb(topic)
     if verb is None:
         raise MethodNotAllowed(BARE_TOPIC_POST)
@@ -167,9 +169,8 @@ async def delete_subscription(project_id: str, topic: str, subscription: str,
              **operation(body=(PullRequest, AcknowledgeRequest), body_required=False,
                          response=(views.PullResult, views.AcknowledgeResult), other_success={207: views.PullResult},
                          errors=(403, 404, 405, 409, 413, 500)))
-async def subscription_method(project_id: str, topic: str, subscription: str, request: Request,
-                              principal: Principal = Depends(principal_of),
-                              platform: Platform = Depends(platform_of)) -> JSONResponse:
+async def subscription_method(project_id: str, topic: str, subscription: str, request: Request) -> JSONResponse:
+    platform, principal = caller_of(request)  # called directly, as `topic_method` is
     name, verb = _split_verb(subscription)
     if verb is None:
         raise MethodNotAllowed(BARE_SUBSCRIPTION_POST)

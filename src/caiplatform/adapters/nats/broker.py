@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,6 +53,9 @@ PRIORITY_GROUPS_SINCE = (2, 11)
 REST_OF_BATCH_WAIT = 0.05
 # How long a published batch may wait for all its acknowledgements (nats-py's `publish` waits 2 s a message).
 PUBLISH_ACK_WAIT = 5.0
+# A plain acknowledgement of a stored message, as the server writes it; any other answer (an error, a
+# duplicate, a domain) is read as JSON.
+_PLAIN_PUB_ACK = re.compile(rb'\{"stream":"[^"\\]*", ?"seq":([0-9]{1,19})\}')
 
 
 def _ack_metadata(msg: Msg) -> tuple[int, int, datetime]:
@@ -217,44 +221,59 @@ class JetStreamBroker(Broker):
             # The client would buffer the message and send it once reconnected, after this publish was
             # reported failed: refuse at once instead, so a failed publish never lands later.
             raise PublishFailed([], BrokerUnavailable(f"not connected to NATS at {self.url} (reconnecting)"))
-        replies: list[asyncio.Future[Msg]] = [asyncio.get_running_loop().create_future() for _ in messages]
+        # One future for the whole batch, set when the last answer arrives: a future per message and
+        # `asyncio.wait` over them cost a callback per message on the loop (docs/performance.md).
+        count = len(messages)
+        replies: list[Msg | None] = [None] * count
+        missing = [count]
+        all_answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         inbox = nc.new_inbox()
 
         async def on_reply(msg: Msg) -> None:
             index = msg.subject.rsplit(".", 1)[1]
-            if index.isdigit() and int(index) < len(replies) and not replies[int(index)].done():
-                replies[int(index)].set_result(msg)
+            if index.isdigit() and int(index) < count and replies[int(index)] is None:
+                replies[int(index)] = msg
+                missing[0] -= 1
+                if not missing[0] and not all_answered.done():
+                    all_answered.set_result(None)
 
+        plain: dict[str, str] = {api.Header.EXPECTED_STREAM: stream}  # nats-py only reads the headers
         try:
             subscription = await nc.subscribe(f"{inbox}.*", cb=on_reply)
             try:
                 for index, message in enumerate(messages):
-                    headers: dict[str, str] = {api.Header.EXPECTED_STREAM: stream}
-                    if message.attributes:
-                        headers[ATTRIBUTES_HEADER] = json.dumps(message.attributes, separators=(",", ":"))
-                    if message.key is not None:
-                        headers[KEY_HEADER] = json.dumps(message.key)
+                    headers = plain
+                    if message.attributes or message.key is not None:
+                        headers = dict(plain)
+                        if message.attributes:
+                            headers[ATTRIBUTES_HEADER] = json.dumps(message.attributes, separators=(",", ":"))
+                        if message.key is not None:
+                            headers[KEY_HEADER] = json.dumps(message.key)
                     await nc.publish(subject, message.data, reply=f"{inbox}.{index}", headers=headers)
-                await asyncio.wait(replies, timeout=PUBLISH_ACK_WAIT)
+                if count:
+                    await asyncio.wait((all_answered,), timeout=PUBLISH_ACK_WAIT)
             finally:
                 with contextlib.suppress(Exception):
                     await subscription.unsubscribe()
         except Exception as exc:  # noqa: BLE001 - connection loss while sending
             raise PublishFailed([], BrokerUnavailable(f"publish failed: {exc or type(exc).__name__}")) from exc
+        finally:
+            all_answered.cancel()
         sequences: list[int] = []
         for reply in replies:
             sequences.append(self._stored_sequence(reply, stream, sequences))
         return sequences
 
     @staticmethod
-    def _stored_sequence(reply: asyncio.Future[Msg], stream: str, before: list[int]) -> int:
+    def _stored_sequence(msg: Msg | None, stream: str, before: list[int]) -> int:
         """The sequence JetStream stored one message under, or `PublishFailed` with those `before` it."""
-        if not reply.done():
-            reply.cancel()
+        if msg is None:
             raise PublishFailed(before, BrokerUnavailable("publish failed: nats: timeout"))
-        msg = reply.result()
         if msg.headers and msg.headers.get(api.Header.STATUS) == "503":
             raise PublishFailed(before, StreamNotFound(f"stream {stream} not found"))
+        plain = _PLAIN_PUB_ACK.fullmatch(msg.data)
+        if plain is not None:
+            return int(plain[1])
         try:
             answer = json.loads(msg.data)
             if "error" in answer:
