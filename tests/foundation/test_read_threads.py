@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -62,4 +63,34 @@ async def test_a_cancelled_caller_leaves_the_others_their_answers():
         with pytest.raises(asyncio.CancelledError):
             await slow
     finally:
+        readers.stop()
+
+
+async def test_a_read_that_outlasts_the_wait_is_answered_through_the_loop():
+    readers = ReadThreads(1, "test-read", wait=0.01)
+    release = threading.Event()
+    threading.Timer(0.2, release.set).start()
+    try:
+        assert await asyncio.wait_for(readers.call(lambda _: release.wait(5) and "late", None), 5) == "late"
+        assert await readers.call(lambda n: n * 2, 21) == 42  # and the next pass is waited for again
+    finally:
+        release.set()
+        readers.stop()
+
+
+async def test_while_a_read_is_late_the_loop_does_not_wait_again():
+    readers = ReadThreads(1, "test-read", wait=0.3)
+    release = threading.Event()
+    try:
+        late = readers.call(lambda _: release.wait(5), None)
+        await asyncio.sleep(0)  # the pass that waits 0.3 s for it, then gives up
+        started = time.monotonic()
+        queued = readers.call(lambda n: n, 7)  # behind the late read in the thread's queue
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert time.monotonic() - started < 0.2  # its pass did not wait
+        release.set()
+        assert await late is True and await queued == 7
+    finally:
+        release.set()
         readers.stop()

@@ -42,6 +42,7 @@ READ_THREADS = 8
 # fought the event loop for the GIL. Measured with `GET /v1/agents/{name}` over 8 connections on two
 # cores: 470 -> 362 µs of server CPU per request, 1,768 -> 2,284 requests/s (docs/performance.md).
 SQLITE_READ_THREADS = 1
+SQLITE_READ_WAIT = 0.002  # how long the loop lends its turn to the SQLite read thread (read_threads.py)
 
 
 class Database:
@@ -62,7 +63,8 @@ class Database:
             kwargs.update(pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
         # One connection serves its readers one at a time: more threads would only wait on its lock.
         readers = SQLITE_READ_THREADS if self.url.startswith("sqlite") else READ_THREADS
-        self._readers = ReadThreads(1 if self._one_connection is not None else readers, "cai-db-read")
+        self._readers = ReadThreads(1 if self._one_connection is not None else readers, "cai-db-read",
+                                    wait=SQLITE_READ_WAIT if self.url.startswith("sqlite") else 0.0)
         if self._one_connection is not None and not echo:
             self.engine: Engine = _new_in_memory_engine()
         else:

@@ -6,14 +6,23 @@ chained to asyncio ones, a semaphore per submit), a plain queue of `(loop, futur
 `call_soon_threadsafe` back about 25 µs (measured on the 2-core machine of docs/performance.md with 8
 callers at once).
 
-What remains of a round trip is system calls and the GIL changing hands: a futex to wake the thread, the
-thread contending for the GIL with the loop that is still running, a write to the loop's self-pipe and its
-read. Traced per request under 8 concurrent callers, one read each: 7 to 8 futex calls, a pipe write and
-read, against none for a route without a read. So the reads a loop asks for in one pass of its ready
-callbacks travel together: they are handed over at the end of that pass (a `call_soon` queued behind the
-callbacks already ready), when the loop is about to wait for I/O and leaves the GIL to the thread, and
-their outcomes come back in one callback. With several threads (PostgreSQL, where a read is a network
-round trip) a pass's reads are split across them, so reads still overlap.
+What remains of a round trip is system calls and the GIL changing hands:
+
+- **Passes.** The reads a loop asks for in one pass of its ready callbacks travel together: they are
+  handed over at the end of that pass (a `call_soon` queued behind the callbacks already ready) and their
+  outcomes come back in one callback. Traced under 8 concurrent requests with one read each, that took
+  the futex calls per request from 7.7 to 0.7 and the self-pipe writes from 1 to 0.16. With several
+  threads (PostgreSQL, where a read is a network round trip) a pass's reads are split across them, so
+  they still overlap.
+- **A short wait (SQLite).** A read thread running Python on one core while the loop runs Python on the
+  other makes them take the GIL from each other across cores on every switch: on an idle 2-core machine
+  that doubled the CPU of both (`GET /v1/agents/{name}`: the read thread 75 → 180 µs, the loop 200 → 360
+  µs per request, against the same process pinned to one core). Under the GIL the two cannot run Python
+  at once anyway, so the loop lends the thread its turn: it waits up to `wait` seconds (2 ms for SQLite,
+  whose reads take tens of microseconds) for the pass's reads, with the GIL released, and settles them
+  itself. A read that outlasts the wait is answered through the loop as usual, and until it has finished
+  the loop does not wait again, so a stuck read costs the loop one wait, not one per pass. PostgreSQL's
+  reads wait on the network and are not waited for.
 """
 
 from __future__ import annotations
@@ -29,18 +38,35 @@ T = TypeVar("T")
 _STOP = None
 
 Read = tuple["asyncio.Future[Any]", Callable[[Any], Any], Any]
+Outcome = tuple["asyncio.Future[Any]", Any, "BaseException | None"]
+
+
+class _Batch:
+    """Reads handed over together, and their outcomes once the thread has made them."""
+
+    __slots__ = ("done", "lock", "loop", "outcomes", "reads", "send_back")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, reads: list[Read], send_back: bool):
+        self.loop = loop
+        self.reads = reads
+        self.outcomes: list[Outcome] | None = None
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.send_back = send_back  # the thread sends the outcomes to the loop (the loop is not waiting)
 
 
 class ReadThreads:
-    def __init__(self, count: int, name: str):
+    def __init__(self, count: int, name: str, wait: float = 0.0):
         self._count = count
         self._name = name
+        self._wait = wait
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         # The reads asked for during the current pass of each loop, handed over when the pass ends. Only
         # that loop's own thread touches its entry.
         self._pending: dict[asyncio.AbstractEventLoop, list[Read]] = {}
+        self._late: _Batch | None = None  # the last batch the loop stopped waiting for
 
     def call(self, fn: Callable[[Any], T], arg: Any) -> asyncio.Future[T]:
         """`fn(arg)` in one of the threads; a cancelled caller leaves it to finish there (it is a read)."""
@@ -60,8 +86,24 @@ class ReadThreads:
         if not reads:
             return
         shares = min(len(reads), max(len(self._threads), 1))
-        for n in range(shares):
-            self._queue.put((loop, reads[n::shares]))
+        # Not while an earlier read is still running: waiting now would only stall the loop again.
+        wait = bool(self._wait) and shares == 1 and (self._late is None or self._late.done.is_set())
+        batches = [_Batch(loop, reads[n::shares], send_back=not wait) for n in range(shares)]
+        for batch in batches:
+            self._queue.put(batch)
+        if wait:
+            self._await_briefly(batches[0])
+
+    def _await_briefly(self, batch: _Batch) -> None:
+        """Lend the loop's turn to the thread for at most `wait` seconds, and settle the outcomes here."""
+        if not batch.done.wait(self._wait):
+            with batch.lock:
+                if batch.outcomes is None:
+                    batch.send_back = True
+                    self._late = batch
+                    return
+        assert batch.outcomes is not None
+        _settle(batch.outcomes)
 
     def stop(self) -> None:
         with self._lock:
@@ -77,21 +119,25 @@ class ReadThreads:
                 self._threads.append(thread)
 
     def _run(self) -> None:
-        while (item := self._queue.get()) is not _STOP:
-            loop, reads = item
-            outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
-            for future, fn, arg in reads:
+        while (batch := self._queue.get()) is not _STOP:
+            outcomes: list[Outcome] = []
+            for future, fn, arg in batch.reads:
                 try:
                     outcomes.append((future, fn(arg), None))
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller, as an executor would
                     outcomes.append((future, None, exc))
-            try:
-                loop.call_soon_threadsafe(_settle, outcomes)
-            except RuntimeError:  # the caller's loop has closed: nobody waits for these reads any more
-                pass
+            with batch.lock:
+                batch.outcomes = outcomes
+                send_back = batch.send_back
+                batch.done.set()
+            if send_back:
+                try:
+                    batch.loop.call_soon_threadsafe(_settle, outcomes)
+                except RuntimeError:  # the caller's loop has closed: nobody waits for these reads any more
+                    pass
 
 
-def _settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+def _settle(outcomes: list[Outcome]) -> None:
     for future, result, error in outcomes:
         if future.cancelled():
             continue
