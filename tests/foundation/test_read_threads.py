@@ -4,6 +4,7 @@ together, split across the threads, and each caller gets its own outcome."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
@@ -94,3 +95,15 @@ async def test_while_a_read_is_late_the_loop_does_not_wait_again():
     finally:
         release.set()
         readers.stop()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+async def test_the_waited_for_thread_runs_on_the_loops_cpu():
+    readers = ReadThreads(1, "test-read", wait=1.0)
+    try:
+        await readers.call(lambda _: None, None)  # starts the thread
+        seen = await readers.call(lambda _: os.sched_getaffinity(0), None)
+        assert len(seen) == 1 and seen <= os.sched_getaffinity(0)
+    finally:
+        readers.stop()
+    assert os.sched_getaffinity(0) != seen or len(os.sched_getaffinity(0)) == 1  # the loop's own thread is not pinned
