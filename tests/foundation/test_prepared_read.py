@@ -28,6 +28,7 @@ async def test_rows_are_the_ones_execute_gives(platform):
     (account,) = _same(platform, SESSION_ACCOUNT, {"id": user_id})
     assert account.must_change_password is False and account.id == user_id
     assert _same(platform, SESSION_ACCOUNT, {"id": "nobody"}) == []
-    (candidate,) = _same(platform, CANDIDATES, {"name": "bot", "user_id": user_id})  # JSON, timestamps, EXISTS
-    assert candidate.env == {} and candidate.created_at.tzinfo is not None and candidate.org_admin in (True, False)
-    assert _same(platform, CANDIDATES, {"name": "bot", "user_id": None})[0].user_role is None
+    (candidate,) = _same(platform, CANDIDATES, {"name": "bot", "grant_user": user_id})  # JSON, timestamps, EXISTS
+    assert (candidate.env == {} and candidate.created_at.tzinfo is not None
+            and candidate.grant_org_admin in (True, False))
+    assert _same(platform, CANDIDATES, {"name": "bot", "grant_user": None})[0].grant_user_role is None

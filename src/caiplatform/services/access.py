@@ -35,7 +35,7 @@ managed by a service-account key → 403 (`SERVICE_ACCOUNT_LIMIT`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -158,6 +158,18 @@ GATE_COLUMNS: tuple[ColumnElement[Any], ...] = (
     ProjectMember.expires_at.label("grant_member_expires_at"),
 )
 GATE_MEMBER_JOIN = and_(ProjectMember.project_id == Project.id, ProjectMember.user_id == _GATE_USER)
+
+
+def gate_project(row: Any) -> ProjectRef:
+    """The project of a row that selects `GATE_COLUMNS`."""
+    return ProjectRef(*(getattr(row, f"gate_project_{f}") for f in _GATE_PROJECT_FIELDS))
+
+
+def gate_user_grant(ref: ProjectRef, rows: Sequence[Any], now: datetime) -> ProjectGrant:
+    """A person's grant on `ref` from the `GATE_COLUMNS` of its rows (one per grant row, at least one)."""
+    members = [(row.grant_member_role, bool(row.grant_member_break_glass), row.grant_member_expires_at)
+               for row in rows if row.grant_member_role is not None]
+    return user_grant(ref, rows[0].grant_user_role == "admin", bool(rows[0].grant_org_admin), members, now)
 
 
 class Access:
@@ -314,13 +326,9 @@ class Access:
         rows = statement.all(connection, {**params, "project": pid, "grant_user": user_id})
         if not rows:
             raise NotFound("not found")
-        first = rows[0]
-        ref = ProjectRef(*(getattr(first, f"gate_project_{f}") for f in _GATE_PROJECT_FIELDS))
+        ref = gate_project(rows[0])
         if principal.kind is PrincipalKind.USER and user_id:
-            members = [(row.grant_member_role, bool(row.grant_member_break_glass), row.grant_member_expires_at)
-                       for row in rows if row.grant_member_role is not None]
-            grant = user_grant(ref, first.grant_user_role == "admin", bool(first.grant_org_admin), members,
-                               self.clock.now())
+            grant = gate_user_grant(ref, rows, self.clock.now())
         else:
             with Session(bind=connection) as session:  # used by a service account's grant only
                 grant = self.grant_of_sync(session, principal, ref)
