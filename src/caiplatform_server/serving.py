@@ -83,7 +83,11 @@ class EnvelopeH11Protocol(H11Protocol):
 
 
 def uvicorn_config(app: Any, *, host: str, port: int, log_level: str, **options: Any) -> uvicorn.Config:
-    """A uvicorn configuration with h11 and the limits above (the platform, the harness, MCP servers)."""
+    """A uvicorn configuration with h11 and the limits above (the platform, the harness, MCP servers).
+
+    No `server: uvicorn` header: which server answers is nobody's business, and it is one header less to
+    validate and send on every response."""
+    options.setdefault("server_header", False)
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on", http=EnvelopeH11Protocol,
                           h11_max_incomplete_event_size=MAX_HEADER_BYTES, **options)
 

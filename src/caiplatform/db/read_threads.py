@@ -62,15 +62,16 @@ Outcome = tuple["asyncio.Future[Any]", Any, "BaseException | None"]
 class _Batch:
     """Reads handed over together, and their outcomes once the thread has made them."""
 
-    __slots__ = ("done", "lock", "loop", "outcomes", "reads", "send_back")
+    __slots__ = ("loop", "outcomes", "reads", "ready", "send_back")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, reads: list[Read], send_back: bool):
         self.loop = loop
         self.reads = reads
         self.outcomes: list[Outcome] | None = None
-        self.done = threading.Event()
-        self.lock = threading.Lock()
         self.send_back = send_back  # the thread sends the outcomes to the loop (the loop is not waiting)
+        # Held until the outcomes are in (a plain lock: an Event is a condition, a lock and a list).
+        self.ready = threading.Lock()
+        self.ready.acquire()
 
 
 class ReadThreads:
@@ -85,6 +86,7 @@ class ReadThreads:
         # that loop's own thread touches its entry.
         self._pending: dict[asyncio.AbstractEventLoop, list[Read]] = {}
         self._late: _Batch | None = None  # the last batch the loop stopped waiting for
+        self._decide = threading.Lock()  # who sends a batch's outcomes: the thread, or the waiting loop
         self._native_ids: list[int] = []
         self._cpu = -1
 
@@ -107,7 +109,7 @@ class ReadThreads:
             return
         shares = min(len(reads), max(len(self._threads), 1))
         # Not while an earlier read is still running: waiting now would only stall the loop again.
-        wait = bool(self._wait) and shares == 1 and (self._late is None or self._late.done.is_set())
+        wait = bool(self._wait) and shares == 1 and (self._late is None or self._late.outcomes is not None)
         batches = [_Batch(loop, reads[n::shares], send_back=not wait) for n in range(shares)]
         for batch in batches:
             self._queue.put(batch)
@@ -132,8 +134,8 @@ class ReadThreads:
 
     def _await_briefly(self, batch: _Batch) -> None:
         """Lend the loop's turn to the thread for at most `wait` seconds, and settle the outcomes here."""
-        if not batch.done.wait(self._wait):
-            with batch.lock:
+        if not batch.ready.acquire(timeout=self._wait):
+            with self._decide:
                 if batch.outcomes is None:
                     batch.send_back = True
                     self._late = batch
@@ -165,10 +167,10 @@ class ReadThreads:
                     outcomes.append((future, fn(arg), None))
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller, as an executor would
                     outcomes.append((future, None, exc))
-            with batch.lock:
+            with self._decide:
                 batch.outcomes = outcomes
                 send_back = batch.send_back
-                batch.done.set()
+            batch.ready.release()
             if send_back:
                 try:
                     batch.loop.call_soon_threadsafe(_settle, outcomes)

@@ -13,7 +13,7 @@ so both paths answer alike.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, cast
 
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
@@ -34,8 +34,9 @@ from caiplatform.services.access import (
 #: The callers this read serves; any other (service accounts, workload keys) takes the ORM path.
 LEAN_KINDS = (PrincipalKind.USER, PrincipalKind.AUTOMATION, PrincipalKind.INTERNAL)
 
-class AgentRow:
-    """The agent columns of a candidate row, under the attribute names `AgentRecord.of` reads."""
+class AgentRow(Protocol):
+    """The agent columns of a candidate row, under the attribute names `AgentRecord.of` reads (the row
+    itself: a `PreparedRead` row, read in place rather than copied into an object of its own)."""
 
     id: str
     name: str
@@ -56,10 +57,6 @@ class AgentRow:
     created_at: datetime
     updated_at: datetime
 
-    def __init__(self, row: Any):
-        for f in _RECORD_FIELDS:
-            setattr(self, f, getattr(row, f))
-
 
 # The agent columns the statement selects: the row class's attributes, named once.
 _RECORD_FIELDS = tuple(AgentRow.__annotations__)
@@ -79,7 +76,7 @@ def named_agents(connection: Connection, name: str) -> list[tuple[AgentRow, Proj
     """Every agent named `name`, with its project: the invoke target of an anonymous caller, who sees every
     agent (the data plane is open by default). The same statement, without a user: one row per agent."""
     rows = CANDIDATES.all(connection, {"name": name, "grant_user": None})
-    return [(AgentRow(row), gate_project(row)) for row in rows]
+    return [(cast(AgentRow, row), gate_project(row)) for row in rows]
 
 
 def visible_candidates(connection: Connection, principal: Principal, name: str,
@@ -101,5 +98,5 @@ def visible_candidates(connection: Connection, principal: Principal, name: str,
         else:
             grant = gate_user_grant(ref, rows[start:i], now)
         if grant.visible:
-            found.append((AgentRow(first), ref, grant))
+            found.append((cast(AgentRow, first), ref, grant))
     return found
