@@ -47,3 +47,32 @@ def test_a_snapshot_puts_back_the_whole_database_and_only_an_in_memory_one_is_co
     with pytest.raises(ValueError, match="in-memory"):
         on_disk.snapshot()
     on_disk.dispose()
+
+
+async def test_a_sqlite_files_held_read_connection_sees_every_commit(tmp_path):
+    """The read threads keep their connection to a SQLite file between reads: each read must still see
+    the newest commit (a revoked key counts on the next request), even after a read that left a transaction
+    open, and a read that fails gives its connection up."""
+    db = Database.sqlite_file(tmp_path / "held.db")
+    metadata = MetaData()
+    rows = Table("held_probe", metadata, Column("id", Integer, primary_key=True), Column("n", Integer))
+    metadata.create_all(db.engine)
+
+    def count(connection) -> int:
+        return connection.execute(select(func.count()).select_from(rows)).scalar()
+
+    def count_in_a_transaction(connection) -> int:
+        connection.exec_driver_sql("BEGIN")  # a snapshot that must not outlive this read
+        return connection.exec_driver_sql("SELECT count(*) FROM held_probe").scalar()
+
+    try:
+        assert await db.read(count) == 0
+        for n in range(1, 4):
+            await db.run(lambda s, n=n: s.execute(insert(rows).values(n=n)))
+            assert await db.read(count_in_a_transaction) == n
+            assert await db.read(count) == n
+        with pytest.raises(Exception, match="no such table"):
+            await db.read(lambda c: c.exec_driver_sql("SELECT * FROM missing_table").all())
+        assert await db.read(count) == 3
+    finally:
+        db.dispose()
