@@ -19,7 +19,8 @@ class Agent(Base):
     __tablename__ = "agents"
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
-    name: Mapped[str] = mapped_column(String(63))
+    # Indexed on its own: the owner gate and the invoke target look an agent up by name across projects.
+    name: Mapped[str] = mapped_column(String(63), index=True)
     kind: Mapped[str] = mapped_column(String(16))  # agent | function
     framework: Mapped[str] = mapped_column(String(32))
     runtime: Mapped[str | None] = mapped_column(String(16), nullable=True)
