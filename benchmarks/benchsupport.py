@@ -58,6 +58,11 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f} ms"
 
 
+def signed_ms(seconds: float) -> str:
+    """An added latency, with its sign (a path can come out faster than its baseline in a run)."""
+    return f"{seconds * 1000:+.2f} ms"
+
+
 async def interleaved(rounds: int, **paths: Callable[[], Awaitable[float]]) -> dict[str, list[float]]:
     """Run each path once a round, alternating who goes first, so machine noise hits all alike."""
     out: dict[str, list[float]] = {name: [] for name in paths}

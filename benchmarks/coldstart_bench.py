@@ -89,7 +89,7 @@ def main(rounds: int) -> None:
                f"`import langgraph.graph` in the build's interpreter {framework * 1000:.0f} ms", f"{ratio:.2f}",
                f"≤ {TARGET}", ratio <= TARGET,
                note=f"interpreter {bare * 1000:.0f} ms, framework import {(framework - bare) * 1000:.0f} ms, "
-                    f"harness import +{(harness - framework) * 1000:.0f} ms, warm turn {warm * 1000:.0f} ms, "
+                    f"harness import {(harness - framework) * 1000:+.0f} ms, warm turn {warm * 1000:.0f} ms, "
                     f"rest {rest * 1000:.0f} ms"))
 
 

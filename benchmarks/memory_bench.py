@@ -102,7 +102,7 @@ def main(invokes: int) -> None:
         Row("Resident size of caiplatform serve", f"idle {idle:.0f} MiB; {AGENTS} scaled to zero {cold:.0f} MiB; "
             f"{AGENTS} warm {warm:.0f} MiB (server process)", f"with children: {idle_all:.0f} / {cold_all:.0f} / "
             f"{warm_all:.0f} MiB", "—", "report", True),
-        Row(f"Growth across {invokes} invokes", f"+{growth:.1f} MiB", f"after the first {invokes // 10}: {settled:.0f} MiB",
+        Row(f"Growth across {invokes} invokes", f"{growth:+.1f} MiB", f"after the first {invokes // 10}: {settled:.0f} MiB",
             "—", f"none (≤ {GROWTH_LIMIT_MIB:.0f} MiB)", growth <= GROWTH_LIMIT_MIB),
     )
 
