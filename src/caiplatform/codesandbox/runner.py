@@ -22,9 +22,7 @@ import sys
 import threading
 from pathlib import Path
 
-from caiplatform.sandbox.limits import ran_out_of_memory
-
-STDERR_TAIL = 8192
+from caiplatform.sandbox.limits import STDERR_TAIL, ran_out_of_memory
 
 JOIN_SECONDS = 1.0
 

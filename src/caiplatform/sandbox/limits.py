@@ -269,6 +269,9 @@ OUT_OF_MEMORY_EXIT = 113
 # C++, Go, Ruby, and the Node.js and Ruby shims' own words).
 OUT_OF_MEMORY_SIGNS = ("MemoryError", "JavaScript heap out of memory", "std::bad_alloc", "runtime: out of memory",
                        "failed to allocate memory", "NoMemoryError")
+# How much of a sandboxed process's standard error is kept (bytes): its last lines, where those signs and
+# the error a caller is shown are.
+STDERR_TAIL = 8192
 
 
 def ran_out_of_memory(exit_code: int | None, stderr_tail: str) -> bool:

@@ -31,14 +31,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
-from caiplatform.sandbox.limits import OUT_OF_MEMORY_SIGNS
+from caiplatform.sandbox.limits import OUT_OF_MEMORY_SIGNS, STDERR_TAIL
 from caiplatform.turns.base import StreamLine, TurnContext, TurnError, TurnRunner
 from caiplatform.turns.function import FunctionContext, render
 from caiplatform.turns.loader import EntryError
 
 # Lines can carry an 8 MiB event; asyncio's default line limit is 64 KiB.
 LINE_LIMIT = 64 * 1024 * 1024
-STDERR_TAIL = 8192
 
 
 class ToolchainMissing(EntryError):
