@@ -66,10 +66,17 @@ PROJECT = {"name": "project", "in": "query", "required": False, "schema": {"type
 OWNER = (403, 404, 409)  # the owner gate: no recorded owner, not found or not yours, ambiguous name
 
 
-def _project(request: Request) -> str | None:
+def project_param(request: Request) -> str | None:
+    """The agent route's `?project=` (the agents and invoke routes alike)."""
     if not request.scope.get("query_string"):  # most calls: no query to parse
         return None
     return request.query_params.get("project") or None
+
+
+def owner_gate_read(request: Request) -> Any:
+    """The owner gate's read of the route's agent, made with the credential's (`reads_with_credential`):
+    what `GET /v1/agents/{name}` and the invoke routes look the agent up by."""
+    return request.app.state.platform.agents.gate_read(request.path_params["name"], project_param(request))
 
 
 def op(*, query: Sequence[dict[str, Any]] = (), **kwargs: Any) -> dict[str, Any]:
@@ -118,7 +125,7 @@ async def deploy(
     request: Request, principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of)
 ) -> JSONResponse:
     upload = await _deploy_form(request, platform.settings.max_upload_bytes + FORM_SLACK)
-    return reply(await platform.agents.deploy(principal, _project(request), upload), status=202)
+    return reply(await platform.agents.deploy(principal, project_param(request), upload), status=202)
 
 
 @router.get("/v1/agents", summary="Agents and functions the caller may manage",
@@ -127,29 +134,28 @@ async def list_agents(
     request: Request, principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of)
 ) -> JSONResponse:
     q = request.query_params
-    return reply(await platform.agents.list(principal, _project(request), q.get("page_size", q.get("limit")),
+    return reply(await platform.agents.list(principal, project_param(request), q.get("page_size", q.get("limit")),
                                             q.get("page_token")))
 
 
 @router.get(A, summary="One agent", **op(response=AgentView, errors=OWNER))
-@reads_with_credential(lambda request: request.app.state.platform.agents.gate_read(request.path_params["name"],
-                                                                                   _project(request)))
+@reads_with_credential(owner_gate_read)
 async def get_agent(name: str, request: Request) -> JSONResponse:
     platform, principal = caller_of(request)
-    return reply(await platform.agents.get(principal, name, _project(request), prefetched_of(request)))
+    return reply(await platform.agents.get(principal, name, project_param(request), prefetched_of(request)))
 
 
 @router.delete(A, summary="Delete an agent (its sessions stay)", **op(response=AgentDeleted, errors=OWNER))
 async def delete_agent(name: str, request: Request, principal: Principal = Depends(principal_of),
                        platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.agents.delete(principal, name, _project(request)))
+    return reply(await platform.agents.delete(principal, name, project_param(request)))
 
 
 @router.post(A + "/redeploy", summary="Rebuild from the stored source",
              **op(response=RedeployAccepted, status=202, no_body=True, errors=OWNER))
 async def redeploy(name: str, request: Request, principal: Principal = Depends(principal_of),
                    platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.agents.redeploy(principal, name, _project(request)), status=202)
+    return reply(await platform.agents.redeploy(principal, name, project_param(request)), status=202)
 
 
 # -- logs -------------------------------------------------------------------------------------------
@@ -163,7 +169,7 @@ FOLLOW = {"name": "follow", "in": "query", "required": False, "schema": {"type":
 async def logs(name: str, request: Request, principal: Principal = Depends(principal_of),
                platform: Platform = Depends(platform_of)) -> StreamingResponse:
     follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
-    lines = await platform.agents.logs(principal, name, _project(request), follow=follow)
+    lines = await platform.agents.logs(principal, name, project_param(request), follow=follow)
     return StreamingResponse(lines, media_type="text/plain; charset=utf-8")
 
 
@@ -179,7 +185,7 @@ HISTORY_QUERY = [
 async def log_history(name: str, request: Request, principal: Principal = Depends(principal_of),
                       platform: Platform = Depends(platform_of)) -> JSONResponse:
     q = request.query_params
-    return reply(await platform.agents.log_history(principal, name, _project(request), q.get("limit"), q.get("since")))
+    return reply(await platform.agents.log_history(principal, name, project_param(request), q.get("limit"), q.get("since")))
 
 
 # -- secrets and env --------------------------------------------------------------------------------
@@ -188,7 +194,7 @@ async def log_history(name: str, request: Request, principal: Principal = Depend
 @router.get(A + "/secrets", summary="Names of the agent's secret keys", **op(response=SecretKeys, errors=OWNER))
 async def secret_keys(name: str, request: Request, principal: Principal = Depends(principal_of),
                       platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.agents.secret_keys(principal, name, _project(request)))
+    return reply(await platform.agents.secret_keys(principal, name, project_param(request)))
 
 
 @router.put(A + "/secrets", summary="Replace the agent's secret",
@@ -196,7 +202,7 @@ async def secret_keys(name: str, request: Request, principal: Principal = Depend
 async def put_secrets(name: str, request: Request, principal: Principal = Depends(principal_of),
                       platform: Platform = Depends(platform_of)) -> JSONResponse:
     secrets = SecretsReplace.parse(await json_body(request, SECRETS_BODY_LIMIT))
-    return reply(await platform.agents.put_secrets(principal, name, _project(request), secrets))
+    return reply(await platform.agents.put_secrets(principal, name, project_param(request), secrets))
 
 
 @router.patch(A + "/secrets", summary="Merge into the agent's secret",
@@ -204,13 +210,13 @@ async def put_secrets(name: str, request: Request, principal: Principal = Depend
 async def patch_secrets(name: str, request: Request, principal: Principal = Depends(principal_of),
                         platform: Platform = Depends(platform_of)) -> JSONResponse:
     patch = SecretsPatch.parse(await json_body(request, SECRETS_BODY_LIMIT))
-    return reply(await platform.agents.patch_secrets(principal, name, _project(request), patch))
+    return reply(await platform.agents.patch_secrets(principal, name, project_param(request), patch))
 
 
 @router.get(A + "/env", summary="The agent's environment", **op(response=AgentEnv, errors=OWNER))
 async def get_env(name: str, request: Request, principal: Principal = Depends(principal_of),
                   platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.agents.get_env(principal, name, _project(request)))
+    return reply(await platform.agents.get_env(principal, name, project_param(request)))
 
 
 @router.patch(A + "/env", summary="Merge into the agent's environment",
@@ -218,7 +224,7 @@ async def get_env(name: str, request: Request, principal: Principal = Depends(pr
 async def patch_env(name: str, request: Request, principal: Principal = Depends(principal_of),
                     platform: Platform = Depends(platform_of)) -> JSONResponse:
     patch = EnvPatch.parse(await json_body(request, SECRETS_BODY_LIMIT))
-    return reply(await platform.agents.patch_env(principal, name, _project(request), patch))
+    return reply(await platform.agents.patch_env(principal, name, project_param(request), patch))
 
 
 # -- stored source ----------------------------------------------------------------------------------
@@ -227,13 +233,13 @@ async def patch_env(name: str, request: Request, principal: Principal = Depends(
 @router.get(A + "/files", summary="The stored source files", **op(response=SourceFiles, errors=OWNER))
 async def list_files(name: str, request: Request, principal: Principal = Depends(principal_of),
                      platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.agents.list_files(principal, name, _project(request)))
+    return reply(await platform.agents.list_files(principal, name, project_param(request)))
 
 
 @router.get(A + "/files/{path:path}", summary="One stored file", **op(response=SourceFile, errors=OWNER))
 async def read_file(name: str, path: str, request: Request, principal: Principal = Depends(principal_of),
                     platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.agents.read_file(principal, name, _project(request), path))
+    return reply(await platform.agents.read_file(principal, name, project_param(request), path))
 
 
 @router.put(A + "/files/{path:path}", summary="Write one stored file (redeploy to run it)",
@@ -241,14 +247,14 @@ async def read_file(name: str, path: str, request: Request, principal: Principal
 async def write_file(name: str, path: str, request: Request, principal: Principal = Depends(principal_of),
                      platform: Platform = Depends(platform_of)) -> JSONResponse:
     file = SourceFileWrite.parse(await json_body(request, FILE_BODY_LIMIT))
-    return reply(await platform.agents.write_file(principal, name, _project(request), path, file))
+    return reply(await platform.agents.write_file(principal, name, project_param(request), path, file))
 
 
 @router.delete(A + "/files/{path:path}", summary="Delete one stored file",
                **op(response=SourceFileDeleted, errors=OWNER))
 async def delete_file(name: str, path: str, request: Request, principal: Principal = Depends(principal_of),
                       platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.agents.delete_file(principal, name, _project(request), path))
+    return reply(await platform.agents.delete_file(principal, name, project_param(request), path))
 
 
 # -- revisions, traffic, config, spec, metrics -------------------------------------------------------
@@ -258,7 +264,7 @@ async def delete_file(name: str, path: str, request: Request, principal: Princip
             **op(response=RevisionList, errors=OWNER))
 async def revisions(name: str, request: Request, principal: Principal = Depends(principal_of),
                     platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.agents.revisions(principal, name, _project(request)))
+    return reply(await platform.agents.revisions(principal, name, project_param(request)))
 
 
 @router.post(A + "/set-traffic", summary="Replace the traffic split",
@@ -266,14 +272,14 @@ async def revisions(name: str, request: Request, principal: Principal = Depends(
 async def set_traffic(name: str, request: Request, principal: Principal = Depends(principal_of),
                       platform: Platform = Depends(platform_of)) -> JSONResponse:
     split = TrafficSplit.parse(await json_body(request, 64 * 1024, optional=True))
-    return reply(await platform.agents.set_traffic(principal, name, _project(request), split), status=202)
+    return reply(await platform.agents.set_traffic(principal, name, project_param(request), split), status=202)
 
 
 @router.get(A + "/config", summary="Compute config (null on platform defaults)",
             **op(response=AgentConfig, errors=OWNER))
 async def get_config(name: str, request: Request, principal: Principal = Depends(principal_of),
                      platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.agents.get_config(principal, name, _project(request)))
+    return reply(await platform.agents.get_config(principal, name, project_param(request)))
 
 
 @router.patch(A + "/config", summary="Sparse update of the compute config; rolls a revision",
@@ -281,19 +287,19 @@ async def get_config(name: str, request: Request, principal: Principal = Depends
 async def patch_config(name: str, request: Request, principal: Principal = Depends(principal_of),
                        platform: Platform = Depends(platform_of)) -> JSONResponse:
     patch = ConfigPatch.parse(await json_body(request, 64 * 1024))
-    return reply(await platform.agents.patch_config(principal, name, _project(request), patch))
+    return reply(await platform.agents.patch_config(principal, name, project_param(request), patch))
 
 
 @router.get(A + "/spec", summary="Sanitized live spec (YAML)", **op(response=AgentSpec, errors=OWNER))
 async def spec(name: str, request: Request, principal: Principal = Depends(principal_of),
                platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.agents.spec(principal, name, _project(request)))
+    return reply(await platform.agents.spec(principal, name, project_param(request)))
 
 
 @router.get(A + "/metrics", summary="Live counts", **op(response=AgentMetrics, errors=OWNER))
 async def metrics(name: str, request: Request, principal: Principal = Depends(principal_of),
                   platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.agents.metrics(principal, name, _project(request)))
+    return reply(await platform.agents.metrics(principal, name, project_param(request)))
 
 
 # -- embed config -----------------------------------------------------------------------------------
@@ -302,7 +308,7 @@ async def metrics(name: str, request: Request, principal: Principal = Depends(pr
 @router.get(A + "/embed", summary="Chat widget config", **op(response=EmbedConfig, errors=OWNER))
 async def get_embed(name: str, request: Request, principal: Principal = Depends(principal_of),
                     platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.agents.get_embed(principal, name, _project(request)))
+    return reply(await platform.agents.get_embed(principal, name, project_param(request)))
 
 
 @router.put(A + "/embed", summary="Partial update of the widget config; the first one mints the key",
@@ -310,17 +316,17 @@ async def get_embed(name: str, request: Request, principal: Principal = Depends(
 async def put_embed(name: str, request: Request, principal: Principal = Depends(principal_of),
                     platform: Platform = Depends(platform_of)) -> JSONResponse:
     update = EmbedUpdate.parse(await json_body(request, 64 * 1024, optional=True))
-    return reply(await platform.agents.put_embed(principal, name, _project(request), update))
+    return reply(await platform.agents.put_embed(principal, name, project_param(request), update))
 
 
 @router.delete(A + "/embed", summary="Remove the widget config", **op(response=EmbedDeleted, errors=OWNER))
 async def delete_embed(name: str, request: Request, principal: Principal = Depends(principal_of),
                        platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.agents.delete_embed(principal, name, _project(request)))
+    return reply(await platform.agents.delete_embed(principal, name, project_param(request)))
 
 
 @router.post(A + "/embed/rotate-key", summary="Mint a new public embed key",
              **op(response=EmbedConfig, no_body=True, errors=OWNER))
 async def rotate_embed_key(name: str, request: Request, principal: Principal = Depends(principal_of),
                            platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.agents.rotate_embed_key(principal, name, _project(request)))
+    return reply(await platform.agents.rotate_embed_key(principal, name, project_param(request)))

@@ -27,6 +27,7 @@ from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.services.agent_directory import EmbedTarget
 from caiplatform.services.invoke import AGENT_BODY_LIMIT, FUNCTION_BODY_LIMIT, TurnStream
+from caiplatform_server.apis.core_agents import OWNER, PROJECT, A, op, owner_gate_read, project_param
 from caiplatform_server.app_deps import caller_of, platform_of, principal_of
 from caiplatform_server.contract import ANONYMOUS, CALLERS, _schema_ref, operation, reply
 from caiplatform_server.dispatch import prefetched_of, reads_with_credential
@@ -34,7 +35,6 @@ from caiplatform_server.http import read_body
 
 router = APIRouter(tags=["invoke"])
 
-A = "/v1/agents/{name}"
 NDJSON = "application/x-ndjson"
 PREFLIGHT_HEADERS = {
     "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
@@ -85,16 +85,6 @@ class TurnStreamResponse(StreamingResponse):
             watcher.cancel()
 
 
-PROJECT = {"name": "project", "in": "query", "required": False, "schema": {"type": "string"},
-           "description": "The agent's project (slug, short id or id), when the name exists in several."}
-OWNER = (403, 404, 409)
-
-
-def op(*, query: Sequence[dict[str, Any]] = (), **kwargs: Any) -> dict[str, Any]:
-    """`operation(...)` of an agent route: every one takes `?project=`."""
-    return operation(query=[PROJECT, *query], **kwargs)
-
-
 def _invoke_operation(*, stream: bool | None, security: Sequence[str], query: Sequence[dict[str, Any]] = (),
                       body: type[Any] = InvokeRequest) -> dict[str, Any]:
     """An invoke route: the buffered answer is an agent's `InvokeResponse` or a function's own JSON value;
@@ -116,10 +106,6 @@ def _invoke_operation(*, stream: bool | None, security: Sequence[str], query: Se
     return kwargs
 
 
-def _project(request: Request) -> str | None:
-    return request.query_params.get("project") or None
-
-
 USER_ID = {"name": "user_id", "in": "query", "required": True, "schema": {"type": "string"},
            "description": "Whose sessions."}
 
@@ -129,29 +115,24 @@ def _page_args(request: Request) -> tuple[str | None, str | None]:
     return q.get("page_size", q.get("limit")), q.get("page_token")
 
 
-def _target_read(request: Request) -> Any:
-    """The invoke target's read, made with the credential's (`reads_with_credential`)."""
-    return request.app.state.platform.agents.gate_read(request.path_params["name"], _project(request))
-
-
 # Both invoke routes take only `request` (and the name): the flat route table calls them directly.
 @router.post(A + "/invoke", summary="One message in, one reply out",
              **_invoke_operation(stream=False, security=CALLERS, query=[PROJECT]))
-@reads_with_credential(_target_read)
+@reads_with_credential(owner_gate_read)
 async def invoke(name: str, request: Request) -> Response:
     platform, principal = caller_of(request)
     raw = await read_body(request, FUNCTION_BODY_LIMIT)
-    answer = await platform.invoke.invoke(principal, name, _project(request), raw, prefetched=prefetched_of(request))
+    answer = await platform.invoke.invoke(principal, name, project_param(request), raw, prefetched=prefetched_of(request))
     return Response(answer.content, status_code=answer.status, headers=answer.headers, media_type=answer.media_type)
 
 
 @router.post(A + "/invoke/stream", summary="The same turn as an NDJSON stream",
              **_invoke_operation(stream=True, security=CALLERS, query=[PROJECT]))
-@reads_with_credential(_target_read)
+@reads_with_credential(owner_gate_read)
 async def invoke_stream(name: str, request: Request) -> Response:
     platform, principal = caller_of(request)
     raw = await read_body(request, FUNCTION_BODY_LIMIT)
-    return TurnStreamResponse(await platform.invoke.stream(principal, name, _project(request), raw,
+    return TurnStreamResponse(await platform.invoke.stream(principal, name, project_param(request), raw,
                                                            prefetched=prefetched_of(request)))
 
 
@@ -160,7 +141,7 @@ async def invoke_stream(name: str, request: Request) -> Response:
 async def users(name: str, request: Request, principal: Principal = Depends(principal_of),
                 platform: Platform = Depends(platform_of)) -> JSONResponse:
     size, token = _page_args(request)
-    return reply(await platform.invoke.users(principal, name, _project(request), page_size=size, page_token=token))
+    return reply(await platform.invoke.users(principal, name, project_param(request), page_size=size, page_token=token))
 
 
 @router.get(A + "/sessions", summary="One user's sessions",
@@ -168,7 +149,7 @@ async def users(name: str, request: Request, principal: Principal = Depends(prin
 async def sessions(name: str, request: Request, principal: Principal = Depends(principal_of),
                    platform: Platform = Depends(platform_of)) -> JSONResponse:
     size, token = _page_args(request)
-    return reply(await platform.invoke.sessions(principal, name, _project(request),
+    return reply(await platform.invoke.sessions(principal, name, project_param(request),
                                                 request.query_params.get("user_id"), page_size=size, page_token=token))
 
 
@@ -176,14 +157,14 @@ async def sessions(name: str, request: Request, principal: Principal = Depends(p
             **op(response=Transcript, errors=(*OWNER, 502, 504)))
 async def transcript(name: str, session_id: str, request: Request, principal: Principal = Depends(principal_of),
                      platform: Platform = Depends(platform_of)) -> JSONResponse:
-    return reply(await platform.invoke.transcript(principal, name, _project(request), session_id))
+    return reply(await platform.invoke.transcript(principal, name, project_param(request), session_id))
 
 
 @router.delete(A + "/sessions/{session_id}", summary="Delete a session",
                **op(status=204, errors=(*OWNER, 502, 504)))
 async def delete_session(name: str, session_id: str, request: Request, principal: Principal = Depends(principal_of),
                          platform: Platform = Depends(platform_of)) -> Response:
-    await platform.invoke.delete_session(principal, name, _project(request), session_id)
+    await platform.invoke.delete_session(principal, name, project_param(request), session_id)
     return Response(status_code=204)
 
 
@@ -192,7 +173,7 @@ async def delete_session(name: str, session_id: str, request: Request, principal
 async def memorize(name: str, session_id: str, request: Request, principal: Principal = Depends(principal_of),
                    platform: Platform = Depends(platform_of)) -> JSONResponse:
     await read_body(request, AGENT_BODY_LIMIT)
-    return reply(await platform.invoke.memorize(principal, name, _project(request), session_id))
+    return reply(await platform.invoke.memorize(principal, name, project_param(request), session_id))
 
 
 # -- public embed routes: anonymous, gated by the embed key and the Origin allowlist ----------------
