@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from sqlalchemy import and_, bindparam, func, select
+from sqlalchemy import Select, and_, bindparam, func, select
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -106,20 +106,22 @@ def push_url_problem(url: str, namespace: str) -> str | None:
 # with the topic (and the subscription), rather than ORM queries built, compiled and loaded into objects
 # each time (`Access.project_gate_sync`: a row per grant row of the caller). Rows carry the ORM attributes'
 # names. Publish: the topic's columns (all None when there is no such topic).
-_TOPIC_GATE = PreparedRead(
-    select(*GATE_COLUMNS, *MessagingTopic.__table__.columns)
-    .select_from(Project)
-    .outerjoin(ProjectMember, GATE_MEMBER_JOIN)
-    .outerjoin(MessagingTopic, and_(MessagingTopic.project_id == Project.id, MessagingTopic.name == bindparam("topic")))
-    .where(Project.id == bindparam("project"))
-)
+def _topic_gate(*columns: Any) -> Select[Any]:
+    """The project gate's columns and `columns`, from the project with the caller's grants and its topic
+    named `topic` (outer joins: the gate's row exists whether or not the topic does)."""
+    return (
+        select(*GATE_COLUMNS, *columns)
+        .select_from(Project)
+        .outerjoin(ProjectMember, GATE_MEMBER_JOIN)
+        .outerjoin(MessagingTopic, and_(MessagingTopic.project_id == Project.id, MessagingTopic.name == bindparam("topic")))
+    )
+
+
+_TOPIC_GATE = PreparedRead(_topic_gate(*MessagingTopic.__table__.columns).where(Project.id == bindparam("project")))
 # Pull and acknowledge: the topic's id and the subscription's columns (`topic_row_id` None: no such topic;
 # `id` None: no such subscription).
 _SUBSCRIPTION_GATE = PreparedRead(
-    select(*GATE_COLUMNS, MessagingTopic.id.label("topic_row_id"), *MessagingSubscription.__table__.columns)
-    .select_from(Project)
-    .outerjoin(ProjectMember, GATE_MEMBER_JOIN)
-    .outerjoin(MessagingTopic, and_(MessagingTopic.project_id == Project.id, MessagingTopic.name == bindparam("topic")))
+    _topic_gate(MessagingTopic.id.label("topic_row_id"), *MessagingSubscription.__table__.columns)
     .outerjoin(MessagingSubscription, and_(MessagingSubscription.topic_id == MessagingTopic.id,
                                            MessagingSubscription.name == bindparam("subscription")))
     .where(Project.id == bindparam("project"))
