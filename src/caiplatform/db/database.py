@@ -52,7 +52,8 @@ class Database:
         # An in-memory SQLite database is one connection shared by every thread: transactions from
         # concurrent worker threads would interleave on it, so they take turns.
         self._one_connection: threading.RLock | None = None
-        if self.url.startswith("sqlite"):
+        on_sqlite = self.url.startswith("sqlite")
+        if on_sqlite:
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
             if self.url in ("sqlite://", "sqlite:///:memory:"):
                 kwargs["poolclass"] = StaticPool
@@ -62,9 +63,9 @@ class Database:
         if _queue_pooled(self.url):
             kwargs.update(pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
         # One connection serves its readers one at a time: more threads would only wait on its lock.
-        readers = SQLITE_READ_THREADS if self.url.startswith("sqlite") else READ_THREADS
+        readers = SQLITE_READ_THREADS if on_sqlite else READ_THREADS
         self._readers = ReadThreads(1 if self._one_connection is not None else readers, "cai-db-read",
-                                    wait=SQLITE_READ_WAIT if self.url.startswith("sqlite") else 0.0)
+                                    wait=SQLITE_READ_WAIT if on_sqlite else 0.0)
         if self._one_connection is not None and not echo:
             self.engine: Engine = _new_in_memory_engine()
         else:
@@ -74,7 +75,7 @@ class Database:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         # A SQLite file's read threads keep a connection each (`_read_held`); the in-memory database has
         # one connection for everyone, and PostgreSQL's pool pings a connection before handing it out.
-        self._holds_reads = self.dialect == "sqlite" and self._one_connection is None
+        self._holds_reads = on_sqlite and self._one_connection is None
         self._held = threading.local()
 
     @classmethod
