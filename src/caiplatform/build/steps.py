@@ -42,14 +42,16 @@ class StepJail:
         passed = {k: v for k, v in env.items() if k in PASSED_VARIABLES or k.startswith(PASSED_PREFIXES)}
         return sandbox_env(passed)
 
-    def launch(self, argv: list[str], cwd: Path | None, what: str) -> Launch:
-        """Hand the writable paths to the sandbox and wrap the step (raises `BuildError` when it cannot)."""
+    def launch(self, argv: list[str], cwd: Path | None, what: str, env: Mapping[str, str] | None = None) -> Launch:
+        """Hand the writable paths to the sandbox and wrap the step with its variables `env` (raises
+        `BuildError` when it cannot)."""
         try:
             self.sandbox.check()
             self.sandbox.hand_over(self.writable)
             read_only = self.read_only + ((cwd,) if cwd is not None else ())
             return self.sandbox.wrap(argv, Confinement(read_only=read_only, writable=self.writable,
-                                                       limits=BUILD_LIMITS, label="build"), cwd=cwd or Path("/tmp"))
+                                                       limits=BUILD_LIMITS, label="build"), cwd=cwd or Path("/tmp"),
+                                     env=env)
         except SandboxUnavailable as exc:
             raise BuildError(f"{what} was not run: {exc}") from None
 
@@ -74,12 +76,12 @@ async def run_step(
 ) -> str:
     """Run a build step; its output goes to the build log and, on failure, into the `BuildError`."""
     environment = dict(env) if env is not None else {**os.environ}
-    launch = Launch(list(argv))
+    launch = Launch(list(argv), env=environment)
     if jail is not None and jail.sandbox.enabled:
-        environment = jail.environment(environment)
-        launch = await asyncio.to_thread(jail.launch, list(argv), cwd, what)
+        # The step's variables are loaded inside its sandbox; `launch.env` is the launcher's fixed one.
+        launch = await asyncio.to_thread(jail.launch, list(argv), cwd, what, jail.environment(environment))
     try:
-        return await _run(launch, what, emit, cwd, environment, timeout)
+        return await _run(launch, what, emit, cwd, launch.env, timeout)
     finally:
         if jail is not None and jail.sandbox.enabled:
             if await asyncio.to_thread(jail.finish, launch):
@@ -100,6 +102,8 @@ async def _run(launch: Launch, what: str, emit: BuildLog, cwd: Path | None, env:
         )
     except OSError as exc:
         raise BuildError(f"{what} failed: {exc}") from None
+    finally:
+        launch.started()
     assert process.stdout is not None
     output: list[str] = []
 

@@ -267,12 +267,18 @@ async def start_sandbox(sandbox: Sandbox, argv: list[str], confinement: Confinem
                         *, scratch: str | None = None, env: dict[str, str] | None = None,
                         answer_limit: int = ANSWER_LIMIT) -> WarmSandbox:
     """Start `argv` (a runner speaking the `ready` / one JSON line protocol) confined; wait until it is ready."""
-    launch = await asyncio.to_thread(sandbox.wrap, argv, confinement, cwd=Path("/tmp"))
     base = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
-    process = await asyncio.create_subprocess_exec(
-        *launch.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, pass_fds=launch.pass_fds, env={**base, **(env or {})},
-        start_new_session=True, limit=answer_limit)
+    # The variables are loaded inside the sandbox; the launcher starts with `launch.env` (its fixed one).
+    launch = await asyncio.to_thread(sandbox.wrap, argv, confinement, cwd=Path("/tmp"), env={**base, **(env or {})})
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *launch.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, pass_fds=launch.pass_fds, env=launch.env,
+            start_new_session=True, limit=answer_limit)
+    except BaseException:
+        launch.close()
+        raise
+    launch.started()
     started = WarmSandbox(ident, process, launch, scratch=scratch)
     assert process.stdout is not None
     try:

@@ -9,6 +9,10 @@ What a sandboxed process sees (docs/sandbox.md):
   empty private `/tmp`;
 - nothing else: no data directory, no database, no keys, no other workload's files.
 
+It starts with none of the workload's variables anywhere before the workload's own program (they are loaded
+inside, after privileges are dropped: `sandbox/environment.py`), under a seccomp filter (Docker's default
+profile, `sandbox/seccomp.py`), in a session of its own (no controlling terminal).
+
 It runs as uid/gid 1000 inside a user namespace in which that uid is an unprivileged uid outside
 (`CAI_SANDBOX_UID`, default 2000000000), with no capabilities and `no_new_privs`. The namespace maps root
 to root only so that bubblewrap (started by a root server) can bind paths root alone may traverse; the
@@ -32,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from caiplatform.sandbox import seccomp
+from caiplatform.sandbox.environment import ENV_FILE, LAUNCHER_ENV, loader, memfd
 from caiplatform.sandbox.limits import OUT_OF_MEMORY_EXIT, CgroupFactory, CgroupSet, Limits, rlimit_argv
 
 if TYPE_CHECKING:
@@ -77,6 +83,19 @@ class Launch:
     # What the process's command line reads once it runs (the launcher shell execs bubblewrap).
     program: list[str] = field(default_factory=list)
     rlimited: bool = False  # its memory is bounded by an rlimit (no cgroup could be had)
+    # The environment to start `argv` with: the launcher's fixed one when confined (the workload's own
+    # variables are loaded inside, `sandbox/environment.py`), the workload's when the sandbox is off.
+    env: dict[str, str] = field(default_factory=dict)
+    # Descriptors this process opened for the run (the variables' file, the seccomp programs): closed once
+    # the process has been started (`started`) or at the latest by `close`.
+    own_fds: list[int] = field(default_factory=list)
+
+    def started(self) -> None:
+        """The process was spawned (or could not be): the descriptors it inherited are its own now."""
+        fds, self.own_fds = self.own_fds, []
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def oom_killed(self, returncode: int | None = None) -> bool:
         """Whether the run was stopped for its memory: the cgroup's OOM kill, or, under the rlimit
@@ -87,6 +106,7 @@ class Launch:
 
     def close(self) -> None:
         """After the process ended: kill what it left behind, remove its cgroup."""
+        self.started()
         if self.cgroup is not None:
             self.cgroup.remove()
 
@@ -134,6 +154,7 @@ class Sandbox:
         self._lock = threading.RLock()
         self._cgroups: CgroupFactory | None = None
         self._hidden: list[Path] | None = None
+        self._version: tuple[int, ...] | None = None
 
     # -- what the platform needs to see -------------------------------------------------------------
 
@@ -182,8 +203,11 @@ class Sandbox:
         true = shutil.which("true") or "/bin/true"
         try:
             launch = self.wrap([true], Confinement(label="probe"), cwd=Path("/"), cgroup=False)
-            done = subprocess.run(launch.argv, pass_fds=launch.pass_fds, capture_output=True,
-                                  timeout=PROBE_TIMEOUT_SECONDS, env={"PATH": os.defpath}, check=False)
+            try:
+                done = subprocess.run(launch.argv, pass_fds=launch.pass_fds, capture_output=True,
+                                      timeout=PROBE_TIMEOUT_SECONDS, env=launch.env, check=False)
+            finally:
+                launch.close()
         except (OSError, subprocess.SubprocessError, SandboxUnavailable) as exc:
             return f"the workload sandbox cannot start: {exc}; {fix}"
         if done.returncode != 0:
@@ -264,30 +288,53 @@ class Sandbox:
                 with contextlib.suppress(FileNotFoundError):
                     os.lchown(name, uid, uid)
 
-    def wrap(self, argv: list[str], confinement: Confinement, *, cwd: Path, cgroup: bool = True) -> Launch:
-        """The command line that runs `argv` confined (unchanged when the sandbox is off)."""
+    def wrap(self, argv: list[str], confinement: Confinement, *, cwd: Path, env: Mapping[str, str] | None = None,
+             cgroup: bool = True) -> Launch:
+        """The command line that runs `argv` confined with the variables `env` (unchanged when the sandbox is
+        off). Start it with `Launch.env` and `Launch.pass_fds`, then call `Launch.started()`."""
+        env = dict(env or {})
         if not self.enabled:
-            return Launch(list(argv), program=list(argv))
+            return Launch(list(argv), program=list(argv), env=env)
         if self.bwrap is None:
             raise SandboxUnavailable("bubblewrap (bwrap) is not installed")
+        try:
+            load, data = loader(env)
+            filters = seccomp.program_fds()
+        except (ValueError, seccomp.SeccompUnavailable) as exc:
+            raise SandboxUnavailable(str(exc)) from None
+        own = [*filters, memfd(data, "cai-env")]
+        try:
+            return self._wrap(argv, confinement, cwd=cwd, cgroup=cgroup, load=load, own=own)
+        except BaseException:
+            Launch([], own_fds=own).started()
+            raise
+
+    def _wrap(self, argv: list[str], confinement: Confinement, *, cwd: Path, cgroup: bool, load: list[str],
+              own: list[int]) -> Launch:
+        assert self.bwrap is not None
         group: CgroupSet | None = None
         if cgroup and self.cgroups.available:
             try:
                 group = self.cgroups.create(confinement.label, confinement.limits)
             except OSError as exc:
                 raise SandboxUnavailable(f"cannot create a cgroup for {confinement.label}: {exc}") from None
-        command = [*self._namespaces(network=confinement.network), *self._view(confinement), "--chdir", str(cwd), "--"]
+        *filters, env_fd = own
+        command = [*self._namespaces(network=confinement.network), *self._view(confinement), "--chdir", str(cwd),
+                   *self._hardening(filters),
+                   "--perms", "0444", "--ro-bind-data", str(env_fd), ENV_FILE, "--"]
         limits = [] if group is not None or not cgroup else rlimit_argv(confinement.limits)
         if os.geteuid() == 0:
             assert self.setpriv is not None
             command += [self.setpriv, f"--reuid={INSIDE_UID}", f"--regid={INSIDE_UID}", "--clear-groups",
                         "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
-        wrapped = [self.bwrap, *command, *limits, *argv]
-        fds: tuple[int, ...] = ()
+        # The loader is the last step before the program: it alone (unprivileged, no capabilities) sets the
+        # workload's variables; bubblewrap, setpriv and prlimit run with none (`--clearenv`).
+        wrapped = [self.bwrap, *command, *limits, *load, *argv]
+        fds: tuple[int, ...] = tuple(own)
         if os.geteuid() == 0:
             fd = self._shared_userns()
             wrapped[1:1] = ["--userns", str(fd)]
-            fds = (fd,)
+            fds = (fd, *fds)
         program = list(wrapped)
         # Join the cgroup before bubblewrap starts, so every process of the run is counted; the usual umask
         # (the server's own is 077), so what a build step writes can be read by the workload it builds.
@@ -295,7 +342,28 @@ class Sandbox:
         procs = group.procs_files if group is not None else []
         wrapped = ["/bin/sh", "-c", script, "cai-sandbox", *procs, "--", *wrapped]
         return Launch(wrapped, fds, group, confinement.limits, program,
-                      rlimited=bool(limits) and bool(confinement.limits.memory_bytes))
+                      rlimited=bool(limits) and bool(confinement.limits.memory_bytes), env=dict(LAUNCHER_ENV),
+                      own_fds=own)
+
+    def _hardening(self, filters: list[int]) -> list[str]:
+        """No controlling terminal (`--new-session`: no `TIOCSTI` into the server's terminal), the syscall
+        filter (`sandbox/seccomp.py`), no variable of the launcher's (`--clearenv`), and, where bubblewrap
+        makes the user namespace itself, no nested one (`--disable-userns`; the filter refuses them too)."""
+        args = ["--new-session", "--clearenv"]
+        for fd in filters:
+            args += ["--add-seccomp-fd", str(fd)]
+        if os.geteuid() != 0 and self._bwrap_version() >= (0, 8):
+            args.append("--disable-userns")
+        return args
+
+    def _bwrap_version(self) -> tuple[int, ...]:
+        if self._version is None:
+            self._version = ()
+            with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
+                out = subprocess.run([str(self.bwrap), "--version"], capture_output=True, text=True,
+                                     timeout=PROBE_TIMEOUT_SECONDS, env=dict(LAUNCHER_ENV), check=False).stdout
+                self._version = tuple(int(n) for n in out.split()[-1].split("."))
+        return self._version
 
     def _namespaces(self, *, network: bool = True) -> list[str]:
         base = [*([] if network else ["--unshare-net"]), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",

@@ -440,25 +440,31 @@ class ProcessSupervisor:
 
             try:
                 launch = await asyncio.to_thread(
-                    spec.sandbox.wrap, argv, spec.confinement or Confinement(label=spec.name), cwd=spec.cwd or Path("/"))
+                    spec.sandbox.wrap, argv, spec.confinement or Confinement(label=spec.name), cwd=spec.cwd or Path("/"),
+                    env=env)
             except SandboxUnavailable as exc:
                 raise ProcessStartError(f"{spec.name} could not start: {exc}") from None
-            mp._launch, argv, pass_fds = launch, launch.argv, launch.pass_fds
+            # The workload's variables are in the launch (loaded inside the sandbox); the launcher gets none.
+            mp._launch, argv, pass_fds, env = launch, launch.argv, launch.pass_fds, launch.env
         mp.oom_killed = False
         with open(mp.log_path, "ab") as logfile:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             logfile.write(f"=== {stamp} supervisor starting {spec.name}: {' '.join(spec.argv)}\n".encode())
             logfile.flush()
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                pass_fds=pass_fds,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=logfile,
-                stderr=asyncio.subprocess.STDOUT,
-                cwd=str(spec.cwd) if spec.cwd else None,
-                env=env,
-                start_new_session=True,
-            )
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    pass_fds=pass_fds,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=logfile,
+                    stderr=asyncio.subprocess.STDOUT,
+                    cwd=str(spec.cwd) if spec.cwd else None,
+                    env=env,
+                    start_new_session=True,
+                )
+            finally:
+                if mp._launch is not None:
+                    mp._launch.started()
         mp._proc = proc
         mp.pid = proc.pid
         mp.returncode = None

@@ -151,14 +151,18 @@ class LocalMcpHost(McpHost):
         argv = [self.python, "-m", "caiplatform.mcp.server", "--source", str(tree), "--check"]
         try:
             await asyncio.to_thread(self.sandbox.check)
-            launch = await asyncio.to_thread(self.sandbox.wrap, argv, self._confinement(tree, "mcp-build"), cwd=tree)
+            launch = await asyncio.to_thread(self.sandbox.wrap, argv, self._confinement(tree, "mcp-build"), cwd=tree,
+                                             env=self._base_env())
         except SandboxUnavailable as exc:
             raise McpBuildError(f"the tools were not loaded: {exc}") from None
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *launch.argv, pass_fds=launch.pass_fds,
-                cwd=str(tree), env=self._base_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            )
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *launch.argv, pass_fds=launch.pass_fds,
+                    cwd=str(tree), env=launch.env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                )
+            finally:
+                launch.started()
             try:
                 _, stderr = await asyncio.wait_for(proc.communicate(), BUILD_CHECK_TIMEOUT_SECONDS)
             except TimeoutError:
