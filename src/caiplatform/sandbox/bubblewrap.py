@@ -264,8 +264,11 @@ class Sandbox:
             self._chown_tree(path, self.host_uid)
 
     def take_back(self, path: Path) -> None:
-        """Give a build step's output back to root, so no sandbox may change it later."""
+        """Give a build step's output back to root, so no sandbox may change it later, and let the next
+        sandboxes read it (a later step, the check of a compiled program, the workload it builds): a
+        directory the server made (umask 077) is otherwise closed to them."""
         self._chown_tree(path, 0)
+        self.share(path)
 
     def share(self, path: Path) -> None:
         """Let every sandbox read `path` (an image, an environment): a server that keeps its own files
