@@ -70,6 +70,11 @@ class Confinement:
     # False: a network namespace of its own (loopback only), for code that needs no network at all
     # (the code sandbox's snippets); workloads keep the host's (docs/decisions/sandbox.md).
     network: bool = True
+    # True: the sandbox gets a session of its own (`--new-session`), so no controlling terminal it could push
+    # input into. False only for a caller that starts the launch in a new session itself (no terminal
+    # either) and stops it by signalling that session's process group, which must reach the workload (the
+    # supervisor's graceful SIGTERM).
+    new_session: bool = True
 
 
 @dataclass
@@ -323,7 +328,7 @@ class Sandbox:
                 raise SandboxUnavailable(f"cannot create a cgroup for {confinement.label}: {exc}") from None
         *filters, env_fd = own
         command = [*self._namespaces(network=confinement.network), *self._view(confinement), "--chdir", str(cwd),
-                   *self._hardening(filters),
+                   *self._hardening(filters, new_session=confinement.new_session),
                    "--perms", "0444", "--ro-bind-data", str(env_fd), ENV_FILE, "--"]
         limits = [] if group is not None or not cgroup else rlimit_argv(confinement.limits)
         if os.geteuid() == 0:
@@ -348,11 +353,11 @@ class Sandbox:
                       rlimited=bool(limits) and bool(confinement.limits.memory_bytes), env=dict(LAUNCHER_ENV),
                       own_fds=own)
 
-    def _hardening(self, filters: list[int]) -> list[str]:
+    def _hardening(self, filters: list[int], *, new_session: bool = True) -> list[str]:
         """No controlling terminal (`--new-session`: no `TIOCSTI` into the server's terminal), the syscall
         filter (`sandbox/seccomp.py`), no variable of the launcher's (`--clearenv`), and, where bubblewrap
         makes the user namespace itself, no nested one (`--disable-userns`; the filter refuses them too)."""
-        args = ["--new-session", "--clearenv"]
+        args = ["--new-session", "--clearenv"] if new_session else ["--clearenv"]
         for fd in filters:
             args += ["--add-seccomp-fd", str(fd)]
         if os.geteuid() != 0 and self._bwrap_version() >= (0, 8):

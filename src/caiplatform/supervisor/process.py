@@ -23,7 +23,7 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -438,10 +438,11 @@ class ProcessSupervisor:
         if spec.sandbox is not None:
             from caiplatform.sandbox import Confinement, SandboxUnavailable
 
+            # Started in a session of its own below (no controlling terminal); a second one inside the sandbox
+            # would put the workload out of reach of the graceful SIGTERM sent to this session's group.
+            confinement = replace(spec.confinement or Confinement(label=spec.name), new_session=False)
             try:
-                launch = await asyncio.to_thread(
-                    spec.sandbox.wrap, argv, spec.confinement or Confinement(label=spec.name), cwd=spec.cwd or Path("/"),
-                    env=env)
+                launch = await asyncio.to_thread(spec.sandbox.wrap, argv, confinement, cwd=spec.cwd or Path("/"), env=env)
             except SandboxUnavailable as exc:
                 raise ProcessStartError(f"{spec.name} could not start: {exc}") from None
             # The workload's variables are in the launch (loaded inside the sandbox); the launcher gets none.
