@@ -98,3 +98,24 @@ async def test_a_supervised_workload_is_in_the_process_group_the_supervisor_sign
 
 async def _running(marker: str) -> bool:
     return _process_group_of(marker) is not None
+
+
+async def test_a_supervised_workload_gets_its_graceful_sigterm(tmp_path):
+    """On stop the workload gets SIGTERM and its grace period: its handler runs to the end (bubblewrap, the
+    group's leader, is not signalled first: dying, it would SIGKILL the sandbox, `--die-with-parent`)."""
+    sandbox = _sandbox()
+    state = tmp_path / "state"
+    sandbox.hand_over([state])
+    script = (f"trap 'sleep 0.5; echo stopped-gracefully > {state}/out; exit 0' TERM; echo started > {state}/out; "
+              "while true; do sleep 0.05; done")
+    async with ProcessSupervisor(tmp_path / "run") as supervisor:
+        await supervisor.start(ProcessSpec(
+            name="graceful", argv=["/bin/sh", "-c", script], env={"PATH": os.defpath}, inherit_env=False,
+            restart=False, sandbox=sandbox, confinement=Confinement(writable=(state,), label="graceful"),
+            health=lambda: _exists(state / "out"), stop_timeout=30))
+        await supervisor.stop("graceful")
+    assert (state / "out").read_text().strip() == "stopped-gracefully"
+
+
+async def _exists(path: Path) -> bool:
+    return path.exists()

@@ -233,6 +233,21 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def _signal_members(pgid: int, sig: int) -> None:
+    """Signal every process of the group `pgid` except its leader."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == pgid:
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+            group = int(raw[raw.rfind(")") + 2 :].split()[2])
+        except (OSError, ValueError, IndexError):
+            continue
+        if group == pgid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), sig)
+
+
 def _session_members(sid: int) -> list[int]:
     members = []
     for entry in Path("/proc").iterdir():
@@ -574,7 +589,13 @@ class ProcessSupervisor:
             mp.returncode = proc.returncode
             await self._release_launch(mp)
             return
-        _signal_group(proc.pid, signal.SIGTERM)
+        if mp._launch is not None and mp.spec.sandbox is not None and mp.spec.sandbox.enabled:
+            # Sandboxed: the leader is bubblewrap, which would die of the SIGTERM at once and take the
+            # workload with it (`--die-with-parent`) before its own shutdown ran. The rest of the group
+            # gets it (the sandbox's init ignores it); bubblewrap ends when the workload has.
+            _signal_members(proc.pid, signal.SIGTERM)
+        else:
+            _signal_group(proc.pid, signal.SIGTERM)
         try:
             await asyncio.wait_for(proc.wait(), mp.spec.stop_timeout)
         except TimeoutError:
