@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     # credentials), and whether the registry is plain HTTP or has a certificate kaniko cannot check.
     build_push_secret: str | None = Field(None, validation_alias=_env("CAI_BUILD_PUSH_SECRET"))
     build_insecure_registry: bool = Field(False, validation_alias=_env("CAI_BUILD_INSECURE_REGISTRY"))
+    # Knative feature flags the cluster's `config-features` enables (comma-separated, e.g.
+    # `kubernetes.podspec-runtimeclassname`): the pod-spec fields Knative's webhook refuses without them.
+    knative_features: str = Field("", validation_alias=_env("CAI_KNATIVE_FEATURES"))
 
     # Addresses (DECISIONS.md).
     base_url: str | None = Field(None, validation_alias=_env("CAI_BASE_URL"))

@@ -18,7 +18,10 @@ the tests work around here (so the adapters stay written for a real cluster):
   type; the adapters only send merge patches, so this matches a real server for them.
 - kmock keeps a Secret's `stringData` as sent: `FilteringEmulator` folds it into base64 `data`, as the API
   server does (so reads see only `data`).
-- kmock validates nothing: `caiplatform.testing.kube_schemas` checks every object against the schemas.
+- kmock validates nothing: `FilteringEmulator` refuses what the API server and Knative's webhook refuse
+  (`caiplatform.testing.kube_admission`: object metadata, names per kind, Knative's pod-spec fields and
+  revision names, Pod Security "restricted"), and `caiplatform.testing.kube_schemas` checks every object
+  against the schemas.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from typing import Any
 import attrs
 import kmock
 from kmock._internal import parsing
+from kmock._internal.k8s import KubernetesError
+
+from caiplatform.testing.kube_admission import DEFAULT_KNATIVE_FEATURES, Refused, admit, merge_patch
 
 RESOURCES = (
     "v1/namespaces", "v1/pods", "v1/services", "v1/secrets", "v1/resourcequotas", "v1/limitranges",
@@ -72,6 +78,45 @@ def _matches(labels: dict[str, str], selector: str) -> bool:
 class FilteringEmulator(kmock.KubernetesEmulator):
     #: (namespace, pod) -> lines, each `<RFC 3339 time> <text>` as the kubelet keeps them
     pod_logs: dict[tuple[str, str], str] = attrs.field(factory=dict)
+    #: The Knative feature flags the cluster's `config-features` enables (none by default, as Knative's).
+    knative_features: frozenset[str] = attrs.field(default=DEFAULT_KNATIVE_FEATURES)
+    #: Every write refused by admission: (status, message), for tests to read.
+    refusals: list[tuple[int, str]] = attrs.field(factory=list)
+
+    def _admit(self, request) -> None:  # type: ignore[no-untyped-def]
+        resource = request.resource
+        if resource is None or resource.plural is None or not isinstance(request.data, dict):
+            return
+        plural, group = resource.plural, resource.group or ""
+        if request.subresource:  # status and other subresources are the controllers' writes
+            return
+        old = None
+        if request.action == kmock.action.CREATE:
+            obj = request.data
+            namespace = request.namespace or (obj.get("metadata") or {}).get("namespace")
+        elif request.action == kmock.action.UPDATE and request.name:
+            stored = None
+            for (res, ns, name), candidate in snapshot(self):
+                if res == resource and ns == request.namespace and name == request.name and not candidate.deleted:
+                    stored = candidate
+            if stored is None:
+                return  # kmock answers 404
+            old = dict(stored.raw)
+            obj = merge_patch(old, request.data)
+            obj.setdefault("kind", old.get("kind"))
+            namespace = request.namespace
+        else:
+            return
+        labels: dict[str, str] = {}
+        if plural == "pods" and namespace:
+            for (res, ns, name), candidate in snapshot(self):
+                if res.plural == "namespaces" and name == namespace and not candidate.deleted:
+                    labels = (candidate.raw.get("metadata") or {}).get("labels") or {}
+        try:
+            admit(plural, group, obj, old, namespace_labels=labels, knative_features=self.knative_features)
+        except Refused as exc:
+            self.refusals.append((exc.status, exc.message))
+            raise KubernetesError(status=exc.status, reason=exc.reason, message=exc.message, details={}) from None
 
     async def _serve_list(self, request):  # type: ignore[no-untyped-def]
         body = await super()._serve_list(request)
@@ -92,6 +137,7 @@ class FilteringEmulator(kmock.KubernetesEmulator):
         return await super()._serve_fetch(request)
 
     async def _handle(self, request):  # type: ignore[no-untyped-def]
+        self._admit(request)
         response = await super()._handle(request)
         resource = request.resource
         if resource is not None and resource.plural == "secrets" and response.status < 300:

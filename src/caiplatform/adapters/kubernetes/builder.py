@@ -68,6 +68,8 @@ def language_step(framework: str) -> list[str]:
     if framework not in LANGUAGE_FRAMEWORKS:
         return []
     return [
+        # The harness image ends as `USER 1000` and `/app` is root's: the directories are made as root.
+        "USER root",
         f"RUN mkdir -p {BIN_DIR} {BUILD_CACHE_DIR} && chown 1000:1000 {BIN_DIR} {BUILD_CACHE_DIR}",
         "USER 1000",
         f"RUN HOME={BUILD_CACHE_DIR} python -m caiplatform.build.languages {framework} {CODE_DIR} {BIN_DIR} --cache-dir {BUILD_CACHE_DIR}"

@@ -69,6 +69,9 @@ class ClusterSettings:
     valkey_image: str = "docker.io/valkey/valkey:8.1"
     build_push_secret: str | None = None  # a dockerconfigjson Secret in the build namespace, for kaniko's push
     build_insecure_registry: bool = False  # plain HTTP, or a certificate kaniko cannot check
+    # Knative feature flags enabled in the cluster's `config-features` (Knative enables none of the
+    # pod-spec ones by default; its webhook refuses a field whose flag is off).
+    knative_features: frozenset[str] = frozenset()
 
 
 def cluster_settings(settings: Any) -> ClusterSettings:
@@ -77,7 +80,9 @@ def cluster_settings(settings: Any) -> ClusterSettings:
                            platform_namespace=settings.platform_namespace, build_namespace=settings.build_namespace,
                            harness_image=settings.harness_image, builder_image=settings.builder_image,
                            valkey_image=settings.valkey_image, build_push_secret=settings.build_push_secret,
-                           build_insecure_registry=settings.build_insecure_registry)
+                           build_insecure_registry=settings.build_insecure_registry,
+                           knative_features=frozenset(f.strip() for f in (settings.knative_features or "").split(",")
+                                                      if f.strip()))
 
 
 class KubeClient:

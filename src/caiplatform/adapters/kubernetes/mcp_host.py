@@ -28,7 +28,7 @@ from pathlib import Path
 
 from caiplatform.adapters.kubernetes.builder import KanikoJobBuilder
 from caiplatform.adapters.kubernetes.client import PROJECT_LABEL
-from caiplatform.adapters.kubernetes.runtime import NAMESPACE_PREFIX, KnativeRuntime
+from caiplatform.adapters.kubernetes.runtime import NAMESPACE_PREFIX, KnativeRuntime, revision_labels
 from caiplatform.build.digest import source_digest
 from caiplatform.mcp.source import check_tool_source, write_source_tree
 from caiplatform.ports.builder import BuildError
@@ -47,7 +47,6 @@ MCP_DIR = "/app/mcp"
 MCP_FRAMEWORK = "mcp"
 SERVER_COMMAND = ["python", "-m", "caiplatform.mcp.server"]
 VERSION_LABEL = "mcp-version"
-LABEL_ANNOTATION_PREFIX = "caiplatform.dev/label-"  # how `KnativeRuntime` records a revision's labels
 REQUEST_TIMEOUT_SECONDS = 300  # document 2, Limits: MCP request timeout
 
 
@@ -158,8 +157,7 @@ class KnativeMcpHost(McpHost):
             return None
         if status.latest_ready_revision != status.latest_created_revision:
             return None
-        annotations = service["spec"]["template"]["metadata"].get("annotations") or {}
-        if annotations.get(f"{LABEL_ANNOTATION_PREFIX}{VERSION_LABEL}") != str(version):
+        if revision_labels(service["spec"]["template"]).get(VERSION_LABEL) != str(version):
             return None
         return status.url.rstrip("/") + "/mcp"
 

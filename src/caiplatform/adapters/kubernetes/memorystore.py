@@ -32,6 +32,7 @@ from caiplatform.errors import Conflict
 from caiplatform.ports.memorystore import MemoryStoreProvisioner, ProvisionerHealth
 
 PORT = 6379
+VALKEY_UID = 999  # the valkey image's own user
 INSTANCE_LABEL = "caiplatform.dev/memorystore"
 SPEC_ANNOTATION = "caiplatform.dev/memorystore-spec"
 CREATED_ANNOTATION = "caiplatform.dev/created-at"
@@ -64,10 +65,15 @@ def statefulset_manifest(spec: InstanceSpec, image: str, created_at: datetime) -
                       "limits": {"memory": spec.size.memory_limit}},
         "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 5},
         "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "runAsUser": 999,
+        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "runAsUser": VALKEY_UID,
                             "capabilities": {"drop": ["ALL"]}},
     }
-    pod: dict[str, Any] = {"containers": [container], "automountServiceAccountToken": False, "enableServiceLinks": False}
+    # fsGroup: a persistent volume's root is root's on most block storage; the kubelet hands it to Valkey's
+    # group so that uid 999 can write /data (OnRootMismatch: only when it is not already).
+    pod: dict[str, Any] = {"containers": [container], "automountServiceAccountToken": False, "enableServiceLinks": False,
+                           "securityContext": {"runAsNonRoot": True, "runAsUser": VALKEY_UID, "runAsGroup": VALKEY_UID,
+                                               "fsGroup": VALKEY_UID, "fsGroupChangePolicy": "OnRootMismatch",
+                                               "seccompProfile": {"type": "RuntimeDefault"}}}
     sts_spec: dict[str, Any] = {
         "serviceName": name, "replicas": 1, "selector": {"matchLabels": {INSTANCE_LABEL: spec.name}},
         "template": {"metadata": {"labels": labels, "annotations": {RESTART_ANNOTATION: rfc3339(created_at)}}, "spec": pod},

@@ -75,6 +75,14 @@ log = logging.getLogger(__name__)
 
 GENERATION_LABEL = "caiplatform.dev/generation"
 HASH_ANNOTATION = "caiplatform.dev/revision-hash"
+# A revision's `RevisionSpec.labels` (keys such as `cai.dev/agent` hold a `/` of their own, so they cannot
+# be suffixes of an annotation key: apimachinery's `IsQualifiedName` admits one `/`), as one JSON object.
+LABELS_ANNOTATION = "caiplatform.dev/labels"
+RUNTIME_CLASS_FEATURE = "kubernetes.podspec-runtimeclassname"
+# Knative names a revision `<service>-<suffix>` and refuses any other name; both are DNS-1035 labels of at
+# most 63 characters (knative/serving `pkg/apis/serving/v1/revision_validation.go`). A revision suffix is
+# `-NNNNN`, so a Knative Service's name has at most 57.
+KNATIVE_NAME_MAX = 63 - len("-00000")
 SERVICE_LABEL = "serving.knative.dev/service"
 REVISION_LABEL = "serving.knative.dev/revision"
 _KIND_SUFFIX = {"service": "-svc", "mcp": "-mcp"}
@@ -83,7 +91,23 @@ COMPACT_EVERY_SECONDS = 600.0
 
 
 def knative_name(ref: WorkloadRef) -> str:
-    return ref.name + _KIND_SUFFIX.get(ref.kind, "")
+    """The Knative Service's name: the workload's, with its kind's suffix; a name too long to carry a
+    revision suffix keeps its first 50 characters and a hash of the whole (stable, and distinct)."""
+    name = ref.name + _KIND_SUFFIX.get(ref.kind, "")
+    if len(name) <= KNATIVE_NAME_MAX:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:KNATIVE_NAME_MAX - 51]
+    return f"{name[:50].rstrip('-')}-{digest}"
+
+
+def revision_labels(template: dict[str, Any]) -> dict[str, str]:
+    """The `RevisionSpec.labels` a template (or a revision's metadata) records."""
+    raw = ((template.get("metadata") or template).get("annotations") or {}).get(LABELS_ANNOTATION)
+    try:
+        labels = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
 
 
 def knative_revision(ref: WorkloadRef, revision: str) -> str:
@@ -195,7 +219,8 @@ class KnativeRuntime(WorkloadRuntime):
         annotations = {"autoscaling.knative.dev/min-scale": str(spec.scaling.min_scale), HASH_ANNOTATION: revision_hash(spec)}
         if spec.scaling.max_scale:
             annotations["autoscaling.knative.dev/max-scale"] = str(spec.scaling.max_scale)
-        annotations.update({f"caiplatform.dev/label-{k}": str(v) for k, v in spec.labels.items()})
+        if spec.labels:
+            annotations[LABELS_ANNOTATION] = json.dumps({k: str(v) for k, v in spec.labels.items()}, sort_keys=True)
         pod: dict[str, Any] = {"containerConcurrency": spec.scaling.container_concurrency,
                                "timeoutSeconds": spec.timeout_seconds, "containers": [container]}
         if spec.runtime_class_name:
@@ -222,7 +247,17 @@ class KnativeRuntime(WorkloadRuntime):
             entries.append(entry)
         return entries
 
+    def _check_admissible(self, spec: RevisionSpec) -> None:
+        """Refuse, before anything is written, what Knative's webhook would refuse with the cluster's flags."""
+        if spec.runtime_class_name and RUNTIME_CLASS_FEATURE not in self.kube.settings.knative_features:
+            # Dropping the field would run the workload outside the boundary it asked for: fail and say why.
+            raise WorkloadError(
+                f"runtime class {spec.runtime_class_name!r} needs Knative's {RUNTIME_CLASS_FEATURE} feature: "
+                "enable it in the knative-serving namespace's config-features ConfigMap and set "
+                f"CAI_KNATIVE_FEATURES={RUNTIME_CLASS_FEATURE} on the platform")
+
     async def apply(self, spec: RevisionSpec, traffic: list[TrafficTarget] | None = None) -> None:
+        self._check_admissible(spec)
         ref = spec.workload
         name, revision = knative_name(ref), knative_revision(ref, spec.revision)
         current = await self._service(ref)
