@@ -171,3 +171,51 @@ def test_a_persistent_memory_store_can_write_its_volume():
     uid = pod["containers"][0]["securityContext"]["runAsUser"]
     assert uid != 0 and pod["securityContext"]["fsGroup"] == uid
     admit("statefulsets", "apps", sts)
+
+
+# -- several replicas on one cluster --------------------------------------------------------------------
+
+
+async def test_the_same_revision_applied_for_another_reason_is_the_same_revision(tmp_path):
+    """A follower replica that applies a revision (reason `replica`) before the replica that rolled it
+    (reason `deploy`) must not make the roller's apply fail: labels are not part of what a revision is."""
+    from caiplatform.testing.kube_cluster import emulated_cluster
+
+    with emulated_cluster() as cluster:
+        cluster_runtime = KnativeRuntime(settings=cluster.settings, poll_seconds=0.02)
+        follower = spec_for("fn", labels={"cai.dev/agent": "fn", "cai.dev/reason": "replica"})
+        await cluster_runtime.apply(follower)
+        roller = spec_for("fn", labels={"cai.dev/agent": "fn", "cai.dev/reason": "deploy"})
+        await cluster_runtime.apply(roller)  # was: "revision fn-00001 already exists; revisions are immutable"
+        assert not cluster.emulator.refusals
+
+
+def test_a_cluster_runtime_and_mcp_host_are_shared_by_every_replica():
+    from caiplatform.adapters.kubernetes.mcp_host import KnativeMcpHost
+    from caiplatform.adapters.local.runtime import LocalProcessRuntime
+
+    assert KnativeRuntime.shared and KnativeMcpHost.shared and not LocalProcessRuntime.shared
+
+
+async def test_followers_of_a_shared_runtime_apply_nothing():
+    """With several replicas on Knative, a follower round re-applied every revision (agents, services) and
+    served every MCP server again (a new revision and Secret every 2 s): on a shared runtime it writes
+    nothing to the runtime."""
+    from types import SimpleNamespace
+
+    from caiplatform.services.mcp_replicas import McpFollower
+
+    class Host:
+        shared = True
+        served_calls = 0
+
+        async def build(self, *_a, **_k):
+            raise AssertionError("a shared host is never asked to build or serve by a follower")
+
+    follower = McpFollower.__new__(McpFollower)
+    follower.mcp = SimpleNamespace(host=Host())  # type: ignore[assignment]
+    follower._unlocked_builds, follower._unlocked_now = set(), set()
+    follower._serve = None  # type: ignore[assignment]  # any call would fail
+    row = SimpleNamespace(building=None, owner="dead-replica", version=3, image=object(), id="x",
+                          project=SimpleNamespace(id="p", slug="p"), name="m")
+    await follower._follow(row, running_here=False, settled=False, held=set(), me="me")  # type: ignore[arg-type]

@@ -109,7 +109,7 @@ class FilteringEmulator(kmock.KubernetesEmulator):
             return
         labels: dict[str, str] = {}
         if plural == "pods" and namespace:
-            for (res, ns, name), candidate in snapshot(self):
+            for (res, _ns, name), candidate in snapshot(self):
                 if res.plural == "namespaces" and name == namespace and not candidate.deleted:
                     labels = (candidate.raw.get("metadata") or {}).get("labels") or {}
         try:

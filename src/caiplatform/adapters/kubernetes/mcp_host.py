@@ -63,6 +63,7 @@ def mcp_containerfile(harness_image: str) -> str:
 
 
 class KnativeMcpHost(McpHost):
+    shared = True  # the Knative Service serves every replica; a replica's death takes nothing down
     """`builder`: the Kubernetes builder (`KanikoJobBuilder`); `runtime`: the Kubernetes workload runtime.
     Either may be a zero-argument factory, resolved on first use (the platform builds them lazily)."""
 

@@ -126,6 +126,9 @@ def revision_hash(spec: RevisionSpec) -> str:
     """What makes a revision what it is; applying the same name with another hash is refused."""
     fields = asdict(spec)
     fields.pop("workload")
+    # Labels say who applied it and why (`cai.dev/reason`): another replica applying the same revision for
+    # another reason applies the same revision.
+    fields.pop("labels")
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
@@ -169,6 +172,7 @@ def _time(text: str | None) -> datetime:
 
 class KnativeRuntime(WorkloadRuntime):
     name = "kubernetes"
+    shared = True
 
     def __init__(self, kube: KubeClient | None = None, *, settings: ClusterSettings | None = None,
                  images: Callable[[str], Awaitable[Image | None]] | None = None,
