@@ -219,3 +219,23 @@ async def test_followers_of_a_shared_runtime_apply_nothing():
     row = SimpleNamespace(building=None, owner="dead-replica", version=3, image=object(), id="x",
                           project=SimpleNamespace(id="p", slug="p"), name="m")
     await follower._follow(row, running_here=False, settled=False, held=set(), me="me")  # type: ignore[arg-type]
+
+
+async def test_an_api_server_that_never_answers_does_not_hang_a_call():
+    """A server that accepts the connection and never answers: the call gives up after the request timeout
+    (it used to wait forever)."""
+    import socket
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    try:
+        host = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        kube = KubeClient(ClusterSettings(host=host, request_timeout_seconds=0.5))
+        begun = time.monotonic()
+        with pytest.raises(Exception, match="(?i)timed? ?out"):
+            await kube.call(kube.core.read_namespace, "anything")
+        assert time.monotonic() - begun < 10
+    finally:
+        listener.close()

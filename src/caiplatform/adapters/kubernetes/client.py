@@ -69,6 +69,9 @@ class ClusterSettings:
     valkey_image: str = "docker.io/valkey/valkey:8.1"
     build_push_secret: str | None = None  # a dockerconfigjson Secret in the build namespace, for kaniko's push
     build_insecure_registry: bool = False  # plain HTTP, or a certificate kaniko cannot check
+    # Every API call gives up after this long (connect, then each read): an API server that accepts and never
+    # answers must not hang a deploy forever. A watch or a followed log waits its own server-side timeout.
+    request_timeout_seconds: float = 30.0
     # Knative feature flags enabled in the cluster's `config-features` (Knative enables none of the
     # pod-spec ones by default; its webhook refuses a field whose flag is off).
     knative_features: frozenset[str] = frozenset()
@@ -96,7 +99,14 @@ class KubeClient:
         self.custom = client.CustomObjectsApi(self.api)
 
     async def call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run one API call in a worker thread; the decoded JSON body (or the text of a log)."""
+        """Run one API call in a worker thread, bounded by `request_timeout_seconds` (a watch or a followed
+        log by its server-side `timeout_seconds` and that bound again); the decoded JSON body (or the text
+        of a log)."""
+        limit = self.settings.request_timeout_seconds
+        if kwargs.get("watch") or kwargs.get("follow"):
+            kwargs.setdefault("_request_timeout", (limit, float(kwargs.get("timeout_seconds") or 300) + limit))
+        else:
+            kwargs.setdefault("_request_timeout", (limit, limit))
         return await anyio.to_thread.run_sync(lambda: _decode(method(*args, _preload_content=False, **kwargs)))
 
     async def get(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any] | None:

@@ -413,7 +413,9 @@ class KnativeRuntime(WorkloadRuntime):
         # Following: the response stays open; lines are read in a worker thread as they arrive.
         response: Any = await anyio.to_thread.run_sync(lambda: self.kube.core.read_namespaced_pod_log(
             newest["metadata"]["name"], ref.namespace, container="workload", tail_lines=tail, follow=True,
-            _preload_content=False))
+            _preload_content=False,
+            # A bounded connect; the reads wait for lines as long as the follower does.
+            _request_timeout=(self.kube.settings.request_timeout_seconds, None)))
         try:
             while True:
                 raw = await anyio.to_thread.run_sync(response.readline, abandon_on_cancel=True)
