@@ -42,6 +42,7 @@ RESOURCES = (
     "v1/namespaces", "v1/pods", "v1/services", "v1/secrets", "v1/resourcequotas", "v1/limitranges",
     "v1/persistentvolumeclaims", "v1/configmaps", "apps/v1/deployments", "apps/v1/statefulsets", "batch/v1/jobs",
     "networking.k8s.io/v1/networkpolicies", "serving.knative.dev/v1/services", "serving.knative.dev/v1/revisions",
+    "rbac.authorization.k8s.io/v1/rolebindings",
 )
 _original_parse_path = parsing.parse_path
 
@@ -82,6 +83,21 @@ class FilteringEmulator(kmock.KubernetesEmulator):
     knative_features: frozenset[str] = attrs.field(default=DEFAULT_KNATIVE_FEATURES)
     #: Every write refused by admission: (status, message), for tests to read.
     refusals: list[tuple[int, str]] = attrs.field(factory=list)
+
+    def _authorize(self, request) -> None:  # type: ignore[no-untyped-def]
+        """The control plane's rights are granted per namespace it made (backends/kubernetes/rbac.yaml), and
+        the API server checks them before it looks for anything: a call into a namespace that does not exist
+        is a 403, not a 404 or an empty list."""
+        resource, namespace = request.resource, request.namespace
+        if resource is None or resource.plural in (None, "namespaces") or not namespace:
+            return
+        for (res, _ns, name), candidate in snapshot(self):
+            if res.plural == "namespaces" and name == namespace and not candidate.deleted:
+                return
+        verb = str(getattr(request.action, "value", request.action)).lower()
+        raise KubernetesError(status=403, reason="Forbidden", details={}, message=(
+            f'{resource.plural} is forbidden: User "system:serviceaccount:caiplatform:caiplatform" cannot {verb} '
+            f'resource "{resource.plural}" in API group "{resource.group or ""}" in the namespace "{namespace}"'))
 
     def _admit(self, request) -> None:  # type: ignore[no-untyped-def]
         resource = request.resource
@@ -137,6 +153,7 @@ class FilteringEmulator(kmock.KubernetesEmulator):
         return await super()._serve_fetch(request)
 
     async def _handle(self, request):  # type: ignore[no-untyped-def]
+        self._authorize(request)
         self._admit(request)
         response = await super()._handle(request)
         resource = request.resource

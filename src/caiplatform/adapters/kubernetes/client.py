@@ -8,6 +8,7 @@ read exactly what the server answered and write exactly what the manifests say.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,10 @@ PART_LABEL = "caiplatform.dev/part"
 MERGE_PATCH = "application/merge-patch+json"
 
 KNATIVE_GROUP, KNATIVE_VERSION = "serving.knative.dev", "v1"
+#: The ClusterRole holding what the control plane does inside a namespace of its own (backends/kubernetes/
+#: rbac.yaml). It is bound cluster-wide to nobody: the platform binds it in each namespace it makes.
+PROJECT_ROLE = "caiplatform-project"
+RBAC_GROUP = "rbac.authorization.k8s.io"
 
 
 def selector(labels: dict[str, str]) -> str:
@@ -72,6 +77,7 @@ class ClusterSettings:
     # Every API call gives up after this long (connect, then each read): an API server that accepts and never
     # answers must not hang a deploy forever. A watch or a followed log waits its own server-side timeout.
     request_timeout_seconds: float = 30.0
+    service_account: str = "caiplatform"  # the control plane's ServiceAccount, in `platform_namespace`
     # Knative feature flags enabled in the cluster's `config-features` (Knative enables none of the
     # pod-spec ones by default; its webhook refuses a field whose flag is off).
     knative_features: frozenset[str] = frozenset()
@@ -97,6 +103,7 @@ class KubeClient:
         self.batch = client.BatchV1Api(self.api)
         self.networking = client.NetworkingV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.rbac = client.RbacAuthorizationV1Api(self.api)
 
     async def call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run one API call in a worker thread, bounded by `request_timeout_seconds` (a watch or a followed
@@ -110,19 +117,53 @@ class KubeClient:
         return await anyio.to_thread.run_sync(lambda: _decode(method(*args, _preload_content=False, **kwargs)))
 
     async def get(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any] | None:
-        """A read that answers None for an object that does not exist."""
+        """A read that answers None for an object that does not exist (or whose namespace does not)."""
         try:
             result: dict[str, Any] = await self.call(method, *args, **kwargs)
         except client.ApiException as exc:
-            if not_found(exc):
+            if not_found(exc) or await self._namespace_gone(exc, method, args, kwargs):
                 return None
             raise
         return result
 
     async def items(self, method: Callable[..., Any], *args: Any, labels: dict[str, str], **kwargs: Any) -> list[dict[str, Any]]:
-        """Objects of a list call carrying every one of `labels`."""
-        body = await self.call(method, *args, label_selector=selector(labels), **kwargs)
+        """Objects of a list call carrying every one of `labels` (none in a namespace that does not exist)."""
+        try:
+            body = await self.call(method, *args, label_selector=selector(labels), **kwargs)
+        except client.ApiException as exc:
+            if await self._namespace_gone(exc, method, args, kwargs):
+                return []
+            raise
         return list(body.get("items") or [])
+
+    async def _namespace_gone(self, exc: client.ApiException, method: Callable[..., Any], args: tuple[Any, ...],
+                              kwargs: dict[str, Any]) -> bool:
+        """Whether a 403 is the API server's answer about a namespace that does not exist: the platform's rights
+        are granted per namespace it made (RBAC is checked before existence), so a read in a namespace that is
+        not there (yet, or any more) is forbidden rather than empty."""
+        if exc.status != 403:
+            return False
+        try:
+            namespace = inspect.signature(method).bind_partial(*args, **kwargs).arguments.get("namespace")
+        except (TypeError, ValueError):
+            return False
+        if not isinstance(namespace, str):
+            return False
+        try:
+            await self.call(self.core.read_namespace, namespace)
+        except client.ApiException as missing:
+            return not_found(missing)
+        return False
+
+    async def in_own_namespaces(self, method: Callable[..., Any], *, labels: dict[str, str],
+                                namespace_labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """Objects carrying `labels` in every namespace the platform made (labelled as its own, and with
+        `namespace_labels`): a list per namespace, since it may list nothing cluster-wide but namespaces."""
+        namespaces = await self.items(self.core.list_namespace, labels=owned(namespace_labels))
+        found: list[dict[str, Any]] = []
+        for namespace in namespaces:
+            found += await self.items(method, namespace["metadata"]["name"], labels=labels)
+        return found
 
     async def create_or_patch(self, create: Callable[..., Any], patch: Callable[..., Any], body: dict[str, Any]) -> None:
         """Create the object, or merge-patch it into what exists (so each step is idempotent). `create`
@@ -141,6 +182,15 @@ class KubeClient:
             body = {"apiVersion": "v1", "kind": "Namespace",
                     "metadata": {"name": namespace, "labels": owned({PROJECT_LABEL: project_id})}}
             await self.create_or_patch(self.core.create_namespace, partial(self.core.patch_namespace, namespace), body)
+            await self.bind_platform(namespace)
+
+    async def bind_platform(self, namespace: str) -> None:
+        """Grant the control plane `PROJECT_ROLE` in a namespace it made (its only rights there: least
+        privilege, docs/kubernetes.md). The cluster's admission policy lets it bind only in namespaces
+        labelled as its own."""
+        await self.create_or_patch(partial(self.rbac.create_namespaced_role_binding, namespace),
+                                   partial(self.rbac.patch_namespaced_role_binding, PROJECT_ROLE, namespace),
+                                   role_binding_manifest(namespace, self.settings))
 
     async def delete(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
         """Delete in the background; False when it was already gone."""
@@ -154,6 +204,14 @@ class KubeClient:
 
     async def close(self) -> None:
         await anyio.to_thread.run_sync(self.api.close)
+
+
+def role_binding_manifest(namespace: str, settings: ClusterSettings) -> dict[str, Any]:
+    return {"apiVersion": f"{RBAC_GROUP}/v1", "kind": "RoleBinding",
+            "metadata": {"name": PROJECT_ROLE, "namespace": namespace, "labels": owned()},
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": PROJECT_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": settings.service_account,
+                          "namespace": settings.platform_namespace}]}
 
 
 def _decode(response: Any) -> Any:

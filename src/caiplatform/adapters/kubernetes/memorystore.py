@@ -25,6 +25,7 @@ from caiplatform.adapters.kubernetes.client import (
     KubeClient,
     api_message,
     owned,
+    selector,
 )
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.domain.memorystore import Instance, InstanceSpec, State
@@ -120,7 +121,8 @@ class ValkeyStatefulSetProvisioner(MemoryStoreProvisioner):
         labels = {PROJECT_LABEL: project_id, PART_LABEL: "memorystore"}
         if name is not None:
             labels[INSTANCE_LABEL] = name
-        return await self.kube.items(self.kube.apps.list_stateful_set_for_all_namespaces, labels=labels)
+        return await self.kube.in_own_namespaces(self.kube.apps.list_namespaced_stateful_set, labels=labels,
+                                                 namespace_labels={PROJECT_LABEL: project_id})
 
     async def _observe(self, sts: dict[str, Any]) -> Instance:
         meta = sts["metadata"]
@@ -215,8 +217,7 @@ class ValkeyStatefulSetProvisioner(MemoryStoreProvisioner):
 
     async def health(self) -> dict[str, ProvisionerHealth]:
         try:
-            await self.kube.call(self.kube.apps.list_stateful_set_for_all_namespaces, limit=1,
-                                 label_selector=f"{PART_LABEL}=memorystore")
+            await self.kube.call(self.kube.core.list_namespace, limit=1, label_selector=selector(owned()))
         except Exception as exc:  # noqa: BLE001 - reported, not raised: this is a health check
             detail = api_message(exc)
             return {"kubernetes": ProvisionerHealth("unreachable", detail), "memorystore_crd": ProvisionerHealth("unreachable", detail)}

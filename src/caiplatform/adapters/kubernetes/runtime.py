@@ -88,6 +88,7 @@ REVISION_LABEL = "serving.knative.dev/revision"
 _KIND_SUFFIX = {"service": "-svc", "mcp": "-mcp"}
 NAMESPACE_PREFIX = "cai-p-"  # `WorkloadRef.namespace`
 COMPACT_EVERY_SECONDS = 600.0
+FOLLOW_READ_TIMEOUT_SECONDS = 86400.0
 
 
 def knative_name(ref: WorkloadRef) -> str:
@@ -414,8 +415,8 @@ class KnativeRuntime(WorkloadRuntime):
         response: Any = await anyio.to_thread.run_sync(lambda: self.kube.core.read_namespaced_pod_log(
             newest["metadata"]["name"], ref.namespace, container="workload", tail_lines=tail, follow=True,
             _preload_content=False,
-            # A bounded connect; the reads wait for lines as long as the follower does.
-            _request_timeout=(self.kube.settings.request_timeout_seconds, None)))
+            # A bounded connect; a read waits for the next line up to a day (a quiet workload).
+            _request_timeout=(self.kube.settings.request_timeout_seconds, FOLLOW_READ_TIMEOUT_SECONDS)))
         try:
             while True:
                 raw = await anyio.to_thread.run_sync(response.readline, abandon_on_cancel=True)
@@ -469,7 +470,8 @@ class KnativeRuntime(WorkloadRuntime):
         if ref is not None:
             pods = [(ref, pod) for pod in await self._pods_of(ref)]
         else:
-            pods = [(found, pod) for pod in await self.kube.items(self.kube.core.list_pod_for_all_namespaces, labels=MANAGED)
+            pods = [(found, pod) for pod in await self.kube.in_own_namespaces(self.kube.core.list_namespaced_pod,
+                                                                              labels=MANAGED)
                     if (found := _ref_of_pod(pod)) is not None]
         stored = 0
         async with self._history_lock:
@@ -560,10 +562,13 @@ class KnativeRuntime(WorkloadRuntime):
         from caiplatform.adapters.kubernetes.projects import QUOTA_NAME
         from caiplatform.quantity import parse_quantity
 
+        core, apps = self.kube.core, self.kube.apps
+        if await self.kube.get(core.read_namespace, namespace) is None:
+            # No namespace, nothing in it (and no right to ask: the platform's grants are per namespace).
+            return {"pods": 0, "services": 0, "count/deployments.apps": 0}
         quota = await self.kube.get(self.kube.core.read_namespaced_resource_quota, QUOTA_NAME, namespace)
         used = ((quota or {}).get("status") or {}).get("used") or {}
         usage = {r: parse_quantity(r, str(v)) for r, v in used.items()}
-        core, apps = self.kube.core, self.kube.apps
         for resource, method in (("pods", core.list_namespaced_pod), ("services", core.list_namespaced_service),
                                  ("count/deployments.apps", apps.list_namespaced_deployment)):
             if resource not in usage:
