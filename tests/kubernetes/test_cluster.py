@@ -32,8 +32,7 @@ from caiplatform.testing import sources
 from caiplatform.testing.kube_cluster import emulated_cluster, live
 from caiplatform.testing.kube_codepods import CodePods
 from caiplatform.testing.kube_emulator import snapshot
-from caiplatform.testing.kube_schemas import written_objects
-from caiplatform.testing.kube_schemas import Grants, audit, unused_rules
+from caiplatform.testing.kube_schemas import Grants, audit, unused_rules, written_objects
 from tests.conformance.kube_support import ROLE
 
 #: Grants that only a repair path uses (a step re-run over what an interrupted one left behind).
