@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from caiplatform.adapters.kubernetes.builder import KanikoJobBuilder
+from caiplatform.adapters.kubernetes.builder import BuildKitJobBuilder
 from caiplatform.adapters.kubernetes.codepool import KubernetesWarmPool
 from caiplatform.adapters.kubernetes.mcp_host import KnativeMcpHost
 from caiplatform.adapters.kubernetes.memorystore import ValkeyStatefulSetProvisioner
@@ -78,7 +78,7 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     projects = KubernetesProjectProvisioner(settings=settings)
     runtime = KnativeRuntime(settings=settings, poll_seconds=0.02)
     stores = ValkeyStatefulSetProvisioner(settings=settings)
-    builder = KanikoJobBuilder(settings=settings, context_dir=tmp_path / "ctx", poll_seconds=0.02)
+    builder = BuildKitJobBuilder(settings=settings, context_dir=tmp_path / "ctx", poll_seconds=0.02)
     project_id = str(uuid.uuid4())
     project = ProjectSpec(project_id, "team", project_id[:8], "org", {"pods": "50", "services": "30", "limits.cpu": "0"})
     ns = project.namespace
@@ -188,7 +188,7 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     assert await runtime.status(mcp_ref) is None
     assert not [n for sns, n, _ in live(cluster.emulator, "secrets") if sns == ns and n.startswith("tools-mcp-")]
     await mcp.remove(project_id, "tools")  # idempotent
-    assert job["spec"]["template"]["spec"]["containers"][0]["args"][0].startswith("--context=tar:///workspace/")
+    assert "tar -xzf /workspace/" in job["spec"]["template"]["spec"]["containers"][0]["command"][2]
 
     # Reaping: deleting a workload takes its revisions' Secrets; deleting the store its objects; the
     # project's namespace takes the rest.

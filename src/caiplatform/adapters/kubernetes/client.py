@@ -70,10 +70,10 @@ class ClusterSettings:
     platform_namespace: str = "caiplatform"
     build_namespace: str = "caiplatform"  # build Jobs share the build-context volume with the control plane
     harness_image: str = "ghcr.io/caiplatform/harness:latest"
-    builder_image: str = "gcr.io/kaniko-project/executor:v1.23.2"
+    builder_image: str = "docker.io/moby/buildkit:v0.25.2-rootless"
     valkey_image: str = "docker.io/valkey/valkey:8.1"
-    build_push_secret: str | None = None  # a dockerconfigjson Secret in the build namespace, for kaniko's push
-    build_insecure_registry: bool = False  # plain HTTP, or a certificate kaniko cannot check
+    build_push_secret: str | None = None  # a dockerconfigjson Secret in the build namespace, for BuildKit's push
+    build_insecure_registry: bool = False  # plain HTTP, or a certificate BuildKit cannot check
     # Every API call gives up after this long (connect, then each read): an API server that accepts and never
     # answers must not hang a deploy forever. A watch or a followed log waits its own server-side timeout.
     request_timeout_seconds: float = 30.0

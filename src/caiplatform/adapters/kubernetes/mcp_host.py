@@ -2,7 +2,7 @@
 
 A build checks the tools as every host does (`caiplatform.mcp.source`), writes the tool tree
 (`write_source_tree`: `tools/<name>.py` plus `mcp.json`) and has the Kubernetes builder turn it into an
-image: a kaniko Job on the harness image with the tree under `/app/mcp`, whose build loads every tool
+image: a BuildKit Job on the harness image with the tree under `/app/mcp`, whose build loads every tool
 once (`caiplatform.mcp.server --check`), so a tool that does not import fails the build, not the rollout,
 as the local host's load check does. The image is named by the digest the registry gave it (what
 Knative pulls); the same tool set reuses the Job that built it, so it keeps its digest.
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from caiplatform.adapters.kubernetes.builder import KanikoJobBuilder
+from caiplatform.adapters.kubernetes.builder import BuildKitJobBuilder
 from caiplatform.adapters.kubernetes.client import PROJECT_LABEL
 from caiplatform.adapters.kubernetes.runtime import NAMESPACE_PREFIX, KnativeRuntime, revision_labels
 from caiplatform.build.digest import source_digest
@@ -64,10 +64,10 @@ def mcp_containerfile(harness_image: str) -> str:
 
 class KnativeMcpHost(McpHost):
     shared = True  # the Knative Service serves every replica; a replica's death takes nothing down
-    """`builder`: the Kubernetes builder (`KanikoJobBuilder`); `runtime`: the Kubernetes workload runtime.
+    """`builder`: the Kubernetes builder (`BuildKitJobBuilder`); `runtime`: the Kubernetes workload runtime.
     Either may be a zero-argument factory, resolved on first use (the platform builds them lazily)."""
 
-    def __init__(self, builder: KanikoJobBuilder | Callable[[], KanikoJobBuilder],
+    def __init__(self, builder: BuildKitJobBuilder | Callable[[], BuildKitJobBuilder],
                  runtime: KnativeRuntime | Callable[[], KnativeRuntime], *,
                  hosts: HostRouter | None = None, poll_seconds: float = 0.5, startup_timeout: float = 300.0,
                  **_: object):
@@ -79,8 +79,8 @@ class KnativeMcpHost(McpHost):
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     @property
-    def builder(self) -> KanikoJobBuilder:
-        if not isinstance(self._builder, KanikoJobBuilder):
+    def builder(self) -> BuildKitJobBuilder:
+        if not isinstance(self._builder, BuildKitJobBuilder):
             self._builder = self._builder()
         return self._builder
 
