@@ -48,7 +48,7 @@ def emulated_cluster(**settings: Any) -> Iterator[EmulatedCluster]:
             async with FilteringEmulator() as emulator, kmock.Server(emulator) as server:
                 for resource in RESOURCES:
                     emulator.resources[resource] = kmock.ResourceInfo()
-                # What the install makes before the control plane runs (backends/kubernetes/namespace.yaml):
+                # What the install makes before the control plane runs (backends/kubernetes/base/namespace.yaml):
                 # its own namespace, where its builds run.
                 platform_namespace = settings.get("platform_namespace", "caiplatform")
                 emulator.objects["v1/namespaces", None, platform_namespace] = {

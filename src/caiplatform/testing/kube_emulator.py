@@ -85,7 +85,7 @@ class FilteringEmulator(kmock.KubernetesEmulator):
     refusals: list[tuple[int, str]] = attrs.field(factory=list)
 
     def _authorize(self, request) -> None:  # type: ignore[no-untyped-def]
-        """The control plane's rights are granted per namespace it made (backends/kubernetes/rbac.yaml), and
+        """The control plane's rights are granted per namespace it made (backends/kubernetes/base/rbac.yaml), and
         the API server checks them before it looks for anything: a call into a namespace that does not exist
         is a 403, not a 404 or an empty list."""
         resource, namespace = request.resource, request.namespace
