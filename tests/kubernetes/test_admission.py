@@ -239,3 +239,62 @@ async def test_an_api_server_that_never_answers_does_not_hang_a_call():
         assert time.monotonic() - begun < 10
     finally:
         listener.close()
+
+
+# -- waiting by watch ------------------------------------------------------------------------------------
+
+
+async def test_a_wait_is_a_watch_that_sees_the_change_and_relists_when_its_version_is_gone():
+    """`KubeClient.wait_for` lists once, then watches from the list's resourceVersion: it sees a change made
+    after the list (by a controller, not through the API), lists again on `410 Gone`, and says so when the
+    object is deleted or the time is up."""
+    import asyncio
+
+    from caiplatform.testing.kube_cluster import emulated_cluster
+
+    with emulated_cluster() as cluster:
+        kube = KubeClient(cluster.settings)
+        emulator = cluster.emulator
+        emulator.objects["v1/namespaces", None, "w"] = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "w"}}
+        emulator.objects["v1/configmaps", "w", "c"] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                                       "metadata": {"name": "c", "namespace": "w"}, "data": {"state": "0"}}
+
+        def done(obj: dict) -> bool:
+            return (obj.get("data") or {}).get("state") == "1"
+
+        async def later(changes: dict, delay: float = 0.3) -> None:
+            await asyncio.sleep(delay)
+            (obj,) = [o for (res, ns, name), o in emulator.objects.items() if name == "c" and not o.deleted]
+            obj.patch(changes)
+
+        change = asyncio.ensure_future(later({"data": {"state": "1"}}))
+        seen = await kube.wait_for(kube.core.list_namespaced_config_map, "w", "c", done, timeout=20)
+        await change
+        assert seen["data"]["state"] == "1"
+        watches = [r for r in emulator if (r.params or {}).get("watch") == "true"]
+        assert watches and watches[-1].params.get("resourceVersion")  # from the list's version, not "now"
+
+        # A compacted version: the watch is told 410 and the wait lists again (and finds it done).
+        (obj,) = [o for (res, ns, name), o in emulator.objects.items() if name == "c" and not o.deleted]
+        obj.patch({"data": {"state": "0"}})
+        emulator.oldest_watchable = 10**9
+        lists_before = len([r for r in emulator if (r.params or {}).get("fieldSelector") and (r.params or {}).get("watch") != "true"])
+        change = asyncio.ensure_future(later({"data": {"state": "1"}}))
+        await kube.wait_for(kube.core.list_namespaced_config_map, "w", "c", done, timeout=20)
+        await change
+        lists_after = len([r for r in emulator if (r.params or {}).get("fieldSelector") and (r.params or {}).get("watch") != "true"])
+        assert lists_after >= lists_before + 2
+        emulator.oldest_watchable = 0
+
+        obj.patch({"data": {"state": "0"}})
+        with pytest.raises(TimeoutError):
+            await kube.wait_for(kube.core.list_namespaced_config_map, "w", "c", done, timeout=1.5)
+
+        async def delete_later() -> None:
+            await asyncio.sleep(0.3)
+            obj.delete()
+
+        gone = asyncio.ensure_future(delete_later())
+        with pytest.raises(LookupError):
+            await kube.wait_for(kube.core.list_namespaced_config_map, "w", "c", done, timeout=20)
+        await gone

@@ -18,6 +18,11 @@ the tests work around here (so the adapters stay written for a real cluster):
   type; the adapters only send merge patches, so this matches a real server for them.
 - kmock keeps a Secret's `stringData` as sent: `FilteringEmulator` folds it into base64 `data`, as the API
   server does (so reads see only `data`).
+- kmock's watch streams only the changes made through its HTTP verbs, from "now", with no
+  `resourceVersion`: `FilteringEmulator` answers a list with a `resourceVersion` naming a snapshot of what
+  it listed, and a watch from that version with every change since (whoever made it: the controller
+  double writes objects directly), until its `timeoutSeconds`; a version older than
+  `oldest_watchable` is answered with a `410 Gone` event, as an API server answers a compacted one.
 - kmock validates nothing: `FilteringEmulator` refuses what the API server and Knative's webhook refuse
   (`caiplatform.testing.kube_admission`: object metadata, names per kind, Knative's pod-spec fields and
   revision names, Pod Security "restricted"), and `caiplatform.testing.kube_schemas` checks every object
@@ -26,7 +31,9 @@ the tests work around here (so the adapters stay written for a real cluster):
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import copy
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -61,6 +68,16 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _fields_match(obj: dict[str, Any], selector: str) -> bool:
+    """Equality field selectors on `metadata.name` and `metadata.namespace` (what the adapters send)."""
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        key, _, value = term.partition("=")
+        field = key.removeprefix("metadata.")
+        if (obj.get("metadata") or {}).get(field) != value.lstrip("="):
+            return False
+    return True
+
+
 def _matches(labels: dict[str, str], selector: str) -> bool:
     for term in filter(None, (t.strip() for t in selector.split(","))):
         key, sep, value = term.partition("=")
@@ -83,6 +100,41 @@ class FilteringEmulator(kmock.KubernetesEmulator):
     knative_features: frozenset[str] = attrs.field(default=DEFAULT_KNATIVE_FEATURES)
     #: Every write refused by admission: (status, message), for tests to read.
     refusals: list[tuple[int, str]] = attrs.field(factory=list)
+    #: Lists answered (each a `resourceVersion`) and what each listed, for watches to start from.
+    list_versions: dict[int, dict[tuple[str | None, str], dict[str, Any]]] = attrs.field(factory=dict)
+    #: A watch from an older `resourceVersion` is refused with 410 Gone (tests raise it to force a relist).
+    oldest_watchable: int = 0
+
+    def _current(self, request, selector: str) -> dict[tuple[str | None, str], dict[str, Any]]:  # type: ignore[no-untyped-def]
+        found = {}
+        for (res, ns, name), obj in snapshot(self):
+            if res == request.resource and not obj.deleted and (request.namespace is None or ns == request.namespace) \
+                    and _matches((obj.raw.get("metadata") or {}).get("labels") or {}, selector) \
+                    and _fields_match(obj.raw, (request.params or {}).get("fieldSelector", "")):
+                found[(ns, name)] = copy.deepcopy(obj.raw)
+        return found
+
+    async def _serve_watch(self, request):  # type: ignore[no-untyped-def]
+        yield b""
+        params = request.params or {}
+        version = params.get("resourceVersion") or ""
+        if version.isdigit() and int(version) < self.oldest_watchable:
+            yield {"type": "ERROR", "object": {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 410,
+                                               "reason": "Expired", "message": f"too old resource version: {version}"}}
+            return
+        selector = params.get("labelSelector", "")
+        seen = self.list_versions.get(int(version), {}) if version.isdigit() else {}
+        timeout = float(params.get("timeoutSeconds") or 0)
+        deadline = asyncio.get_running_loop().time() + timeout if timeout else None
+        while deadline is None or asyncio.get_running_loop().time() < deadline:
+            current = self._current(request, selector)
+            for key, raw in current.items():
+                if key not in seen or seen[key] != raw:
+                    yield {"type": "ADDED" if key not in seen else "MODIFIED", "object": raw}
+            for key in [k for k in seen if k not in current]:
+                yield {"type": "DELETED", "object": seen[key]}
+            seen = current
+            await asyncio.sleep(0.02)
 
     def _authorize(self, request) -> None:  # type: ignore[no-untyped-def]
         """The control plane's rights are granted per namespace it made (backends/kubernetes/base/rbac.yaml), and
@@ -136,8 +188,14 @@ class FilteringEmulator(kmock.KubernetesEmulator):
 
     async def _serve_list(self, request):  # type: ignore[no-untyped-def]
         body = await super()._serve_list(request)
-        selector = (request.params or {}).get("labelSelector", "")
-        body["items"] = [o for o in body["items"] if _matches((o.get("metadata") or {}).get("labels") or {}, selector)]
+        params = request.params or {}
+        selector = params.get("labelSelector", "")
+        body["items"] = [o for o in body["items"] if _matches((o.get("metadata") or {}).get("labels") or {}, selector)
+                         and _fields_match(o, params.get("fieldSelector", ""))]
+        version = len(self.list_versions) + 1
+        self.list_versions[version] = {((o.get("metadata") or {}).get("namespace"), o["metadata"]["name"]): copy.deepcopy(o)
+                                       for o in body["items"]}
+        body["metadata"] = {"resourceVersion": str(version)}
         return body
 
     async def _serve_fetch(self, request):  # type: ignore[no-untyped-def]

@@ -18,7 +18,6 @@ import hashlib
 import io
 import shlex
 import tarfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -224,14 +223,17 @@ class BuildKitJobBuilder(Builder):
         return list((job.get("status") or {}).get("conditions") or [])
 
     async def _finished(self, name: str) -> dict[str, Any]:
-        deadline = time.monotonic() + self.timeout_seconds + 60
-        while True:
-            job = await self.kube.call(self.kube.batch.read_namespaced_job, name, self.namespace)
-            if any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in self._conditions(job)):
-                return dict(job)
-            if time.monotonic() > deadline:
-                raise BuildError(f"the image build did not finish within {self.timeout_seconds:g} s")
-            await asyncio.sleep(self.poll_seconds)
+        """The Job once it completed or failed, watched (not polled)."""
+        def ended(job: dict[str, Any]) -> bool:
+            return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in self._conditions(job))
+
+        try:
+            return await self.kube.wait_for(self.kube.batch.list_namespaced_job, self.namespace, name, ended,
+                                            self.timeout_seconds + 60)
+        except TimeoutError:
+            raise BuildError(f"the image build did not finish within {self.timeout_seconds:g} s") from None
+        except LookupError:
+            raise BuildError("the build Job was deleted before it finished") from None
 
     async def _gone(self, name: str) -> None:
         while await self.kube.get(self.kube.batch.read_namespaced_job, name, self.namespace) is not None:

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import inspect
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import anyio
+import urllib3
 
-from kubernetes import client, config
+from kubernetes import client, config, watch
 
 #: Every object an adapter creates carries these labels (and `PART_LABEL` naming what it is for).
 MANAGED_BY = {"app.kubernetes.io/managed-by": "caiplatform"}
@@ -28,6 +30,9 @@ PART_LABEL = "caiplatform.dev/part"
 MERGE_PATCH = "application/merge-patch+json"
 
 KNATIVE_GROUP, KNATIVE_VERSION = "serving.knative.dev", "v1"
+#: A watch asks the API server to end it after this long (then the object is listed again): bounded waits,
+#: and a stream no load balancer in between cuts silently.
+WATCH_WINDOW_SECONDS = 60
 #: The ClusterRole holding what the control plane does inside a namespace of its own (backends/kubernetes/
 #: rbac.yaml). It is bound cluster-wide to nobody: the platform binds it in each namespace it makes.
 PROJECT_ROLE = "caiplatform-project"
@@ -154,6 +159,52 @@ class KubeClient:
         except client.ApiException as missing:
             return not_found(missing)
         return False
+
+    async def wait_for(self, list_method: Callable[..., Any], namespace: str, name: str,
+                       done: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any]:
+        """The object `name` once `done(object)` holds: listed once, then watched from the list's
+        `resourceVersion` (no polling), listed again when the watch ends or the version is gone (`410`).
+        `TimeoutError` after `timeout` seconds; `LookupError` when the object is deleted meanwhile."""
+        deadline = time.monotonic() + timeout
+        field = f"metadata.name={name}"
+        limit = self.settings.request_timeout_seconds
+
+        def run() -> dict[str, Any]:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"{name} was not done within {timeout:g} s")
+                body = _decode(list_method(namespace, field_selector=field, _preload_content=False,
+                                           _request_timeout=(limit, limit)))
+                for item in body.get("items") or []:
+                    if item["metadata"]["name"] == name and done(item):
+                        return dict(item)
+                window = max(1, int(min(remaining, WATCH_WINDOW_SECONDS)))
+                stream = watch.Watch()
+                try:
+                    for event in stream.stream(list_method, namespace, field_selector=field,
+                                               resource_version=(body.get("metadata") or {}).get("resourceVersion"),
+                                               timeout_seconds=window, _request_timeout=(limit, window + limit)):
+                        obj = event.get("raw_object") or {}
+                        if event.get("type") == "ERROR":
+                            if obj.get("code") == 410:
+                                break  # the version was compacted away: list again
+                            raise RuntimeError(f"watching {name}: {obj.get('message') or obj}")
+                        if (obj.get("metadata") or {}).get("name") != name:
+                            continue
+                        if event.get("type") == "DELETED":
+                            raise LookupError(f"{name} was deleted")
+                        if done(obj):
+                            return dict(obj)
+                except client.ApiException as exc:
+                    if exc.status != 410:
+                        raise
+                except (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError):
+                    pass  # the window ended without a word: list again
+                finally:
+                    stream.stop()
+
+        return dict(await anyio.to_thread.run_sync(run, abandon_on_cancel=True))
 
     async def in_own_namespaces(self, method: Callable[..., Any], *, labels: dict[str, str],
                                 namespace_labels: dict[str, str] | None = None) -> list[dict[str, Any]]:

@@ -174,9 +174,10 @@ class KnativeMcpHost(McpHost):
             if found is not None and found.state == "not_ready":
                 reason = ": ".join(part for part in (found.reason, found.message) if part) or "not ready"
                 raise McpServeError(f"version {version} did not start: {reason}")
-            if time.monotonic() >= deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 raise McpServeError(f"version {version} did not become ready within {self.startup_timeout:g} s")
-            await asyncio.sleep(self.poll_seconds)
+            await self.runtime.settled(ref, revision, min(remaining, 30.0))
 
     def _upstream(self, ref: WorkloadRef) -> UpstreamFactory:
         async def upstream() -> Upstream:

@@ -252,6 +252,19 @@ class KnativeRuntime(WorkloadRuntime):
             entries.append(entry)
         return entries
 
+    async def settled(self, ref: WorkloadRef, revision: str, timeout: float) -> None:
+        """Wait, watching (not polling), until the Knative revision for `revision` exists and its `Ready`
+        condition is decided (True or False), or `timeout` passes; the caller reads the status then."""
+        name = knative_revision(ref, revision)
+
+        def list_revisions(namespace: str, **kwargs: Any) -> Any:
+            return self.kube.custom.list_namespaced_custom_object(KNATIVE_GROUP, KNATIVE_VERSION, namespace,
+                                                                  "revisions", **kwargs)
+
+        with contextlib.suppress(TimeoutError, LookupError):
+            await self.kube.wait_for(list_revisions, ref.namespace, name,
+                                     lambda obj: _condition(obj).get("status") in ("True", "False"), timeout)
+
     def _check_admissible(self, spec: RevisionSpec) -> None:
         """Refuse, before anything is written, what Knative's webhook would refuse with the cluster's flags."""
         if spec.runtime_class_name and RUNTIME_CLASS_FEATURE not in self.kube.settings.knative_features:
