@@ -66,7 +66,7 @@ _BUILTIN: list[AdapterRef] = [
     AdapterRef("sessions", "redis", "caiplatform.adapters.redis.sessions:RedisSessionStore", "redis"),
     AdapterRef("projects", "kubernetes", "caiplatform.adapters.kubernetes.projects:KubernetesProjectProvisioner", "kubernetes"),
     AdapterRef("memorystore", "kubernetes", "caiplatform.adapters.kubernetes.memorystore:ValkeyStatefulSetProvisioner", "kubernetes"),
-    AdapterRef("builder", "kubernetes", "caiplatform.adapters.kubernetes.builder:KanikoJobBuilder", "kubernetes"),
+    AdapterRef("builder", "kubernetes", "caiplatform.adapters.kubernetes.builder:BuildKitJobBuilder", "kubernetes"),
     AdapterRef("runtime", "kubernetes", "caiplatform.adapters.kubernetes.runtime:KnativeRuntime", "kubernetes"),
     AdapterRef("mcp_host", "memory", "caiplatform.adapters.memory.mcp_host:InMemoryMcpHost"),
     AdapterRef("mcp_host", "local", "caiplatform.adapters.local.mcp_host:LocalMcpHost", "mcp"),

@@ -59,15 +59,19 @@ class Settings(BaseSettings):
     platform_namespace: str = Field("caiplatform", validation_alias=_env("CAI_PLATFORM_NAMESPACE"))
     build_namespace: str = Field("caiplatform", validation_alias=_env("CAI_BUILD_NAMESPACE"))
     harness_image: str = Field("ghcr.io/caiplatform/harness:latest", validation_alias=_env("CAI_HARNESS_IMAGE"))
-    builder_image: str = Field("gcr.io/kaniko-project/executor:v1.23.2", validation_alias=_env("CAI_BUILDER_IMAGE"))
+    # Rootless BuildKit (moby/buildkit; kaniko was archived in June 2025): docs/decisions.md.
+    builder_image: str = Field("docker.io/moby/buildkit:v0.25.2-rootless", validation_alias=_env("CAI_BUILDER_IMAGE"))
     valkey_image: str = Field("docker.io/valkey/valkey:8.1", validation_alias=_env("CAI_VALKEY_IMAGE"))
     # The volume the control plane shares with build Jobs: its mount here and its claim's name.
     build_context_dir: Path = Field(Path("/var/lib/caiplatform/build-context"), validation_alias=_env("CAI_BUILD_CONTEXT_DIR"))
     build_context_claim: str = Field("caiplatform-build-context", validation_alias=_env("CAI_BUILD_CONTEXT_CLAIM"))
-    # How build Jobs push: a `kubernetes.io/dockerconfigjson` Secret in the build namespace (kaniko's
-    # credentials), and whether the registry is plain HTTP or has a certificate kaniko cannot check.
+    # How build Jobs push: a `kubernetes.io/dockerconfigjson` Secret in the build namespace (BuildKit's
+    # credentials), and whether the registry is plain HTTP or has a certificate BuildKit cannot check.
     build_push_secret: str | None = Field(None, validation_alias=_env("CAI_BUILD_PUSH_SECRET"))
     build_insecure_registry: bool = Field(False, validation_alias=_env("CAI_BUILD_INSECURE_REGISTRY"))
+    # Knative feature flags the cluster's `config-features` enables (comma-separated, e.g.
+    # `kubernetes.podspec-runtimeclassname`): the pod-spec fields Knative's webhook refuses without them.
+    knative_features: str = Field("", validation_alias=_env("CAI_KNATIVE_FEATURES"))
 
     # Addresses (DECISIONS.md).
     base_url: str | None = Field(None, validation_alias=_env("CAI_BASE_URL"))

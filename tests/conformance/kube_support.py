@@ -17,7 +17,7 @@ from pathlib import Path
 
 from caiplatform.adapters.kubernetes.client import ClusterSettings
 
-ROLE = Path(__file__).resolve().parents[2] / "backends" / "kubernetes" / "rbac.yaml"
+ROLE = Path(__file__).resolve().parents[2] / "backends" / "kubernetes" / "base" / "rbac.yaml"
 
 
 def real_cluster() -> bool:

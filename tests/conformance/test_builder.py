@@ -1,4 +1,4 @@
-"""Builder conformance: the in-memory builder, the local image builder and kaniko Jobs on the Kubernetes API
+"""Builder conformance: the in-memory builder, the local image builder and BuildKit Jobs on the Kubernetes API
 emulator."""
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ def shared_data_dir(tmp_path_factory):
 async def builder(request, backend, shared_data_dir):
     apply_notimpl(request, kube_support.marked_as(backend))
     if backend == "kubernetes":
-        from caiplatform.adapters.kubernetes.builder import KanikoJobBuilder
+        from caiplatform.adapters.kubernetes.builder import BuildKitJobBuilder
 
         async with kube_support.cluster() as cluster:
-            adapter = KanikoJobBuilder(settings=cluster.settings, context_dir=kube_support.build_context_dir(shared_data_dir / "build-context"),
+            adapter = BuildKitJobBuilder(settings=cluster.settings, context_dir=kube_support.build_context_dir(shared_data_dir / "build-context"),
                                        poll_seconds=0.02, registry_host=kube_support.registry_host())
             try:
                 yield adapter

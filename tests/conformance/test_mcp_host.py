@@ -19,12 +19,12 @@ def backend(request) -> str:
 async def mcp_host(request, backend, tmp_path):
     apply_notimpl(request, kube_support.marked_as(backend))
     if backend == "kubernetes":
-        from caiplatform.adapters.kubernetes.builder import KanikoJobBuilder
+        from caiplatform.adapters.kubernetes.builder import BuildKitJobBuilder
         from caiplatform.adapters.kubernetes.mcp_host import KnativeMcpHost
         from caiplatform.adapters.kubernetes.runtime import KnativeRuntime
 
         async with kube_support.cluster() as cluster:
-            builder = KanikoJobBuilder(settings=cluster.settings, poll_seconds=0.02, registry_host=kube_support.registry_host(),
+            builder = BuildKitJobBuilder(settings=cluster.settings, poll_seconds=0.02, registry_host=kube_support.registry_host(),
                                        context_dir=kube_support.build_context_dir(tmp_path / "build-context"))
             runtime = KnativeRuntime(settings=cluster.settings, poll_seconds=0.02, images=builder.resolve)
             try:

@@ -1,4 +1,4 @@
-"""The Containerfile the Kubernetes builder hands kaniko, per language: the code, `requirements.txt` from
+"""The Containerfile the Kubernetes builder hands BuildKit, per language: the code, `requirements.txt` from
 the code directory, then the language step of a function in Go, Node.js or Ruby, which is the local
 builder's own code (`python -m caiplatform.build.languages`) run in the harness image."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from caiplatform.adapters.kubernetes.builder import KanikoJobBuilder, containerfile
+from caiplatform.adapters.kubernetes.builder import BuildKitJobBuilder, containerfile
 from caiplatform.ports.builder import BuildRequest
 from caiplatform.testing import sources
 from caiplatform.testing.kube_cluster import emulated_cluster, live
@@ -71,7 +71,7 @@ async def test_the_build_context_carries_the_step_of_the_functions_runtime(tmp_p
     """`framework=function` with `runtime=go`: the checks and the Containerfile are Go's, and no Go
     toolchain is needed on the control plane (the harness image has it)."""
     with emulated_cluster() as cluster:
-        builder = KanikoJobBuilder(settings=cluster.settings, context_dir=tmp_path / "ctx", poll_seconds=0.02)
+        builder = BuildKitJobBuilder(settings=cluster.settings, context_dir=tmp_path / "ctx", poll_seconds=0.02)
         try:
             source = sources.write_tree(tmp_path / "src", sources.GO_FUNCTION)
             project = str(uuid.uuid4())
@@ -112,10 +112,10 @@ def test_a_failed_step_exits_with_the_builds_message(tmp_path: Path):
 
 
 async def test_push_credentials_and_a_plain_http_registry(tmp_path: Path):
-    """`CAI_BUILD_PUSH_SECRET` becomes kaniko's docker config; `CAI_BUILD_INSECURE_REGISTRY` its flags for
-    a registry without a certificate it can check (a kind cluster's local registry)."""
+    """`CAI_BUILD_PUSH_SECRET` becomes BuildKit's docker config; `CAI_BUILD_INSECURE_REGISTRY` its registry
+    settings for a registry without a certificate it can check (a kind cluster's local registry)."""
     with emulated_cluster(build_push_secret="regcred", build_insecure_registry=True) as cluster:
-        builder = KanikoJobBuilder(settings=cluster.settings, context_dir=tmp_path / "ctx", poll_seconds=0.02)
+        builder = BuildKitJobBuilder(settings=cluster.settings, context_dir=tmp_path / "ctx", poll_seconds=0.02)
         try:
             source = sources.write_tree(tmp_path / "src", sources.FUNCTION)
             project = str(uuid.uuid4())
@@ -125,8 +125,51 @@ async def test_push_credentials_and_a_plain_http_registry(tmp_path: Path):
         (job,) = [o.raw for _, _, o in live(cluster.emulator, "jobs", "batch")]
     pod = job["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert {"--insecure", "--insecure-pull", "--skip-tls-verify", "--skip-tls-verify-pull"} <= set(container["args"])
-    assert {"name": "push-credentials", "mountPath": "/kaniko/.docker", "readOnly": True} in container["volumeMounts"]
+    script = container["command"][2]
+    assert "registry.insecure=true" in script and '[registry."registry.local"]' in script and "http = true" in script
+    assert {"name": "push-credentials", "mountPath": "/home/user/.docker", "readOnly": True} in container["volumeMounts"]
+    assert {"name": "DOCKER_CONFIG", "value": "/home/user/.docker"} in container["env"]
     assert {"name": "push-credentials", "secret": {"secretName": "regcred", "items": [
         {"key": ".dockerconfigjson", "path": "config.json"}]}} in pod["volumes"]
     audit(cluster.emulator, cluster.calls(), ROLE)  # the Job is valid for the cluster's schemas
+
+
+@pytest.mark.process
+def test_the_build_jobs_script_builds_and_reports_the_pushed_digest(tmp_path: Path):
+    """The Job's shell script, run with `buildctl-daemonless.sh` replaced by a stand-in that checks what it is
+    asked and writes BuildKit's metadata file: it unpacks the context, asks for a pushed image named by the
+    source hash, and leaves exactly the digest as the termination message."""
+    from caiplatform.adapters.kubernetes.builder import pack_context
+    from caiplatform.adapters.kubernetes.client import ClusterSettings, KubeClient
+
+    source_hex = "ab" * 32
+    builder = BuildKitJobBuilder(KubeClient(ClusterSettings(host="http://127.0.0.1:9")))
+    job = builder._job("build-x", "registry.local/cai-p-fn", source_hex, "function", None)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["image"].startswith("docker.io/moby/buildkit:") and container["image"].endswith("-rootless")
+    workspace, bindir, root = tmp_path / "workspace", tmp_path / "bin", tmp_path / "root"
+    for d in (workspace, bindir, root):
+        d.mkdir()
+    code = sources.write_tree(tmp_path / "code", {"handler.py": "def handle(event):\n    return event\n"})
+    (workspace / f"{source_hex}.tar.gz").write_bytes(pack_context(code, "FROM harness\n"))
+    digest = "sha256:" + "c" * 64
+    (bindir / "buildctl-daemonless.sh").write_text(
+        "#!/bin/sh\nset -e\n"
+        'case "$*" in *"--local context=/tmp/context"*) ;; *) echo "no context: $*" >&2; exit 3;; esac\n'
+        'case "$*" in *"name=registry.local/cai-p-fn:' + source_hex + ',push=true"*) ;; *) echo "bad output: $*" >&2; exit 4;; esac\n'
+        "test -f /tmp/context/Dockerfile && test -f /tmp/context/code/handler.py\n"
+        'printf \'{\\n  "containerimage.digest": "' + digest + '",\\n  "image.name": "x"\\n}\\n\' > /tmp/metadata.json\n')
+    (bindir / "buildctl-daemonless.sh").chmod(0o755)
+    termination = tmp_path / "termination-log"
+    def rooted(text: str) -> str:  # the container's /tmp is a directory of the test's
+        return text.replace("/tmp/context", f"{root}/tmp/context").replace("/tmp/metadata.json", f"{root}/tmp/metadata.json")
+
+    script = rooted(container["command"][2].replace("/workspace/", f"{workspace}/")
+                    .replace("/dev/termination-log", str(termination)))
+    (root / "tmp").mkdir()
+    stand_in = rooted((bindir / "buildctl-daemonless.sh").read_text())
+    (bindir / "buildctl-daemonless.sh").write_text(stand_in)
+    done = subprocess.run(["sh", "-ec", script], env={"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(root)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert termination.read_text().strip() == digest

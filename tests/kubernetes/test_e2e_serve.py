@@ -1,6 +1,6 @@
 """End to end: `caiplatform serve` with `CAI_RUNTIME=kubernetes` against the API emulator (and its
 controller double) deploys an agent, lists its revisions, splits traffic, reads the quota, creates a
-memory store and an MCP server (a Knative Service of its own, built by a kaniko Job) and deletes the
+memory store and an MCP server (a Knative Service of its own, built by a BuildKit Job) and deletes the
 project, over HTTP; afterwards the emulator holds nothing of the project."""
 
 from __future__ import annotations

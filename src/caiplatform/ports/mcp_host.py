@@ -46,6 +46,10 @@ class McpDeployment:
 
 
 class McpHost(ABC):
+    #: True when every replica of the platform serves through the same host (a cluster): a server runs once
+    #: for all replicas and is never taken over.
+    shared: bool = False
+
     @abstractmethod
     async def build(self, build: McpBuild) -> McpImage:
         """Build the whole tool set into an image; the same tool set builds to the same digest."""

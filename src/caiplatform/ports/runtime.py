@@ -193,6 +193,9 @@ class Endpoint:
 class WorkloadRuntime(ABC):
     #: adapter name as registered (`memory`, `local`, `kubernetes`)
     name: str = ""
+    #: True when every replica of the platform writes to the same runtime (a cluster): what one replica
+    #: applied is there for all, so no replica re-applies another's revisions.
+    shared: bool = False
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Reap what a previous run left behind and bring back instances that `min_scale` keeps warm."""

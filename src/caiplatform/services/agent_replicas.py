@@ -78,8 +78,9 @@ class AgentFollower(PeriodicWork):
     async def _serve(self, record: AgentRecord, revision: str, generation: int, values: dict[str, str],
                      workload_key: str | None) -> None:
         svc = self.agents
-        status = await svc.runtime.status(record.workload)
-        if status is None or revision not in {r.name for r in status.revisions}:
+        # A cluster is every replica's runtime: the replica that rolled the revision applied it for all.
+        status = None if svc.runtime.shared else await svc.runtime.status(record.workload)
+        if not svc.runtime.shared and (status is None or revision not in {r.name for r in status.revisions}):
             if await svc.builder.resolve(record.image) is None:
                 image = await svc.build_image(record)
                 if image.reference != record.image:  # the sources changed since: the next round sees it

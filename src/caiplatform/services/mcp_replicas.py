@@ -195,6 +195,8 @@ class McpFollower(PeriodicWork):
             if (row.id, row.building) in self._unlocked_builds:
                 svc._start_build(row.project, row.name, row.building)
             self._unlocked_now.add((row.id, row.building))
+        if svc.host.shared:
+            return  # a cluster serves it for every replica: nothing to serve here, nothing to take over
         if row.owner != me and settled:  # another replica rolled it out or took it over
             await svc.host.remove(row.project.id, row.name)
             running_here = False

@@ -78,6 +78,10 @@ class ServiceFollower(PeriodicWork):
         svc = self.service
         ref = svc.ref(project, row.name)
         spec = ServiceSpec.model_validate(row.spec)
+        if svc.runtime.shared:  # a cluster: the replica that rolled the revision applied it for every replica
+            svc._publish(project, spec)
+            svc._route_internal(project, row.name, True)
+            return
         status = await svc.runtime.status(ref)
         known = {r.name for r in status.revisions} if status is not None else set()
         for revision in reversed(revisions):  # oldest first: the newest ends as the runtime's latest

@@ -48,6 +48,12 @@ def emulated_cluster(**settings: Any) -> Iterator[EmulatedCluster]:
             async with FilteringEmulator() as emulator, kmock.Server(emulator) as server:
                 for resource in RESOURCES:
                     emulator.resources[resource] = kmock.ResourceInfo()
+                # What the install makes before the control plane runs (backends/kubernetes/base/namespace.yaml):
+                # its own namespace, where its builds run.
+                platform_namespace = settings.get("platform_namespace", "caiplatform")
+                emulator.objects["v1/namespaces", None, platform_namespace] = {
+                    "apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": platform_namespace, "labels": {"app.kubernetes.io/name": "caiplatform"}}}
                 controllers = ControllerDouble(emulator)
                 task = asyncio.ensure_future(controllers.run())
                 stopped = asyncio.Event()

@@ -18,12 +18,22 @@ the tests work around here (so the adapters stay written for a real cluster):
   type; the adapters only send merge patches, so this matches a real server for them.
 - kmock keeps a Secret's `stringData` as sent: `FilteringEmulator` folds it into base64 `data`, as the API
   server does (so reads see only `data`).
-- kmock validates nothing: `caiplatform.testing.kube_schemas` checks every object against the schemas.
+- kmock's watch streams only the changes made through its HTTP verbs, from "now", with no
+  `resourceVersion`: `FilteringEmulator` answers a list with a `resourceVersion` naming a snapshot of what
+  it listed, and a watch from that version with every change since (whoever made it: the controller
+  double writes objects directly), until its `timeoutSeconds`; a version older than
+  `oldest_watchable` is answered with a `410 Gone` event, as an API server answers a compacted one.
+- kmock validates nothing: `FilteringEmulator` refuses what the API server and Knative's webhook refuse
+  (`caiplatform.testing.kube_admission`: object metadata, names per kind, Knative's pod-spec fields and
+  revision names, Pod Security "restricted"), and `caiplatform.testing.kube_schemas` checks every object
+  against the schemas.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import copy
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,11 +41,15 @@ from typing import Any
 import attrs
 import kmock
 from kmock._internal import parsing
+from kmock._internal.k8s import KubernetesError
+
+from caiplatform.testing.kube_admission import DEFAULT_KNATIVE_FEATURES, Refused, admit, merge_patch
 
 RESOURCES = (
     "v1/namespaces", "v1/pods", "v1/services", "v1/secrets", "v1/resourcequotas", "v1/limitranges",
     "v1/persistentvolumeclaims", "v1/configmaps", "apps/v1/deployments", "apps/v1/statefulsets", "batch/v1/jobs",
     "networking.k8s.io/v1/networkpolicies", "serving.knative.dev/v1/services", "serving.knative.dev/v1/revisions",
+    "rbac.authorization.k8s.io/v1/rolebindings",
 )
 _original_parse_path = parsing.parse_path
 
@@ -52,6 +66,16 @@ parsing.parse_path = _parse_path  # kmock's parser of request paths, read at eve
 
 def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _fields_match(obj: dict[str, Any], selector: str) -> bool:
+    """Equality field selectors on `metadata.name` and `metadata.namespace` (what the adapters send)."""
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        key, _, value = term.partition("=")
+        field = key.removeprefix("metadata.")
+        if (obj.get("metadata") or {}).get(field) != value.lstrip("="):
+            return False
+    return True
 
 
 def _matches(labels: dict[str, str], selector: str) -> bool:
@@ -72,11 +96,106 @@ def _matches(labels: dict[str, str], selector: str) -> bool:
 class FilteringEmulator(kmock.KubernetesEmulator):
     #: (namespace, pod) -> lines, each `<RFC 3339 time> <text>` as the kubelet keeps them
     pod_logs: dict[tuple[str, str], str] = attrs.field(factory=dict)
+    #: The Knative feature flags the cluster's `config-features` enables (none by default, as Knative's).
+    knative_features: frozenset[str] = attrs.field(default=DEFAULT_KNATIVE_FEATURES)
+    #: Every write refused by admission: (status, message), for tests to read.
+    refusals: list[tuple[int, str]] = attrs.field(factory=list)
+    #: Lists answered (each a `resourceVersion`) and what each listed, for watches to start from.
+    list_versions: dict[int, dict[tuple[str | None, str], dict[str, Any]]] = attrs.field(factory=dict)
+    #: A watch from an older `resourceVersion` is refused with 410 Gone (tests raise it to force a relist).
+    oldest_watchable: int = 0
+
+    def _current(self, request, selector: str) -> dict[tuple[str | None, str], dict[str, Any]]:  # type: ignore[no-untyped-def]
+        found = {}
+        for (res, ns, name), obj in snapshot(self):
+            if res == request.resource and not obj.deleted and (request.namespace is None or ns == request.namespace) \
+                    and _matches((obj.raw.get("metadata") or {}).get("labels") or {}, selector) \
+                    and _fields_match(obj.raw, (request.params or {}).get("fieldSelector", "")):
+                found[(ns, name)] = copy.deepcopy(obj.raw)
+        return found
+
+    async def _serve_watch(self, request):  # type: ignore[no-untyped-def]
+        yield b""
+        params = request.params or {}
+        version = params.get("resourceVersion") or ""
+        if version.isdigit() and int(version) < self.oldest_watchable:
+            yield {"type": "ERROR", "object": {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 410,
+                                               "reason": "Expired", "message": f"too old resource version: {version}"}}
+            return
+        selector = params.get("labelSelector", "")
+        seen = self.list_versions.get(int(version), {}) if version.isdigit() else {}
+        timeout = float(params.get("timeoutSeconds") or 0)
+        deadline = asyncio.get_running_loop().time() + timeout if timeout else None
+        while deadline is None or asyncio.get_running_loop().time() < deadline:
+            current = self._current(request, selector)
+            for key, raw in current.items():
+                if key not in seen or seen[key] != raw:
+                    yield {"type": "ADDED" if key not in seen else "MODIFIED", "object": raw}
+            for key in [k for k in seen if k not in current]:
+                yield {"type": "DELETED", "object": seen[key]}
+            seen = current
+            await asyncio.sleep(0.02)
+
+    def _authorize(self, request) -> None:  # type: ignore[no-untyped-def]
+        """The control plane's rights are granted per namespace it made (backends/kubernetes/base/rbac.yaml), and
+        the API server checks them before it looks for anything: a call into a namespace that does not exist
+        is a 403, not a 404 or an empty list."""
+        resource, namespace = request.resource, request.namespace
+        if resource is None or resource.plural in (None, "namespaces") or not namespace:
+            return
+        for (res, _ns, name), candidate in snapshot(self):
+            if res.plural == "namespaces" and name == namespace and not candidate.deleted:
+                return
+        verb = str(getattr(request.action, "value", request.action)).lower()
+        raise KubernetesError(status=403, reason="Forbidden", details={}, message=(
+            f'{resource.plural} is forbidden: User "system:serviceaccount:caiplatform:caiplatform" cannot {verb} '
+            f'resource "{resource.plural}" in API group "{resource.group or ""}" in the namespace "{namespace}"'))
+
+    def _admit(self, request) -> None:  # type: ignore[no-untyped-def]
+        resource = request.resource
+        if resource is None or resource.plural is None or not isinstance(request.data, dict):
+            return
+        plural, group = resource.plural, resource.group or ""
+        if request.subresource:  # status and other subresources are the controllers' writes
+            return
+        old = None
+        if request.action == kmock.action.CREATE:
+            obj = request.data
+            namespace = request.namespace or (obj.get("metadata") or {}).get("namespace")
+        elif request.action == kmock.action.UPDATE and request.name:
+            stored = None
+            for (res, ns, name), candidate in snapshot(self):
+                if res == resource and ns == request.namespace and name == request.name and not candidate.deleted:
+                    stored = candidate
+            if stored is None:
+                return  # kmock answers 404
+            old = dict(stored.raw)
+            obj = merge_patch(old, request.data)
+            obj.setdefault("kind", old.get("kind"))
+            namespace = request.namespace
+        else:
+            return
+        labels: dict[str, str] = {}
+        if plural == "pods" and namespace:
+            for (res, _ns, name), candidate in snapshot(self):
+                if res.plural == "namespaces" and name == namespace and not candidate.deleted:
+                    labels = (candidate.raw.get("metadata") or {}).get("labels") or {}
+        try:
+            admit(plural, group, obj, old, namespace_labels=labels, knative_features=self.knative_features)
+        except Refused as exc:
+            self.refusals.append((exc.status, exc.message))
+            raise KubernetesError(status=exc.status, reason=exc.reason, message=exc.message, details={}) from None
 
     async def _serve_list(self, request):  # type: ignore[no-untyped-def]
         body = await super()._serve_list(request)
-        selector = (request.params or {}).get("labelSelector", "")
-        body["items"] = [o for o in body["items"] if _matches((o.get("metadata") or {}).get("labels") or {}, selector)]
+        params = request.params or {}
+        selector = params.get("labelSelector", "")
+        body["items"] = [o for o in body["items"] if _matches((o.get("metadata") or {}).get("labels") or {}, selector)
+                         and _fields_match(o, params.get("fieldSelector", ""))]
+        version = len(self.list_versions) + 1
+        self.list_versions[version] = {((o.get("metadata") or {}).get("namespace"), o["metadata"]["name"]): copy.deepcopy(o)
+                                       for o in body["items"]}
+        body["metadata"] = {"resourceVersion": str(version)}
         return body
 
     async def _serve_fetch(self, request):  # type: ignore[no-untyped-def]
@@ -92,6 +211,8 @@ class FilteringEmulator(kmock.KubernetesEmulator):
         return await super()._serve_fetch(request)
 
     async def _handle(self, request):  # type: ignore[no-untyped-def]
+        self._authorize(request)
+        self._admit(request)
         response = await super()._handle(request)
         resource = request.resource
         if resource is not None and resource.plural == "secrets" and response.status < 300:

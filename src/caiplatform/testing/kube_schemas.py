@@ -18,6 +18,7 @@ import kubernetes_validate
 import yaml
 
 from caiplatform.testing.kube_cluster import ApiCall
+from caiplatform.testing.kube_emulator import snapshot
 
 KNATIVE_GROUP = "serving.knative.dev"
 
@@ -74,38 +75,65 @@ def load_documents(path: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
+def _documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for file in ([path] if path.is_file() else sorted(path.glob("*.yaml"))) for doc in load_documents(file)]
+
+
 def cluster_role(path: Path, name: str = "caiplatform") -> dict[str, Any]:
-    for directory in [path] if path.is_file() else sorted(path.glob("*.yaml")):
-        for doc in load_documents(directory):
-            if doc.get("kind") == "ClusterRole" and doc["metadata"]["name"] == name:
-                return doc
+    for doc in _documents(path):
+        if doc.get("kind") == "ClusterRole" and doc["metadata"]["name"] == name:
+            return doc
     raise LookupError(f"no ClusterRole {name} in {path}")
 
 
 def allowed(role: dict[str, Any], call: ApiCall) -> bool:
     for rule in role.get("rules") or []:
         if (call.group in rule.get("apiGroups", []) and call.resource in rule.get("resources", [])
-                and call.verb in rule.get("verbs", [])):
+                and call.verb in rule.get("verbs", []) and not rule.get("resourceNames")):
             return True
     return False
 
 
-def forbidden_calls(role: dict[str, Any], calls: Iterable[ApiCall]) -> list[ApiCall]:
+class Grants:
+    """RBAC as the API server evaluates it for the control plane's ServiceAccount: ClusterRoles bound
+    cluster-wide by a ClusterRoleBinding, and ClusterRoles bound in one namespace by a RoleBinding (those the
+    manifests ship and those the platform itself wrote to the cluster)."""
+
+    def __init__(self, role_path: Path, written: list[dict[str, Any]] = ()):  # type: ignore[assignment]
+        docs = _documents(role_path)
+        self.roles = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "ClusterRole"}
+        self.cluster_wide = [d["roleRef"]["name"] for d in docs if d.get("kind") == "ClusterRoleBinding"]
+        self.namespaced: dict[str, set[str]] = {}
+        for d in [*docs, *written]:
+            if d.get("kind") == "RoleBinding" and d.get("roleRef", {}).get("kind") == "ClusterRole":
+                self.namespaced.setdefault(d["metadata"]["namespace"], set()).add(d["roleRef"]["name"])
+
+    def allows(self, call: ApiCall) -> bool:
+        names = [*self.cluster_wide, *(self.namespaced.get(call.namespace or "", set()) if call.namespace else ())]
+        return any(allowed(self.roles[n], call) for n in names if n in self.roles)
+
+    def rules(self) -> list[tuple[str, str, str]]:
+        bound = set(self.cluster_wide) | {n for names in self.namespaced.values() for n in names}
+        return [(g, r, v) for name in sorted(bound) if name in self.roles
+                for rule in self.roles[name].get("rules") or [] if not rule.get("resourceNames")
+                for g in rule.get("apiGroups", []) for r in rule.get("resources", []) for v in rule.get("verbs", [])]
+
+
+def forbidden_calls(grants: Grants, calls: Iterable[ApiCall]) -> list[ApiCall]:
     seen, refused = set(), []
     for call in calls:
-        key = (call.verb, call.group, call.resource)
+        key = (call.verb, call.group, call.resource, call.namespace)
         if key not in seen:
             seen.add(key)
-            if not allowed(role, call):
+            if not grants.allows(call):
                 refused.append(call)
     return refused
 
 
-def unused_rules(role: dict[str, Any], calls: Iterable[ApiCall]) -> list[tuple[str, str, str]]:
-    """(group, resource, verb) the role grants that no call used: grants beyond what the adapters need."""
+def unused_rules(grants: Grants, calls: Iterable[ApiCall]) -> list[tuple[str, str, str]]:
+    """(group, resource, verb) the bound roles grant that no call used: grants beyond what the adapters need."""
     used = {(c.group, c.resource, c.verb) for c in calls}
-    return [(g, r, v) for rule in role.get("rules") or [] for g in rule.get("apiGroups", [])
-            for r in rule.get("resources", []) for v in rule.get("verbs", []) if (g, r, v) not in used]
+    return sorted({grant for grant in grants.rules() if grant not in used})
 
 
 def written_objects(emulator: Any) -> list[dict[str, Any]]:
@@ -137,6 +165,11 @@ def audit(emulator: Any, calls: list[ApiCall], role_path: Path) -> None:
             validate_object(obj, versions)
         except Exception as exc:  # noqa: BLE001 - every invalid object is reported, not just the first
             errors.append(f"{obj.get('kind')} {obj.get('metadata', {}).get('name')}: {str(exc)[:400]}")
-    refused = forbidden_calls(cluster_role(role_path), calls)
-    errors += [f"the ClusterRole does not allow {c.verb} {c.resource} (group {c.group!r})" for c in refused]
+    # A call into a namespace that did not exist was answered 403 by the emulator, as a cluster answers it
+    # (`FilteringEmulator._authorize`), which `KubeClient` reads as "nothing there": no grant is missing.
+    namespaces = {name for (res, _ns, name), _obj in snapshot(emulator) if res.plural == "namespaces"}
+    refused = [c for c in forbidden_calls(Grants(role_path, written_objects(emulator)), calls)
+               if c.namespace is None or c.namespace in namespaces]
+    errors += [f"RBAC does not allow {c.verb} {c.resource} (group {c.group!r}) in namespace {c.namespace!r}"
+               for c in refused]
     assert not errors, "\n".join(errors)

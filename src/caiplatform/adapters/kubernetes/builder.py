@@ -1,11 +1,11 @@
-"""Builds on a cluster: a Kubernetes Job running an in-cluster image builder (kaniko) per build.
+"""Builds on a cluster: a Kubernetes Job running an in-cluster image builder (rootless BuildKit) per build.
 
 The checked source (the same entry-file checks and content hash as every builder, `build.prepare`) is
 packed with a generated Containerfile into `<hash>.tar.gz` on a volume the control plane shares with the
 build Jobs (a ReadWriteMany PersistentVolumeClaim, `CAI_BUILD_CONTEXT_CLAIM`, mounted in the control
 plane at `CAI_BUILD_CONTEXT_DIR`), so no ConfigMap size limit applies. The Job, in the platform's build
-namespace, runs kaniko on that tarball and pushes `{registry_host}/cai-<short>-<workload>:<hash>`;
-kaniko writes the pushed image's digest to the termination log, which the builder reads from the pod.
+namespace, runs BuildKit on that tarball and pushes `{registry_host}/cai-<short>-<workload>:<hash>`;
+the Job writes the pushed image's digest (from BuildKit's metadata file) to the termination log, which the builder reads from the pod.
 The Job is the build's record: a successful one is labelled with its image digest, so `resolve` finds
 it and an identical source for the same workload reuses it. A failed build's message is the tail of the
 builder's log, cut as the spec says (`BuildError`).
@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import shlex
 import tarfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +41,11 @@ LANGUAGE_FRAMEWORKS = ("function-go", "function-nodejs", "function-ruby")
 OWN_CONTAINERFILE_FRAMEWORKS = ("mcp",)
 HARNESS_COMMAND = ["python", "-m", "caiplatform.harness"]
 LOG_TAIL_LINES = 200
+DOCKER_CONFIG_DIR = "/home/user/.docker"  # the rootless BuildKit image's user is `user` (uid 1000)
 
 
 def containerfile(harness_image: str, framework: str, runtime: str | None) -> str:
-    """The Containerfile kaniko builds: the harness image, the code, its `requirements.txt`, then the
+    """The Containerfile BuildKit builds: the harness image, the code, its `requirements.txt`, then the
     language step of a function in another language (`language_step`)."""
     env = " ".join(f"{k}={v}" for k, v in image_env(framework, runtime).items())
     return "\n".join([
@@ -68,6 +69,8 @@ def language_step(framework: str) -> list[str]:
     if framework not in LANGUAGE_FRAMEWORKS:
         return []
     return [
+        # The harness image ends as `USER 1000` and `/app` is root's: the directories are made as root.
+        "USER root",
         f"RUN mkdir -p {BIN_DIR} {BUILD_CACHE_DIR} && chown 1000:1000 {BIN_DIR} {BUILD_CACHE_DIR}",
         "USER 1000",
         f"RUN HOME={BUILD_CACHE_DIR} python -m caiplatform.build.languages {framework} {CODE_DIR} {BIN_DIR} --cache-dir {BUILD_CACHE_DIR}"
@@ -92,7 +95,7 @@ def image_env(framework: str, runtime: str | None) -> dict[str, str]:
             **function_env(framework, Path(BIN_DIR))}
 
 
-class KanikoJobBuilder(Builder):
+class BuildKitJobBuilder(Builder):
     name = "kubernetes"
 
     def __init__(self, kube: KubeClient | None = None, *, settings: ClusterSettings | None = None,
@@ -122,23 +125,44 @@ class KanikoJobBuilder(Builder):
                      location=f"{self.namespace}/{meta['name']}", reused=reused)
 
     def _job(self, name: str, repository: str, source_hex: str, framework: str, runtime: str | None) -> dict[str, Any]:
+        """A Job running rootless BuildKit (`buildctl-daemonless.sh`, moby/buildkit's own rootless image) on
+        the context tarball: it pushes `<repository>:<source hash>` and writes the pushed digest as its
+        termination message. Rootless BuildKit needs seccomp and AppArmor unconfined (it makes its own user
+        namespace) but no privilege: uid 1000, no privilege escalation, no capabilities."""
         labels = owned({PART_LABEL: "build", SOURCE_LABEL: source_hex[:62]})
         settings = self.kube.settings
-        args = [f"--context=tar:///workspace/{source_hex}.tar.gz", f"--destination={repository}:{source_hex[:64]}",
-                "--digest-file=/dev/termination-log", "--reproducible", "--single-snapshot"]
+        output = f"type=image,name={repository}:{source_hex[:64]},push=true,rewrite-timestamp=true"
+        config = ""
         if settings.build_insecure_registry:
-            args += ["--insecure", "--insecure-pull", "--skip-tls-verify", "--skip-tls-verify-pull"]
+            output += ",registry.insecure=true"
+            hosts = sorted({repository.split("/", 1)[0], settings.harness_image.split("/", 1)[0]})
+            config = "mkdir -p ~/.config/buildkit && printf '%s' " + shlex.quote("".join(
+                f'[registry."{host}"]\n  http = true\n  insecure = true\n' for host in hosts)) + \
+                " > ~/.config/buildkit/buildkitd.toml\n"
+        script = (
+            f"{config}mkdir -p /tmp/context && tar -xzf /workspace/{source_hex}.tar.gz -C /tmp/context\n"
+            "buildctl-daemonless.sh build --frontend dockerfile.v0 --local context=/tmp/context "
+            "--local dockerfile=/tmp/context --opt build-arg:SOURCE_DATE_EPOCH=0 "
+            f"--output {shlex.quote(output)} --metadata-file /tmp/metadata.json\n"
+            # The pushed digest, for the control plane to read as the container's termination message.
+            "sed -n 's/.*\"containerimage.digest\": *\"\\(sha256:[0-9a-f]*\\)\".*/\\1/p' /tmp/metadata.json "
+            "> /dev/termination-log\n")
         mounts: list[dict[str, Any]] = [{"name": "context", "mountPath": "/workspace", "readOnly": True}]
         volumes: list[dict[str, Any]] = [{"name": "context", "persistentVolumeClaim": {
             "claimName": self.context_claim, "readOnly": True}}]
-        if settings.build_push_secret:  # kaniko reads its registry credentials from /kaniko/.docker/config.json
-            mounts.append({"name": "push-credentials", "mountPath": "/kaniko/.docker", "readOnly": True})
+        if settings.build_push_secret:  # BuildKit reads its registry credentials from $DOCKER_CONFIG/config.json
+            mounts.append({"name": "push-credentials", "mountPath": DOCKER_CONFIG_DIR, "readOnly": True})
             volumes.append({"name": "push-credentials", "secret": {
                 "secretName": settings.build_push_secret, "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}})
-        kaniko = {
-            "name": "build", "image": settings.builder_image, "args": args, "volumeMounts": mounts,
+        builder = {
+            "name": "build", "image": settings.builder_image, "command": ["sh", "-ec", script], "volumeMounts": mounts,
+            "env": [{"name": "BUILDKITD_FLAGS", "value": "--oci-worker-no-process-sandbox"},
+                    {"name": "DOCKER_CONFIG", "value": DOCKER_CONFIG_DIR}],
             "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
             "terminationMessagePolicy": "FallbackToLogsOnError",
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True,
+                                "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                "seccompProfile": {"type": "Unconfined"}, "appArmorProfile": {"type": "Unconfined"}},
         }
         return {"apiVersion": "batch/v1", "kind": "Job",
                 "metadata": {"name": name, "namespace": self.namespace, "labels": labels,
@@ -146,7 +170,7 @@ class KanikoJobBuilder(Builder):
                                              RUNTIME_ANNOTATION: runtime or ""}},
                 "spec": {"backoffLimit": 0, "activeDeadlineSeconds": int(self.timeout_seconds),
                          "template": {"metadata": {"labels": labels}, "spec": {
-                             "restartPolicy": "Never", "automountServiceAccountToken": False, "containers": [kaniko],
+                             "restartPolicy": "Never", "automountServiceAccountToken": False, "containers": [builder],
                              "volumes": volumes}}}}
 
     async def build(self, request: BuildRequest, log: BuildLog | None = None) -> Image:
@@ -199,14 +223,17 @@ class KanikoJobBuilder(Builder):
         return list((job.get("status") or {}).get("conditions") or [])
 
     async def _finished(self, name: str) -> dict[str, Any]:
-        deadline = time.monotonic() + self.timeout_seconds + 60
-        while True:
-            job = await self.kube.call(self.kube.batch.read_namespaced_job, name, self.namespace)
-            if any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in self._conditions(job)):
-                return dict(job)
-            if time.monotonic() > deadline:
-                raise BuildError(f"the image build did not finish within {self.timeout_seconds:g} s")
-            await asyncio.sleep(self.poll_seconds)
+        """The Job once it completed or failed, watched (not polled)."""
+        def ended(job: dict[str, Any]) -> bool:
+            return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in self._conditions(job))
+
+        try:
+            return await self.kube.wait_for(self.kube.batch.list_namespaced_job, self.namespace, name, ended,
+                                            self.timeout_seconds + 60)
+        except TimeoutError:
+            raise BuildError(f"the image build did not finish within {self.timeout_seconds:g} s") from None
+        except LookupError:
+            raise BuildError("the build Job was deleted before it finished") from None
 
     async def _gone(self, name: str) -> None:
         while await self.kube.get(self.kube.batch.read_namespaced_job, name, self.namespace) is not None:

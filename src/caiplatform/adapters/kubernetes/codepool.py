@@ -152,9 +152,13 @@ class KubernetesWarmPool(BasePool[PodSandbox]):
             return
         core, net = self.kube.core, self.kube.networking
         if await self.kube.get(core.read_namespace, self.namespace) is None:
+            # Pod Security "restricted" enforced on every pod of the namespace (the pods meet it).
             body = {"apiVersion": "v1", "kind": "Namespace",
-                    "metadata": {"name": self.namespace, "labels": owned({PART_LABEL: PART})}}
+                    "metadata": {"name": self.namespace, "labels": owned({
+                        PART_LABEL: PART, "pod-security.kubernetes.io/enforce": "restricted",
+                        "pod-security.kubernetes.io/enforce-version": "latest"})}}
             await self.kube.create_or_patch(core.create_namespace, partial(core.patch_namespace, self.namespace), body)
+            await self.kube.bind_platform(self.namespace)
         await self.kube.create_or_patch(partial(net.create_namespaced_network_policy, self.namespace),
                                         partial(net.patch_namespaced_network_policy, POLICY_NAME, self.namespace),
                                         self.network_policy())

@@ -2,7 +2,7 @@
 
 A build checks the tools as every host does (`caiplatform.mcp.source`), writes the tool tree
 (`write_source_tree`: `tools/<name>.py` plus `mcp.json`) and has the Kubernetes builder turn it into an
-image: a kaniko Job on the harness image with the tree under `/app/mcp`, whose build loads every tool
+image: a BuildKit Job on the harness image with the tree under `/app/mcp`, whose build loads every tool
 once (`caiplatform.mcp.server --check`), so a tool that does not import fails the build, not the rollout,
 as the local host's load check does. The image is named by the digest the registry gave it (what
 Knative pulls); the same tool set reuses the Job that built it, so it keeps its digest.
@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from caiplatform.adapters.kubernetes.builder import KanikoJobBuilder
+from caiplatform.adapters.kubernetes.builder import BuildKitJobBuilder
 from caiplatform.adapters.kubernetes.client import PROJECT_LABEL
-from caiplatform.adapters.kubernetes.runtime import NAMESPACE_PREFIX, KnativeRuntime
+from caiplatform.adapters.kubernetes.runtime import NAMESPACE_PREFIX, KnativeRuntime, revision_labels
 from caiplatform.build.digest import source_digest
 from caiplatform.mcp.source import check_tool_source, write_source_tree
 from caiplatform.ports.builder import BuildError
@@ -47,7 +47,6 @@ MCP_DIR = "/app/mcp"
 MCP_FRAMEWORK = "mcp"
 SERVER_COMMAND = ["python", "-m", "caiplatform.mcp.server"]
 VERSION_LABEL = "mcp-version"
-LABEL_ANNOTATION_PREFIX = "caiplatform.dev/label-"  # how `KnativeRuntime` records a revision's labels
 REQUEST_TIMEOUT_SECONDS = 300  # document 2, Limits: MCP request timeout
 
 
@@ -64,10 +63,11 @@ def mcp_containerfile(harness_image: str) -> str:
 
 
 class KnativeMcpHost(McpHost):
-    """`builder`: the Kubernetes builder (`KanikoJobBuilder`); `runtime`: the Kubernetes workload runtime.
+    shared = True  # the Knative Service serves every replica; a replica's death takes nothing down
+    """`builder`: the Kubernetes builder (`BuildKitJobBuilder`); `runtime`: the Kubernetes workload runtime.
     Either may be a zero-argument factory, resolved on first use (the platform builds them lazily)."""
 
-    def __init__(self, builder: KanikoJobBuilder | Callable[[], KanikoJobBuilder],
+    def __init__(self, builder: BuildKitJobBuilder | Callable[[], BuildKitJobBuilder],
                  runtime: KnativeRuntime | Callable[[], KnativeRuntime], *,
                  hosts: HostRouter | None = None, poll_seconds: float = 0.5, startup_timeout: float = 300.0,
                  **_: object):
@@ -79,8 +79,8 @@ class KnativeMcpHost(McpHost):
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     @property
-    def builder(self) -> KanikoJobBuilder:
-        if not isinstance(self._builder, KanikoJobBuilder):
+    def builder(self) -> BuildKitJobBuilder:
+        if not isinstance(self._builder, BuildKitJobBuilder):
             self._builder = self._builder()
         return self._builder
 
@@ -158,8 +158,7 @@ class KnativeMcpHost(McpHost):
             return None
         if status.latest_ready_revision != status.latest_created_revision:
             return None
-        annotations = service["spec"]["template"]["metadata"].get("annotations") or {}
-        if annotations.get(f"{LABEL_ANNOTATION_PREFIX}{VERSION_LABEL}") != str(version):
+        if revision_labels(service["spec"]["template"]).get(VERSION_LABEL) != str(version):
             return None
         return status.url.rstrip("/") + "/mcp"
 
@@ -175,9 +174,10 @@ class KnativeMcpHost(McpHost):
             if found is not None and found.state == "not_ready":
                 reason = ": ".join(part for part in (found.reason, found.message) if part) or "not ready"
                 raise McpServeError(f"version {version} did not start: {reason}")
-            if time.monotonic() >= deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 raise McpServeError(f"version {version} did not become ready within {self.startup_timeout:g} s")
-            await asyncio.sleep(self.poll_seconds)
+            await self.runtime.settled(ref, revision, min(remaining, 30.0))
 
     def _upstream(self, ref: WorkloadRef) -> UpstreamFactory:
         async def upstream() -> Upstream:

@@ -25,6 +25,7 @@ from caiplatform.adapters.kubernetes.client import (
     KubeClient,
     api_message,
     owned,
+    selector,
 )
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.domain.memorystore import Instance, InstanceSpec, State
@@ -32,6 +33,7 @@ from caiplatform.errors import Conflict
 from caiplatform.ports.memorystore import MemoryStoreProvisioner, ProvisionerHealth
 
 PORT = 6379
+VALKEY_UID = 999  # the valkey image's own user
 INSTANCE_LABEL = "caiplatform.dev/memorystore"
 SPEC_ANNOTATION = "caiplatform.dev/memorystore-spec"
 CREATED_ANNOTATION = "caiplatform.dev/created-at"
@@ -64,10 +66,15 @@ def statefulset_manifest(spec: InstanceSpec, image: str, created_at: datetime) -
                       "limits": {"memory": spec.size.memory_limit}},
         "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 5},
         "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "runAsUser": 999,
+        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "runAsUser": VALKEY_UID,
                             "capabilities": {"drop": ["ALL"]}},
     }
-    pod: dict[str, Any] = {"containers": [container], "automountServiceAccountToken": False, "enableServiceLinks": False}
+    # fsGroup: a persistent volume's root is root's on most block storage; the kubelet hands it to Valkey's
+    # group so that uid 999 can write /data (OnRootMismatch: only when it is not already).
+    pod: dict[str, Any] = {"containers": [container], "automountServiceAccountToken": False, "enableServiceLinks": False,
+                           "securityContext": {"runAsNonRoot": True, "runAsUser": VALKEY_UID, "runAsGroup": VALKEY_UID,
+                                               "fsGroup": VALKEY_UID, "fsGroupChangePolicy": "OnRootMismatch",
+                                               "seccompProfile": {"type": "RuntimeDefault"}}}
     sts_spec: dict[str, Any] = {
         "serviceName": name, "replicas": 1, "selector": {"matchLabels": {INSTANCE_LABEL: spec.name}},
         "template": {"metadata": {"labels": labels, "annotations": {RESTART_ANNOTATION: rfc3339(created_at)}}, "spec": pod},
@@ -114,7 +121,8 @@ class ValkeyStatefulSetProvisioner(MemoryStoreProvisioner):
         labels = {PROJECT_LABEL: project_id, PART_LABEL: "memorystore"}
         if name is not None:
             labels[INSTANCE_LABEL] = name
-        return await self.kube.items(self.kube.apps.list_stateful_set_for_all_namespaces, labels=labels)
+        return await self.kube.in_own_namespaces(self.kube.apps.list_namespaced_stateful_set, labels=labels,
+                                                 namespace_labels={PROJECT_LABEL: project_id})
 
     async def _observe(self, sts: dict[str, Any]) -> Instance:
         meta = sts["metadata"]
@@ -209,8 +217,7 @@ class ValkeyStatefulSetProvisioner(MemoryStoreProvisioner):
 
     async def health(self) -> dict[str, ProvisionerHealth]:
         try:
-            await self.kube.call(self.kube.apps.list_stateful_set_for_all_namespaces, limit=1,
-                                 label_selector=f"{PART_LABEL}=memorystore")
+            await self.kube.call(self.kube.core.list_namespace, limit=1, label_selector=selector(owned()))
         except Exception as exc:  # noqa: BLE001 - reported, not raised: this is a health check
             detail = api_message(exc)
             return {"kubernetes": ProvisionerHealth("unreachable", detail), "memorystore_crd": ProvisionerHealth("unreachable", detail)}

@@ -88,6 +88,7 @@ class KubernetesProjectProvisioner(ProjectProvisioner):
     async def namespace(self, project: ProjectSpec) -> None:
         core = self.kube.core
         await self._apply(namespace_manifest(project), core.create_namespace, partial(core.patch_namespace, project.namespace))
+        await self.kube.bind_platform(project.namespace)
 
     async def quota(self, project: ProjectSpec) -> None:
         core, ns = self.kube.core, project.namespace

@@ -75,15 +75,40 @@ log = logging.getLogger(__name__)
 
 GENERATION_LABEL = "caiplatform.dev/generation"
 HASH_ANNOTATION = "caiplatform.dev/revision-hash"
+# A revision's `RevisionSpec.labels` (keys such as `cai.dev/agent` hold a `/` of their own, so they cannot
+# be suffixes of an annotation key: apimachinery's `IsQualifiedName` admits one `/`), as one JSON object.
+LABELS_ANNOTATION = "caiplatform.dev/labels"
+RUNTIME_CLASS_FEATURE = "kubernetes.podspec-runtimeclassname"
+# Knative names a revision `<service>-<suffix>` and refuses any other name; both are DNS-1035 labels of at
+# most 63 characters (knative/serving `pkg/apis/serving/v1/revision_validation.go`). A revision suffix is
+# `-NNNNN`, so a Knative Service's name has at most 57.
+KNATIVE_NAME_MAX = 63 - len("-00000")
 SERVICE_LABEL = "serving.knative.dev/service"
 REVISION_LABEL = "serving.knative.dev/revision"
 _KIND_SUFFIX = {"service": "-svc", "mcp": "-mcp"}
 NAMESPACE_PREFIX = "cai-p-"  # `WorkloadRef.namespace`
 COMPACT_EVERY_SECONDS = 600.0
+FOLLOW_READ_TIMEOUT_SECONDS = 86400.0
 
 
 def knative_name(ref: WorkloadRef) -> str:
-    return ref.name + _KIND_SUFFIX.get(ref.kind, "")
+    """The Knative Service's name: the workload's, with its kind's suffix; a name too long to carry a
+    revision suffix keeps its first 50 characters and a hash of the whole (stable, and distinct)."""
+    name = ref.name + _KIND_SUFFIX.get(ref.kind, "")
+    if len(name) <= KNATIVE_NAME_MAX:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:KNATIVE_NAME_MAX - 51]
+    return f"{name[:50].rstrip('-')}-{digest}"
+
+
+def revision_labels(template: dict[str, Any]) -> dict[str, str]:
+    """The `RevisionSpec.labels` a template (or a revision's metadata) records."""
+    raw = ((template.get("metadata") or template).get("annotations") or {}).get(LABELS_ANNOTATION)
+    try:
+        labels = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
 
 
 def knative_revision(ref: WorkloadRef, revision: str) -> str:
@@ -102,6 +127,9 @@ def revision_hash(spec: RevisionSpec) -> str:
     """What makes a revision what it is; applying the same name with another hash is refused."""
     fields = asdict(spec)
     fields.pop("workload")
+    # Labels say who applied it and why (`cai.dev/reason`): another replica applying the same revision for
+    # another reason applies the same revision.
+    fields.pop("labels")
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
@@ -145,6 +173,7 @@ def _time(text: str | None) -> datetime:
 
 class KnativeRuntime(WorkloadRuntime):
     name = "kubernetes"
+    shared = True
 
     def __init__(self, kube: KubeClient | None = None, *, settings: ClusterSettings | None = None,
                  images: Callable[[str], Awaitable[Image | None]] | None = None,
@@ -195,7 +224,8 @@ class KnativeRuntime(WorkloadRuntime):
         annotations = {"autoscaling.knative.dev/min-scale": str(spec.scaling.min_scale), HASH_ANNOTATION: revision_hash(spec)}
         if spec.scaling.max_scale:
             annotations["autoscaling.knative.dev/max-scale"] = str(spec.scaling.max_scale)
-        annotations.update({f"caiplatform.dev/label-{k}": str(v) for k, v in spec.labels.items()})
+        if spec.labels:
+            annotations[LABELS_ANNOTATION] = json.dumps({k: str(v) for k, v in spec.labels.items()}, sort_keys=True)
         pod: dict[str, Any] = {"containerConcurrency": spec.scaling.container_concurrency,
                                "timeoutSeconds": spec.timeout_seconds, "containers": [container]}
         if spec.runtime_class_name:
@@ -222,7 +252,30 @@ class KnativeRuntime(WorkloadRuntime):
             entries.append(entry)
         return entries
 
+    async def settled(self, ref: WorkloadRef, revision: str, timeout: float) -> None:
+        """Wait, watching (not polling), until the Knative revision for `revision` exists and its `Ready`
+        condition is decided (True or False), or `timeout` passes; the caller reads the status then."""
+        name = knative_revision(ref, revision)
+
+        def list_revisions(namespace: str, **kwargs: Any) -> Any:
+            return self.kube.custom.list_namespaced_custom_object(KNATIVE_GROUP, KNATIVE_VERSION, namespace,
+                                                                  "revisions", **kwargs)
+
+        with contextlib.suppress(TimeoutError, LookupError):
+            await self.kube.wait_for(list_revisions, ref.namespace, name,
+                                     lambda obj: _condition(obj).get("status") in ("True", "False"), timeout)
+
+    def _check_admissible(self, spec: RevisionSpec) -> None:
+        """Refuse, before anything is written, what Knative's webhook would refuse with the cluster's flags."""
+        if spec.runtime_class_name and RUNTIME_CLASS_FEATURE not in self.kube.settings.knative_features:
+            # Dropping the field would run the workload outside the boundary it asked for: fail and say why.
+            raise WorkloadError(
+                f"runtime class {spec.runtime_class_name!r} needs Knative's {RUNTIME_CLASS_FEATURE} feature: "
+                "enable it in the knative-serving namespace's config-features ConfigMap and set "
+                f"CAI_KNATIVE_FEATURES={RUNTIME_CLASS_FEATURE} on the platform")
+
     async def apply(self, spec: RevisionSpec, traffic: list[TrafficTarget] | None = None) -> None:
+        self._check_admissible(spec)
         ref = spec.workload
         name, revision = knative_name(ref), knative_revision(ref, spec.revision)
         current = await self._service(ref)
@@ -374,7 +427,9 @@ class KnativeRuntime(WorkloadRuntime):
         # Following: the response stays open; lines are read in a worker thread as they arrive.
         response: Any = await anyio.to_thread.run_sync(lambda: self.kube.core.read_namespaced_pod_log(
             newest["metadata"]["name"], ref.namespace, container="workload", tail_lines=tail, follow=True,
-            _preload_content=False))
+            _preload_content=False,
+            # A bounded connect; a read waits for the next line up to a day (a quiet workload).
+            _request_timeout=(self.kube.settings.request_timeout_seconds, FOLLOW_READ_TIMEOUT_SECONDS)))
         try:
             while True:
                 raw = await anyio.to_thread.run_sync(response.readline, abandon_on_cancel=True)
@@ -428,7 +483,8 @@ class KnativeRuntime(WorkloadRuntime):
         if ref is not None:
             pods = [(ref, pod) for pod in await self._pods_of(ref)]
         else:
-            pods = [(found, pod) for pod in await self.kube.items(self.kube.core.list_pod_for_all_namespaces, labels=MANAGED)
+            pods = [(found, pod) for pod in await self.kube.in_own_namespaces(self.kube.core.list_namespaced_pod,
+                                                                              labels=MANAGED)
                     if (found := _ref_of_pod(pod)) is not None]
         stored = 0
         async with self._history_lock:
@@ -519,10 +575,13 @@ class KnativeRuntime(WorkloadRuntime):
         from caiplatform.adapters.kubernetes.projects import QUOTA_NAME
         from caiplatform.quantity import parse_quantity
 
+        core, apps = self.kube.core, self.kube.apps
+        if await self.kube.get(core.read_namespace, namespace) is None:
+            # No namespace, nothing in it (and no right to ask: the platform's grants are per namespace).
+            return {"pods": 0, "services": 0, "count/deployments.apps": 0}
         quota = await self.kube.get(self.kube.core.read_namespaced_resource_quota, QUOTA_NAME, namespace)
         used = ((quota or {}).get("status") or {}).get("used") or {}
         usage = {r: parse_quantity(r, str(v)) for r, v in used.items()}
-        core, apps = self.kube.core, self.kube.apps
         for resource, method in (("pods", core.list_namespaced_pod), ("services", core.list_namespaced_service),
                                  ("count/deployments.apps", apps.list_namespaced_deployment)):
             if resource not in usage:

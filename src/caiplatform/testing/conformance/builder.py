@@ -206,7 +206,7 @@ async def call_built_function(image: Image, event: Any, env: dict[str, str] | No
 
 
 @notimpl(["kubernetes-cluster"], reason="a cluster's image lives in its registry; CAI_CODE_DIR is a path inside the image, not on the test's disk")
-@notimpl(["kubernetes"], reason="the language step and pip run inside the kaniko build Job, which the API emulator does not run")
+@notimpl(["kubernetes"], reason="the language step and pip run inside the BuildKit build Job, which the API emulator does not run")
 @pytest.mark.parametrize("framework", ["function-nodejs", "function-go", "function-ruby"])
 async def test_function_in_another_language_runs_from_its_image(builder: Builder, tmp_path: Path, framework: str):
     source = tree(tmp_path, sources.BY_FRAMEWORK[framework])
@@ -217,7 +217,7 @@ async def test_function_in_another_language_runs_from_its_image(builder: Builder
 
 
 @notimpl(["kubernetes-cluster"], reason="a cluster's image lives in its registry; CAI_CODE_DIR is a path inside the image, not on the test's disk")
-@notimpl(["kubernetes"], reason="the language step and pip run inside the kaniko build Job, which the API emulator does not run")
+@notimpl(["kubernetes"], reason="the language step and pip run inside the BuildKit build Job, which the API emulator does not run")
 async def test_go_function_runs_without_the_toolchain_once_built(builder: Builder, tmp_path: Path):
     image = await builder.build(request_for(tree(tmp_path, sources.GO_FUNCTION), "function-go"))
     assert Path(image.env["CAI_FUNCTION_BINARY"]).is_file()
@@ -227,13 +227,13 @@ async def test_go_function_runs_without_the_toolchain_once_built(builder: Builde
     assert answer == {"echo": {"n": 1}}
 
 
-@notimpl(["kubernetes"], reason="the language step and pip run inside the kaniko build Job, which the API emulator does not run")
+@notimpl(["kubernetes"], reason="the language step and pip run inside the BuildKit build Job, which the API emulator does not run")
 async def test_go_compile_error_fails_with_the_compiler_output(builder: Builder, tmp_path: Path):
     source = tree(tmp_path, {"main.go": "package main\n\nfunc Handle(event any) (any, error) {\n\treturn missing, nil\n}\n"})
     await expect_build_error(builder, request_for(source, "function-go"), "go build", "undefined: missing")
 
 
-@notimpl(["kubernetes"], reason="the language step and pip run inside the kaniko build Job, which the API emulator does not run")
+@notimpl(["kubernetes"], reason="the language step and pip run inside the BuildKit build Job, which the API emulator does not run")
 async def test_go_handle_of_the_wrong_shape_fails(builder: Builder, tmp_path: Path):
     source = tree(tmp_path, {"main.go": "package main\n\nfunc Handle(a, b, c int) int {\n\treturn a\n}\n"})
     await expect_build_error(builder, request_for(source, "function-go"), "main.go: Handle must look like",
@@ -241,7 +241,7 @@ async def test_go_handle_of_the_wrong_shape_fails(builder: Builder, tmp_path: Pa
 
 
 @notimpl(["kubernetes-cluster"], reason="a cluster's image lives in its registry; CAI_CODE_DIR is a path inside the image, not on the test's disk")
-@notimpl(["kubernetes"], reason="the language step and pip run inside the kaniko build Job, which the API emulator does not run")
+@notimpl(["kubernetes"], reason="the language step and pip run inside the BuildKit build Job, which the API emulator does not run")
 async def test_go_package_of_its_own_module_with_typed_arguments(builder: Builder, tmp_path: Path):
     """A package other than `main`, importing a package of its module, taking a `context.Context` and structs."""
     source = tree(tmp_path, {
@@ -260,7 +260,7 @@ async def test_go_package_of_its_own_module_with_typed_arguments(builder: Builde
     assert await call_built_function(image, {"message": "Ada"}) == "hello Ada from fn"
 
 
-@notimpl(["kubernetes"], reason="the language step and pip run inside the kaniko build Job, which the API emulator does not run")
+@notimpl(["kubernetes"], reason="the language step and pip run inside the BuildKit build Job, which the API emulator does not run")
 async def test_ruby_syntax_error_fails(builder: Builder, tmp_path: Path):
     source = tree(tmp_path, {"main.rb": "def handle(event, context\n  1\n"})
     await expect_build_error(builder, request_for(source, "function-ruby"), "ruby -c", "main.rb")
@@ -280,7 +280,7 @@ def _vendored_gem(tmp_path: Path) -> bytes:
 
 
 @notimpl(["kubernetes-cluster"], reason="a cluster's image lives in its registry; CAI_CODE_DIR is a path inside the image, not on the test's disk")
-@notimpl(["kubernetes"], reason="the language step and pip run inside the kaniko build Job, which the API emulator does not run")
+@notimpl(["kubernetes"], reason="the language step and pip run inside the BuildKit build Job, which the API emulator does not run")
 async def test_ruby_gems_vendored_for_bundler_are_installed(builder: Builder, tmp_path: Path):
     source = tree(tmp_path, {
         "Gemfile": 'source "https://rubygems.org"\ngem "shout"\n',
@@ -295,7 +295,7 @@ async def test_ruby_gems_vendored_for_bundler_are_installed(builder: Builder, tm
 
 
 @notimpl(["kubernetes-cluster"], reason="a cluster's image lives in its registry; CAI_CODE_DIR is a path inside the image, not on the test's disk")
-@notimpl(["kubernetes"], reason="the language step and pip run inside the kaniko build Job, which the API emulator does not run")
+@notimpl(["kubernetes"], reason="the language step and pip run inside the BuildKit build Job, which the API emulator does not run")
 async def test_node_dependencies_are_installed(builder: Builder, tmp_path: Path):
     source = tree(tmp_path, {
         "package.json": '{"name": "fn", "version": "1.0.0", "dependencies": {"shout": "file:./shout"}}\n',
@@ -334,7 +334,7 @@ def _image_python_imports(image: Image, module: str) -> bool:
 
 
 @notimpl(["kubernetes-cluster"], reason="a cluster's image lives in its registry; CAI_CODE_DIR is a path inside the image, not on the test's disk")
-@notimpl(["kubernetes"], reason="the language step and pip run inside the kaniko build Job, which the API emulator does not run")
+@notimpl(["kubernetes"], reason="the language step and pip run inside the BuildKit build Job, which the API emulator does not run")
 @notimpl(["memory"], reason="the in-memory builder runs everything on the platform's own Python and installs nothing")
 async def test_requirements_are_installed_into_the_image(builder: Builder, tmp_path: Path):
     # A wheel of the source tree, installed without any index: tests use no network.
@@ -349,7 +349,7 @@ async def test_requirements_are_installed_into_the_image(builder: Builder, tmp_p
     assert _image_python_imports(image, "caiplatform.harness") or _image_python_imports(image, "caiplatform")
 
 
-@notimpl(["kubernetes"], reason="the language step and pip run inside the kaniko build Job, which the API emulator does not run")
+@notimpl(["kubernetes"], reason="the language step and pip run inside the BuildKit build Job, which the API emulator does not run")
 @notimpl(["memory"], reason="the in-memory builder installs nothing, so nothing can fail to install")
 async def test_uninstallable_requirement_fails_with_pip_output(builder: Builder, tmp_path: Path):
     source = tree(tmp_path, {**sources.FUNCTION, "requirements.txt": "./no-such-package-dir\n"})
