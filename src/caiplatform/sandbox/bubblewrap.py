@@ -389,7 +389,8 @@ class Sandbox:
             args += ["--bind" if writable else "--ro-bind", str(path.resolve()), str(path)]
             covered.append(path)
         if confinement.socket_dir is not None:  # the harness's socket directory, at a fixed path inside
-            args += ["--bind", str(confinement.socket_dir), SOCKET_DIR]
+            args += ["--perms", "0755", "--dir", str(Path(SOCKET_DIR).parent),
+                     "--bind", str(confinement.socket_dir), SOCKET_DIR]
         return args
 
     def socket_dir_inside(self, host_dir: Path) -> str:
