@@ -141,3 +141,16 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_the_hosts_resolvers_stay_reachable_on_port_53_even_in_a_private_range(tmp_path):
+    from caiplatform.sandbox.network import nameservers
+
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("# generated\nnameserver 10.255.255.53\nnameserver 127.0.0.53\nnameserver fd00::53\nsearch x\n")
+    assert [str(a) for a in nameservers(str(conf))] == ["10.255.255.53", "fd00::53"]  # loopback: not forwarded
+    rules = nft_rules(Policy())
+    for resolver in nameservers():
+        family = "ip" if resolver.version == 4 else "ip6"
+        assert rules.index(f"{family} daddr {resolver} udp dport 53 accept") < rules.index("ip daddr {")
+    assert "dport 53" not in nft_rules(Policy(public=False))

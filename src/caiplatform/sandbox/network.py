@@ -158,12 +158,30 @@ def host_addresses() -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
     return sorted(found, key=lambda a: (a.version, int(a)))
 
 
+def nameservers(path: str = "/etc/resolv.conf") -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The host's resolvers (the sandbox reads the same resolv.conf): a run may ask them on port 53, even
+    where they sit in a private range (a cloud's resolver often does)."""
+    found = []
+    with contextlib.suppress(OSError):
+        for line in Path(path).read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "nameserver":
+                with contextlib.suppress(ValueError):
+                    address = ipaddress.ip_address(parts[1].split("%", 1)[0])
+                    if not address.is_loopback:
+                        found.append(address)
+    return found
+
+
 def nft_rules(policy: Policy) -> str:
     """The namespace's own filter, made by the platform (nothing tenant-chosen in it)."""
     lines = ["table inet cai_sandbox {", " chain output {",
              f"  type filter hook output priority 0; policy {'accept' if policy.public else 'drop'};",
              # Loopback inside the namespace: the workload's own sockets and pasta's forwarded ports.
              '  oifname "lo" accept']
+    for resolver in nameservers() if policy.public else []:
+        family = "ip" if resolver.version == 4 else "ip6"
+        lines += [f"  {family} daddr {resolver} udp dport 53 accept", f"  {family} daddr {resolver} tcp dport 53 accept"]
     for entry in policy.allow:
         if entry.loopback_port is not None:
             continue
