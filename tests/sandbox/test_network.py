@@ -154,3 +154,14 @@ def test_the_hosts_resolvers_stay_reachable_on_port_53_even_in_a_private_range(t
         family = "ip" if resolver.version == 4 else "ip6"
         assert rules.index(f"{family} daddr {resolver} udp dport 53 accept") < rules.index("ip daddr {")
     assert "dport 53" not in nft_rules(Policy(public=False))
+
+
+@pytest.mark.process
+def test_the_hosts_network_is_an_explicit_choice_named_in_the_status():
+    status = Sandbox(network=Network(mode="host")).describe()
+    assert status["status"] == "on" and status["network"] == "host"
+    assert "CAI_SANDBOX_NETWORK=host" in str(status["detail"])
+    with pytest.raises(ValueError, match="CAI_SANDBOX_NETWORK"):
+        Network(mode="bridge")
+    with pytest.raises(ValueError, match="CAI_SANDBOX_EGRESS"):
+        Network(egress="some")
