@@ -76,6 +76,7 @@ from caiplatform.supervisor import ProcessSpec, ProcessStartError, ProcessSuperv
 
 RELAY = str(Path(__file__).resolve().parents[2] / "sandbox" / "relay.py")
 SOCKET_NAME = "harness.sock"
+SOCKETS_PREFIX = "cai-run-"
 #: The Host of requests to an instance (it is reached by its socket, not by a name).
 INSTANCE_ORIGIN = "http://harness"
 
@@ -166,7 +167,9 @@ class LocalProcessRuntime(InstanceRuntime):
     def _socket_dir(self) -> Path:
         """A new directory for one instance's socket (the sandbox uid's, bound into that sandbox only)."""
         if self._sockets_root is None:
-            self._sockets_root = Path(tempfile.mkdtemp(prefix="cai-run-"))  # 0700, the server's
+            _sweep_socket_roots()
+            self._sockets_root = Path(tempfile.mkdtemp(prefix=SOCKETS_PREFIX))  # 0700, the server's
+            (self._sockets_root / "owner").write_text(str(os.getpid()))
         directory = self._sockets_root / secrets.token_hex(6)
         directory.mkdir(mode=0o700)
         return directory
@@ -426,6 +429,17 @@ class LocalProcessRuntime(InstanceRuntime):
 
 
 # ---------------------------------------------------------------------------------------------------
+
+
+def _sweep_socket_roots() -> None:
+    """Remove the socket directories of servers that are gone (a crashed run leaves its directory)."""
+    for root in Path(tempfile.gettempdir()).glob(SOCKETS_PREFIX + "*"):
+        with contextlib.suppress(OSError, ValueError):
+            if root.is_symlink() or root.stat().st_uid != os.geteuid():
+                continue
+            pid = int((root / "owner").read_text().strip())
+            if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+                shutil.rmtree(root, ignore_errors=True)
 
 
 def _reachable_ports(env: dict[str, str]) -> tuple[int, ...]:
