@@ -162,7 +162,8 @@ class Platform:
 
         backend = None
         if self.settings.bao_addr:
-            backend = self.registry.load("secrets", "openbao")(self.settings.bao_addr, self.settings.bao_token)
+            backend = self.registry.load("secrets", "openbao")(self.settings.bao_addr, self.settings.bao_token,
+                                                               public_addr=self.secret_store_relay_url)
         elif self.mode == "memory":
             backend = self.registry.load("secrets", "memory")(clock=self.clock)
         # Bindings reach agents through the agents area's agent-secret port.
@@ -178,7 +179,24 @@ class Platform:
         from caiplatform.supervisor.engines import start_openbao
 
         handle = await start_openbao(self.supervisor(), self.data_dir)
-        self.secrets.set_backend(OpenBaoSecretBackend.from_handle(handle))
+        self.secrets.set_backend(OpenBaoSecretBackend.from_handle(handle, public_addr=self.secret_store_relay_url))
+
+    @property
+    def secret_store_relay_url(self) -> str | None:
+        """`read.addr` of a read token on the local runtime: the platform API's narrow relay to the secret
+        store (`/v1/secret-store`, caiplatform_server.secret_relay), since a workload's own network reaches
+        no engine (docs/decisions/sandbox.md). None on a cluster (the store's own address) or in memory."""
+        if self.mode == "memory" or self.on_cluster or not self.settings.base_url:
+            return None
+        return self.settings.base_url.rstrip("/") + "/v1/secret-store"
+
+    def secret_store_address(self) -> str | None:
+        """Where the relay forwards: the store the platform itself uses (None: no OpenBao here)."""
+        if self.secret_store_relay_url is None:
+            return None
+        backend = getattr(self.secrets, "backend", None)
+        addr = getattr(backend, "addr", None) if getattr(backend, "name", "") == "openbao" else None
+        return str(addr) if addr else None
 
     def _build_services(self) -> None:
         """Area services over their adapters. Adapters that need a running engine are swapped in by `start()`."""

@@ -111,6 +111,12 @@ class Settings(BaseSettings):
     # How sandbox limits are enforced: `auto` (a cgroup where the server may create one, else rlimits) or
     # `rlimits` (always: what a server without cgroups gets, on any machine).
     sandbox_limits: str = Field("auto", validation_alias=_env("CAI_SANDBOX_LIMITS"))
+    # The network of sandboxed runs (caiplatform.sandbox.network, docs/sandbox.md): `isolated` (a
+    # namespace per run, through pasta) or `host` (an explicit, warned opt-out); public egress or `none`;
+    # more destinations as `cidr[:port],...` (`127.0.0.1:<port>` opens one host loopback port).
+    sandbox_network: str = Field("isolated", validation_alias=_env("CAI_SANDBOX_NETWORK"))
+    sandbox_egress: str = Field("public", validation_alias=_env("CAI_SANDBOX_EGRESS"))
+    sandbox_allow: str | None = Field(None, validation_alias=_env("CAI_SANDBOX_ALLOW"))
 
     # The code sandbox (document 1, Limits; docs/codesandbox.md): warm sandboxes kept ready, how long a caller
     # waits for one (the specification's 30 s; tests shorten it), and whether snippets may use the network.

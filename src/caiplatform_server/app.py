@@ -33,6 +33,7 @@ from caiplatform_server.dispatch import RouteTable
 from caiplatform_server.docs import mount_docs
 from caiplatform_server.http import head_refusal
 from caiplatform_server.proxy import proxy
+from caiplatform_server.secret_relay import is_relay_path, relay
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,10 @@ class ConventionsMiddleware:
         if host and self.platform.hosts.is_apps_host(host):
             # A published workload's own address: its routes, its auth mode; never the platform API.
             await proxy(self.platform.hosts, self._proxy_client(), scope, receive, send, request_id)
+            return
+        if is_relay_path(scope["path"]):
+            # Workloads' secret reads (their read token, for the store; docs/decisions/sandbox.md).
+            await relay(self.platform.secret_store_address(), self._proxy_client(), scope, receive, send, request_id)
             return
 
         ip = client_ip(scope)

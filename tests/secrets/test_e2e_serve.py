@@ -98,8 +98,17 @@ def test_serve_with_an_external_openbao(tmp_path, openbao):
                 r = httpx.post(f"{url}/ext:reveal", headers=headers)
                 assert r.status_code == 200 and r.json()["value"] == "kept-outside"
                 tok = httpx.post(f"{url}/ext:issue-token", headers=headers).json()
-                assert tok["read"]["addr"] == openbao.addr
-                direct = httpx.get(f"{openbao.addr}/v1/{tok['read']['path']}", headers={"X-Vault-Token": tok["token"]})
-                assert direct.json()["data"]["data"]["value"] == "kept-outside"
+                # read.addr is the platform API's relay to that store (workloads reach no engine, issue 34)
+                assert tok["read"]["addr"] == f"{base}/v1/secret-store"
+                for addr in (tok["read"]["addr"], openbao.addr):
+                    read = httpx.get(f"{addr}/v1/{tok['read']['path']}", headers={"X-Vault-Token": tok["token"]})
+                    assert read.json()["data"]["data"]["value"] == "kept-outside", (addr, read.text)
+                relay = tok["read"]["addr"]
+                assert httpx.get(f"{relay}/v1/{tok['read']['path']}").status_code == 401  # no token
+                assert httpx.get(f"{relay}/v1/sys/mounts", headers={"X-Vault-Token": tok["token"]}).status_code == 404
+                assert httpx.get(f"{relay}/v1/secret/data/../../sys/mounts",
+                                 headers={"X-Vault-Token": tok["token"]}).status_code == 404
+                assert httpx.delete(f"{relay}/v1/{tok['read']['path']}",
+                                    headers={"X-Vault-Token": tok["token"]}).status_code == 405
         finally:
             server.stop()

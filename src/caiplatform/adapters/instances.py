@@ -35,6 +35,7 @@ from caiplatform.ports.runtime import (
     DEFAULT_CONTAINER_CONCURRENCY,
     DEFAULT_MAX_SCALE,
     Endpoint,
+    InstanceTransport,
     NoCapacity,
     ResolvedTraffic,
     RevisionSpec,
@@ -509,7 +510,11 @@ class InstanceRuntime(WorkloadRuntime):
             instance.last_used = time.monotonic()
             await self._notify()
 
-        return Endpoint(revision=revision.name, base_url=instance.base_url, release=release, transport=instance.transport)
+        transport = instance.transport
+        if isinstance(transport, InstanceTransport):
+            return Endpoint(revision=revision.name, base_url=instance.base_url, release=release, transport=transport,
+                            socket=transport.uds, credential=transport.credential)
+        return Endpoint(revision=revision.name, base_url=instance.base_url, release=release, transport=transport)
 
     # -- scale to zero ------------------------------------------------------------------------------
 

@@ -78,4 +78,8 @@ def sandbox_refusal(platform: object) -> str | None:
         return f"refusing to run workloads: {status['detail']}"
     elif status["status"] == "on":
         startup_log.info("sandbox: deployed code runs confined (%s)", status["detail"])
+        if status.get("network") == "host":
+            startup_log.warning(
+                "CAI_SANDBOX_NETWORK=host: deployed code shares this machine's network and reaches every "
+                "port on it (other workloads, the engines)")
     return None

@@ -1,4 +1,5 @@
-"""`python -m caiplatform.harness`: serve the agent described by the environment on 127.0.0.1:$PORT."""
+"""`python -m caiplatform.harness`: serve the agent described by the environment on the Unix socket
+`$CAI_HARNESS_SOCKET` (the local runtime's: only the platform can open it), else on 127.0.0.1:$PORT."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ def main() -> None:
     app = create_harness_app(dict(os.environ))
     port = int(os.environ.get("PORT") or 8080)
     # Access lines and start-up go to the instance's output, which the runtime keeps as the agent's logs.
+    socket = os.environ.get("CAI_HARNESS_SOCKET") or None
     server = serving.server(app, host=os.environ.get("CAI_HARNESS_HOST", "127.0.0.1"), port=port,
-                            log_level="info", access_log=True)
+                            log_level="info", access_log=True, uds=socket)
     limit = memory_rlimit()
     if limit is not None:
         # The sandbox's rlimit fallback: an allocation over the limit fails instead of a kill. The instance

@@ -9,11 +9,18 @@ mapping per instance):
   only answers callers presenting `X-CAI-Internal` = `CAI_INTERNAL_TOKEN` (503 when the harness has no
   token, 401 when it is missing or wrong).
 
+Who may call: where the runtime gives the harness a per-instance secret (`CAI_HARNESS_TOKEN`: the local
+and in-memory runtimes), every request must present it in `X-CAI-Harness-Token`, `/healthz` included
+(the readiness probe is the platform's own), or is refused with 401 before anything else; only the
+platform holds it. No header's absence grants anything.
+
 Who picked the session id: the control plane resolves ids (minting, deriving, the anonymous 24-character
-rule) before it calls; a request that came through the published address (`X-Forwarded-Host`, set by
-the platform's host proxy) without the internal credential is an anonymous outside caller and gets the
-same rules here. `memories` in the body (recalled long-term memories, see `caiplatform.services.
-invoke_memory`) are only honoured from the control plane.
+rule) before it calls. A caller is the control plane when it presents the internal credential, or the
+per-instance secret without `X-Forwarded-Host` (the platform's host proxy sets that header on every
+request of the published address, whose callers are anonymous outsiders and get the same rules here).
+A harness without a per-instance secret (Kubernetes: the published address reaches the pod directly)
+trusts the internal credential only. `memories` in the body (recalled long-term memories, see
+`caiplatform.services.invoke_memory`) are only honoured from the control plane.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from caiplatform import json_input
 from caiplatform.errors import BadRequest, MethodNotAllowed, NotFound, PlatformError, Unavailable
 from caiplatform.pagination import Pager
 from caiplatform.ports.builder import FUNCTION_FRAMEWORKS
+from caiplatform.ports.runtime import HARNESS_TOKEN_HEADER
 from caiplatform.ports.sessions import SessionStore
 from caiplatform.redaction import one_line
 from caiplatform.services import invoke_ids
@@ -57,13 +65,14 @@ FUNCTION_BODY_LIMIT = 8 * MiB  # function direct event body (DECISIONS.md)
 MESSAGE_REQUIRED = "message is required"
 NDJSON = "application/x-ndjson"
 SESSION_HEADER = "X-CAI-Session-Id"
+BAD_HARNESS_TOKEN = f"this harness answers only the platform: present its per-instance secret in {HARNESS_TOKEN_HEADER}"
 USER_HEADER = "X-CAI-User-Id"
 
 # What the platform injects; everything else in the environment is the agent's own configuration.
 PLATFORM_VARIABLES = frozenset({
     "CAI_FRAMEWORK", "CAI_CODE_DIR", "AGENT_NAME", "AGENT_IMAGE", "CAI_INTERNAL_TOKEN", "CAI_SESSION_STORE",
     "MODEL_BASE_URL", "MODEL_API_KEY", "MODEL_NAME", "EMBED_BASE_URL", "CAI_API_URL", "CAI_PROJECT_ID",
-    "CAI_PROJECT_KEY", "SANDBOX_URL", "PLATFORM_REQUEST_TIMEOUT_SECONDS", "PORT", "K_REVISION", "PATH", "HOME", "PYTHONPATH",
+    "CAI_PROJECT_KEY", "SANDBOX_URL", "PLATFORM_REQUEST_TIMEOUT_SECONDS", "PORT", "K_REVISION", "CAI_HARNESS_TOKEN", "CAI_HARNESS_SOCKET", "PATH", "HOME", "PYTHONPATH",
     "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "CAI_SECRET_NAMES", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
 })
 
@@ -129,6 +138,7 @@ class Harness:
         self.code_dir = self.env.get("CAI_CODE_DIR") or "."
         self.agent = self.env.get("AGENT_NAME") or "agent"
         self.internal_token = self.env.get("CAI_INTERNAL_TOKEN") or None
+        self.harness_token = self.env.get("CAI_HARNESS_TOKEN") or None
         self.is_function = self.framework in FUNCTION_FRAMEWORKS
         self.store = open_store(self.env, self.agent)
         page_key = hashlib.sha256(f"{self.internal_token or uuid.uuid4()}/{self.agent}/page-token".encode()).digest()
@@ -204,9 +214,19 @@ class Harness:
         return bool(self.internal_token and presented
                     and hmac.compare_digest(presented.encode(), self.internal_token.encode()))
 
+    def caller_admitted(self, headers: Mapping[str, str]) -> bool:
+        """The per-instance secret, where the harness has one (else every caller is let in)."""
+        if self.harness_token is None:
+            return True
+        presented = headers.get(HARNESS_TOKEN_HEADER.lower()) or ""
+        return bool(presented) and hmac.compare_digest(presented.encode(), self.harness_token.encode())
+
     def trusted(self, request: Request) -> bool:
-        """The control plane (or a caller on this machine), not an outside caller of the public address."""
-        return self.internal_presented(request) or "x-forwarded-host" not in request.headers
+        """The control plane, not an outside caller of the published address."""
+        if self.internal_presented(request):
+            return True
+        return (self.harness_token is not None and self.caller_admitted(request.headers)
+                and "x-forwarded-host" not in request.headers)
 
 
 def _ids_headers(ids: invoke_ids.InvokeIds) -> dict[str, str]:
@@ -381,6 +401,12 @@ class HarnessMiddleware:
         incoming = dict(scope.get("headers", [])).get(b"x-request-id", b"").decode("latin-1")
         request_id = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else "req_" + uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        if self.harness.harness_token is not None:
+            presented = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+                         if k.lower() == HARNESS_TOKEN_HEADER.lower().encode()}
+            if not self.harness.caller_admitted(presented):
+                await error_body(401, BAD_HARNESS_TOKEN, request_id)(scope, receive, send)
+                return
         started = False
 
         async def tracking_send(message: Any) -> None:

@@ -29,6 +29,9 @@ from typing import Any, Literal
 
 import httpx
 
+#: The per-instance secret's header (caiplatform.harness.app checks it).
+HARNESS_TOKEN_HEADER = "X-CAI-Harness-Token"
+
 RevisionState = Literal["ready", "not_ready", "unknown"]
 
 #: Defaults a runtime applies when a revision does not say (serverless document's numbers).
@@ -184,10 +187,42 @@ class Endpoint:
     revision: str
     base_url: str
     release: Callable[[], Awaitable[None]]
-    transport: httpx.AsyncBaseTransport | None = None  # in-process runtimes
+    transport: httpx.AsyncBaseTransport | None = None  # in-process runtimes; the local runtime's socket
+    # The local runtime's instance: its Unix socket and the per-instance secret to present (the transport
+    # does both; these let the platform's own HTTP/1.1 client do the same).
+    socket: str | None = None
+    credential: dict[str, str] = field(default_factory=dict)
 
     def client(self, timeout: float | None = None) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.base_url, transport=self.transport, timeout=timeout)
+
+
+
+
+class InstanceTransport(httpx.AsyncBaseTransport):
+    """The platform's only way to one instance: its per-instance secret on every request, over its Unix
+    socket (or `inner`, an in-process transport). Shared by every client of the instance: `aclose()` of a
+    client leaves it open; the runtime closes it with the instance (`close()`)."""
+
+    def __init__(self, token: str, *, uds: str | None = None, inner: httpx.AsyncBaseTransport | None = None):
+        self.token = token
+        self.uds = uds
+        # Plain HTTP to a local socket: no certificates to load.
+        self._inner = inner if inner is not None else httpx.AsyncHTTPTransport(uds=uds, verify=False)
+
+    @property
+    def credential(self) -> dict[str, str]:
+        return {HARNESS_TOKEN_HEADER: self.token}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request.headers[HARNESS_TOKEN_HEADER] = self.token  # replaces whatever a forwarded request carried
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        await self._inner.aclose()
 
 
 class WorkloadRuntime(ABC):

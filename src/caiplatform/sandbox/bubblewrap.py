@@ -19,8 +19,9 @@ to root only so that bubblewrap (started by a root server) can bind paths root a
 process drops to the unprivileged uid (`setpriv`) before the workload's first instruction. A server that
 is not root gets a namespace of its own uid (bubblewrap's `--unshare-user`): the same view, its own uid.
 
-The network is the host's: a workload must reach its own harness port, the platform API, the model
-endpoint and the engines on loopback with its own credentials (docs/decisions/sandbox.md).
+The network: a namespace of its own per run (`caiplatform.sandbox.network`: pasta, the platform's
+nftables rules), reaching only the host loopback ports the run is given, public addresses and the
+operator's allowlist; `CAI_SANDBOX_NETWORK=host` keeps the host's (docs/decisions/sandbox.md).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING
 from caiplatform.sandbox import seccomp
 from caiplatform.sandbox.environment import ENV_FILE, LAUNCHER_ENV, loader, memfd
 from caiplatform.sandbox.limits import OUT_OF_MEMORY_EXIT, CgroupFactory, CgroupSet, Limits, rlimit_argv
+from caiplatform.sandbox.network import Netns, Network, NetworkUnavailable
 
 if TYPE_CHECKING:
     from caiplatform.settings import Settings
@@ -52,6 +54,7 @@ SYS_READ_ONLY = ("/sys/devices/system/cpu",)
 # Name resolution and time: where these are links out of /etc (systemd-resolved's /run/...), their targets.
 LINKED_CONFIG = ("/etc/resolv.conf", "/etc/hosts", "/etc/localtime")
 PROBE_TIMEOUT_SECONDS = 20.0
+SOCKET_DIR = "/run/cai"  # a run's socket directory inside (Confinement.socket_dir)
 OFF_VALUES = ("off", "0", "false", "no", "disabled")
 
 
@@ -68,13 +71,20 @@ class Confinement:
     limits: Limits = field(default_factory=Limits)
     label: str = "workload"  # names its cgroup
     # False: a network namespace of its own (loopback only), for code that needs no network at all
-    # (the code sandbox's snippets); workloads keep the host's (docs/decisions/sandbox.md).
+    # (the code sandbox's snippets).
     network: bool = True
     # True: the sandbox gets a session of its own (`--new-session`), so no controlling terminal it could push
     # input into. False only for a caller that starts the launch in a new session itself (no terminal
     # either) and stops it by signalling that session's process group, which must reach the workload (the
     # supervisor's graceful SIGTERM).
     new_session: bool = True
+    # -- the per-run network (caiplatform.sandbox.network) --
+    # Host loopback ports the run may reach (`127.0.0.1:<port>` inside): the platform API, the model.
+    forward: tuple[int, ...] = ()
+    # False: the host's network even when the sandbox isolates runs (MCP servers, still reached on a port).
+    own_network: bool = True
+    # A directory bound writable at SOCKET_DIR inside: where the harness listens (a Unix socket).
+    socket_dir: Path | None = None
 
 
 @dataclass
@@ -101,6 +111,7 @@ class Launch:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+    netns: Netns | None = None  # its own network namespace and pasta (closed with the run)
 
     def oom_killed(self, returncode: int | None = None) -> bool:
         """Whether the run was stopped for its memory: the cgroup's OOM kill, or, under the rlimit
@@ -114,6 +125,8 @@ class Launch:
         self.started()
         if self.cgroup is not None:
             self.cgroup.remove()
+        if self.netns is not None:
+            self.netns.close()
 
 
 def find_bwrap() -> str | None:
@@ -148,8 +161,9 @@ class Sandbox:
     """Wraps a command into bubblewrap with a `Confinement`; `enabled=False` runs commands as they are."""
 
     def __init__(self, *, enabled: bool = True, host_uid: int = DEFAULT_HOST_UID, bwrap: str | None = None,
-                 cgroups: bool = True):
+                 cgroups: bool = True, network: Network | None = None):
         self.enabled = enabled
+        self.network = network or Network()
         self.use_cgroups = cgroups  # False: rlimits even where a cgroup could be made
         self.host_uid = host_uid
         self.bwrap = (bwrap or find_bwrap()) if enabled else None
@@ -207,7 +221,7 @@ class Sandbox:
             return f"setpriv (util-linux) is not installed; {fix}"
         true = shutil.which("true") or "/bin/true"
         try:
-            launch = self.wrap([true], Confinement(label="probe"), cwd=Path("/"), cgroup=False)
+            launch = self.wrap([true], Confinement(label="probe", network=False), cwd=Path("/"), cgroup=False)
             try:
                 done = subprocess.run(launch.argv, pass_fds=launch.pass_fds, capture_output=True,
                                       timeout=PROBE_TIMEOUT_SECONDS, env=launch.env, check=False)
@@ -229,7 +243,17 @@ class Sandbox:
         except SandboxUnavailable as exc:
             return {"status": "unavailable", "detail": str(exc)}
         limits = f"cgroup v{self.cgroups.version}" if self.cgroups.available else f"rlimits ({self.cgroups.problem})"
-        return {"status": "on", "detail": f"bubblewrap; limits by {limits}"}
+        problem = self.network.problem()
+        if problem:
+            return {"status": "unavailable", "detail": problem, "network": "unavailable"}
+        return {"status": "on", "detail": f"bubblewrap; limits by {limits}; {self.network.describe()}",
+                "network": self.network.mode}
+
+    def check_network(self) -> None:
+        """Raise `SandboxUnavailable` unless runs can get their own network here (or the operator chose
+        the host's)."""
+        if self.enabled and (problem := self.network.problem()):
+            raise SandboxUnavailable(problem)
 
     # -- the user namespace --------------------------------------------------------------------------
 
@@ -344,6 +368,10 @@ class Sandbox:
             wrapped[1:1] = ["--userns", str(fd)]
             fds = (fd, *fds)
         program = list(wrapped)
+        netns = self._own_network(confinement, group)
+        if netns is not None:  # the launcher enters the run's network namespace, then execs bubblewrap
+            wrapped = [*netns.enter_argv(), *wrapped]
+            fds = (*fds, netns.fd)
         # Join the cgroup before bubblewrap starts, so every process of the run is counted; the usual umask
         # (the server's own is 077), so what a build step writes can be read by the workload it builds.
         script = 'umask 022; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
@@ -351,7 +379,7 @@ class Sandbox:
         wrapped = ["/bin/sh", "-c", script, "cai-sandbox", *procs, "--", *wrapped]
         return Launch(wrapped, fds, group, confinement.limits, program,
                       rlimited=bool(limits) and bool(confinement.limits.memory_bytes), env=dict(LAUNCHER_ENV),
-                      own_fds=own)
+                      own_fds=own, netns=netns)
 
     def _hardening(self, filters: list[int], *, new_session: bool = True) -> list[str]:
         """No controlling terminal (`--new-session`: no `TIOCSTI` into the server's terminal), the syscall
@@ -372,6 +400,18 @@ class Sandbox:
                                      timeout=PROBE_TIMEOUT_SECONDS, env=dict(LAUNCHER_ENV), check=False).stdout
                 self._version = tuple(int(n) for n in out.split()[-1].split("."))
         return self._version
+
+    def _own_network(self, confinement: Confinement, group: CgroupSet | None) -> Netns | None:
+        """The run's network namespace (None: `--unshare-net`'s loopback only, or the host's)."""
+        if not confinement.network or not confinement.own_network or not self.network.isolated:
+            return None
+        try:
+            self.check_network()
+            return self.network.create(self.network.policy(confinement.forward))
+        except (SandboxUnavailable, NetworkUnavailable) as exc:
+            if group is not None:
+                group.remove()
+            raise SandboxUnavailable(str(exc)) from None
 
     def _namespaces(self, *, network: bool = True) -> list[str]:
         base = [*([] if network else ["--unshare-net"]), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
@@ -424,7 +464,14 @@ class Sandbox:
                 made.add(ancestor)
             args += ["--bind" if writable else "--ro-bind", str(path.resolve()), str(path)]
             covered.append(path)
+        if confinement.socket_dir is not None:  # the harness's socket directory, at a fixed path inside
+            args += ["--perms", "0755", "--dir", str(Path(SOCKET_DIR).parent),
+                     "--bind", str(confinement.socket_dir), SOCKET_DIR]
         return args
+
+    def socket_dir_inside(self, host_dir: Path) -> str:
+        """Where a run sees its `socket_dir` (the host path when the sandbox is off)."""
+        return SOCKET_DIR if self.enabled else str(host_dir)
 
 
 def sandbox_env(base: Mapping[str, str], home: str = "/tmp") -> dict[str, str]:
@@ -448,21 +495,22 @@ def workload_limits(limits: Mapping[str, str], *, pids: int = DEFAULT_PIDS) -> L
     )
 
 
-_shared: dict[tuple[bool, int, str | None, bool], Sandbox] = {}
+_shared: dict[tuple[bool, int, str | None, bool, str, str, str], Sandbox] = {}
 
 
 def shared_sandbox(settings: Settings | None = None) -> Sandbox:
     """One sandbox per setting in a process (its probe and user namespace are made once), from
-    `CAI_LOCAL_SANDBOX`, `CAI_SANDBOX_UID`, `CAI_SANDBOX_BWRAP` and `CAI_SANDBOX_LIMITS` (the environment's
-    when not given)."""
+    `CAI_LOCAL_SANDBOX`, `CAI_SANDBOX_UID`, `CAI_SANDBOX_BWRAP`, `CAI_SANDBOX_LIMITS` and the network's
+    `CAI_SANDBOX_NETWORK`, `CAI_SANDBOX_EGRESS`, `CAI_SANDBOX_ALLOW` (the environment's when not given)."""
     if settings is None:
         from caiplatform.settings import Settings
 
         settings = Settings()  # type: ignore[call-arg]  # (from the environment)
     enabled = (settings.local_sandbox or "on").strip().lower() not in OFF_VALUES
     cgroups = (settings.sandbox_limits or "auto").strip().lower() != "rlimits"
-    key = (enabled, settings.sandbox_uid, settings.sandbox_bwrap, cgroups)
+    net = (settings.sandbox_network or "isolated", settings.sandbox_egress or "public", settings.sandbox_allow or "")
+    key = (enabled, settings.sandbox_uid, settings.sandbox_bwrap, cgroups, *net)
     if key not in _shared:
         _shared[key] = Sandbox(enabled=enabled, host_uid=settings.sandbox_uid, bwrap=settings.sandbox_bwrap,
-                               cgroups=cgroups)
+                               cgroups=cgroups, network=Network(*net))
     return _shared[key]

@@ -28,7 +28,8 @@ import re
 import sys
 from collections.abc import Mapping
 
-ENV_FILE = "/run/cai/env"
+# Beside, not inside, the socket directory bound at /run/cai (a file made there would land in the host directory).
+ENV_FILE = "/run/cai-env"
 # The whole environment of the host-side launcher chain; nothing of the workload's.
 LAUNCHER_ENV: dict[str, str] = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

@@ -11,6 +11,9 @@ the server closed while idle is found closed when taken from the pool. A request
 connection that gets no byte of an answer is sent once more on a new connection: the server closed
 that connection before it read the request, so the request was not run.
 
+A harness on the local runtime listens on a Unix socket (`request(..., uds=path)`; the URL then only
+gives the path and the Host header): its connections are pooled by that path.
+
 Deadlines are the caller's (`anyio.fail_after` around the calls); a request cancelled midway closes its
 connection instead of returning it to the pool.
 """
@@ -157,6 +160,7 @@ class HarnessResponse:
 
 class HarnessClient:
     def __init__(self) -> None:
+        # By (host, port), or ("unix:<path>", 0) for a harness on a Unix socket.
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._closed = False
 
@@ -180,30 +184,35 @@ class HarnessClient:
         idle.append(conn)
 
     async def request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
-                      content: bytes | None = None, params: dict[str, object] | None = None) -> HarnessResponse:
-        """Send the request and read the response's head (`url` is the full `http://` URL)."""
+                      content: bytes | None = None, params: dict[str, object] | None = None,
+                      uds: str | None = None) -> HarnessResponse:
+        """Send the request and read the response's head (`url` is the full `http://` URL; `uds`: connect
+        to that Unix socket instead of the URL's host and port)."""
         host, port, _, host_header = _origin(url)
         target = urlsplit(url)
         path = (target.path or "/") + (f"?{target.query}" if target.query else "")
         if params:
             path += ("&" if "?" in path else "?") + urlencode({k: str(v) for k, v in params.items()})
         head = _head(method, path, host_header, headers or {}, content)
-        key = (host, port)
+        key = (f"unix:{uds}", 0) if uds is not None else (host, port)
         conn = self._take(key)
         if conn is not None:
             try:
                 return await self._exchange(key, conn, method, head, content)
             except _NothingAnswered:
                 pass  # the server closed the idle connection before reading this request
-        conn = await self._connect(host, port)
+        conn = await self._connect(host, port, uds)
         try:
             return await self._exchange(key, conn, method, head, content)
         except _NothingAnswered as exc:
             raise RemoteProtocolError(f"the server closed the connection without answering: {exc.reason}") from None
 
-    async def _connect(self, host: str, port: int) -> _Connection:
+    async def _connect(self, host: str, port: int, uds: str | None = None) -> _Connection:
         try:
-            reader, writer = await asyncio.open_connection(host, port, limit=HEAD_LIMIT)
+            if uds is not None:
+                reader, writer = await asyncio.open_unix_connection(uds, limit=HEAD_LIMIT)
+            else:
+                reader, writer = await asyncio.open_connection(host, port, limit=HEAD_LIMIT)
         except OSError as exc:
             raise ConnectError(str(exc) or type(exc).__name__) from None
         return _Connection(reader, writer)

@@ -168,6 +168,9 @@ def _upstream_message(content: bytes, status: int) -> str:
     return text[:500] if text else f"the agent answered HTTP {status}"
 
 
+HARNESS_ORIGIN = "http://harness"  # the Host of a request to a harness on a Unix socket
+
+
 @lru_cache(maxsize=4096)
 def _internal_token(platform_token: str, workload_key: str) -> str:
     """`workload_internal_token` (an HMAC) once per workload, not once per invoke."""
@@ -276,7 +279,12 @@ class InvokeService:
                     headers: dict[str, str] | None = None, params: dict[str, Any] | None = None) -> Upstream:
         """Send one request to the endpoint and read the answer's head. A harness on an `http://` address
         goes through the pooled `HarnessClient`; in-process transports (and any other scheme) through
-        `httpx`."""
+        `httpx`. A local instance's Unix socket goes through the pooled client too, with its secret."""
+        if endpoint.socket is not None:
+            if self._harness is None:
+                self._harness = harness_http.HarnessClient()
+            return await self._harness.request(method, HARNESS_ORIGIN + path, headers={**(headers or {}), **endpoint.credential},
+                                               content=content, params=params, uds=endpoint.socket)
         if endpoint.transport is None and harness_http.supports(endpoint.base_url):
             if self._harness is None:
                 self._harness = harness_http.HarnessClient()

@@ -4,6 +4,7 @@ for them in the invoke area's tests and benchmarks."""
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ import anyio
 import httpx
 
 from caiplatform.errors import Conflict, NotFound, Unauthenticated
-from caiplatform.ports.runtime import Endpoint, WorkloadRef
+from caiplatform.ports.runtime import Endpoint, InstanceTransport, WorkloadRef
 from caiplatform.principal import Principal
 from caiplatform.services.access import AUTH_REQUIRED
 from caiplatform.services.agent_directory import EmbedTarget, InvokeTarget
@@ -75,6 +76,7 @@ class InProcessHarnesses:
         self.app_factory = app_factory
         self.envs: dict[tuple[str, str], dict[str, str]] = {}
         self.apps: dict[tuple[str, str], Any] = {}
+        self.tokens: dict[tuple[str, str], str] = {}
         self.held = 0
         self.acquired = 0
         self.cold_start_seconds = 0.0
@@ -88,7 +90,9 @@ class InProcessHarnesses:
             raise LookupError(ref.name)
         if key not in self.apps:
             await anyio.sleep(self.cold_start_seconds)
-            self.apps[key] = self.app_factory(self.envs[key])
+            # A per-instance secret, as the runtimes give their instances (the harness asks for it).
+            self.tokens[key] = secrets.token_urlsafe(24)
+            self.apps[key] = self.app_factory({**self.envs[key], "CAI_HARNESS_TOKEN": self.tokens[key]})
         self.held += 1
         self.acquired += 1
         released = False
@@ -99,8 +103,9 @@ class InProcessHarnesses:
                 released = True
                 self.held -= 1
 
+        transport = InstanceTransport(self.tokens[key], inner=httpx.ASGITransport(app=self.apps[key]))
         return Endpoint(revision=f"{ref.name}-00001", base_url="http://harness", release=release,
-                        transport=httpx.ASGITransport(app=self.apps[key]))
+                        transport=transport, credential=transport.credential)
 
     async def aclose(self) -> None:
         for app in self.apps.values():

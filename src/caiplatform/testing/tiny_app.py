@@ -1,8 +1,10 @@
 """A tiny HTTP workload for the runtime conformance suite (no harness, no framework).
 
 The same ASGI app runs in-process (`create_app(env)`, the in-memory runtime's `app_factory`) and as a
-process (`python -m caiplatform.testing.tiny_app`, served by uvicorn on `$PORT`), so one suite checks
-both runtimes with identical behaviour:
+process (`python -m caiplatform.testing.tiny_app`, served by uvicorn on `$CAI_HARNESS_SOCKET` where the
+runtime gives one, the local runtime's Unix socket, else on `$PORT`), so one suite checks both runtimes
+with identical behaviour. Like the harness, it answers only callers presenting `$CAI_HARNESS_TOKEN` in
+`X-CAI-Harness-Token` where it is given one (401 otherwise):
 
 - `GET /healthz`: 200 `{status: ok}`; 503 when `TINY_UNHEALTHY` is set.
 - `GET /whoami`: `{revision, greeting, pid, instance}` (`K_REVISION`, `GREETING`, the process id and
@@ -55,6 +57,13 @@ def create_app(env: Mapping[str, str], *, as_process: bool = False) -> Any:
                     await send({"type": "lifespan.shutdown.complete"})
                     return
         path = scope["path"]
+        token = env.get("CAI_HARNESS_TOKEN")
+        if token and dict(scope.get("headers", [])).get(b"x-cai-harness-token", b"").decode("latin-1") != token:
+            data = b'{"error": "the per-instance secret is missing or wrong"}'
+            await send({"type": "http.response.start", "status": 401, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+            await send({"type": "http.response.body", "body": data})
+            return
         query = {k: v[0] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
         status, body = 200, dict[str, Any]()
         if path == "/healthz":
@@ -89,8 +98,9 @@ def main() -> None:
     except TinyStartError as exc:
         print(f"tiny_app: {exc}", file=sys.stderr, flush=True)
         sys.exit(3)
-    print(f"tiny_app starting on port {os.environ['PORT']}", flush=True)
-    uvicorn.run(app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level="warning", lifespan="on")
+    socket = os.environ.get("CAI_HARNESS_SOCKET") or None
+    print(f"tiny_app starting on {'its socket' if socket else 'port ' + os.environ['PORT']}", flush=True)
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ["PORT"]), uds=socket, log_level="warning", lifespan="on")
 
 
 if __name__ == "__main__":

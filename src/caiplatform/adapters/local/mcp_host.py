@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import secrets
 import shutil
@@ -207,7 +208,8 @@ class LocalMcpHost(McpHost):
                 startup_timeout=self.startup_timeout,
                 inherit_env=False,
                 sandbox=self.sandbox,
-                confinement=self._confinement(tree, name),
+                # The host's network: agents and the host proxy reach it on a loopback port (docs/sandbox.md).
+                confinement=dataclasses.replace(self._confinement(tree, name), own_network=False),
                 # One log per server across its versions (process names change with every rollout).
                 log_path=self.supervisor.logs_dir / f"mcp-{deployment.project_short}-{deployment.server}.log",
             )

@@ -1,4 +1,4 @@
-"""Local process runtime (the embedded default): every instance is a supervised subprocess on a loopback port.
+"""Local process runtime (the embedded default): every instance is a supervised subprocess behind a Unix socket.
 
 An instance runs the image's command (or the revision's `command`/`args`) under the platform's
 `ProcessSupervisor` with only the variables it is given (`inherit_env=False`: the platform's own
@@ -6,8 +6,15 @@ secrets never reach a workload) plus `PATH`, a per-workload `HOME` and Python's 
 the platform's sandbox (`caiplatform.sandbox`): it sees its image, its environment, its home and its
 `state_dirs`, nothing else of the data directory, within its `resources.limits` (an instance the kernel
 stops for exceeding its memory is reported as `OOMKilled` on its revision).
-Health: `GET /healthz` answering 200 for images the platform built; a TCP connection for other commands
-(Knative's default probe). Routing, scaling and idle stop are the shared `InstanceRuntime`'s.
+Each instance has a network namespace of its own (`caiplatform.sandbox.network`) and is reached only
+through a Unix socket in a directory bound into its sandbox alone (`/run/cai/harness.sock` inside), with a
+per-instance secret on every request (`CAI_HARNESS_TOKEN`, `X-CAI-Harness-Token`; `InstanceTransport`):
+no other workload can see the socket, and no port of the host leads to an instance. A harness the platform
+built listens on the socket itself; a revision's own `command` listens on TCP `$PORT` in its namespace,
+behind a relay inside the same sandbox from the socket to that port (`caiplatform.sandbox.relay`).
+Health: `GET /healthz` answering 200 for images the platform built; a connection to the socket for other
+commands (the relay opens it once the port accepts: Knative's default TCP probe). Routing, scaling and
+idle stop are the shared `InstanceRuntime`'s.
 
 State in `<data-dir>/runtime/`:
 
@@ -27,7 +34,10 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import shutil
+import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
@@ -52,6 +62,7 @@ from caiplatform.adapters.instances import (
 )
 from caiplatform.ports.builder import Image
 from caiplatform.ports.runtime import (
+    InstanceTransport,
     LogLine,
     Resources,
     RevisionSpec,
@@ -60,8 +71,14 @@ from caiplatform.ports.runtime import (
     WorkloadRef,
 )
 from caiplatform.sandbox import Confinement, Sandbox, SandboxUnavailable, shared_sandbox, workload_limits
-from caiplatform.supervisor import ProcessSpec, ProcessStartError, ProcessSupervisor, free_port, tcp_ready
-from caiplatform.supervisor.process import LOOPBACK
+from caiplatform.sandbox.network import loopback_ports
+from caiplatform.supervisor import ProcessSpec, ProcessStartError, ProcessSupervisor, free_port
+
+RELAY = str(Path(__file__).resolve().parents[2] / "sandbox" / "relay.py")
+SOCKET_NAME = "harness.sock"
+SOCKETS_PREFIX = "cai-run-"
+#: The Host of requests to an instance (it is reached by its socket, not by a name).
+INSTANCE_ORIGIN = "http://harness"
 
 PROCESS_PREFIX = "workload-"
 #: Lines the supervisor writes into a log file itself (not the workload's output).
@@ -103,6 +120,8 @@ class LocalProcessRuntime(InstanceRuntime):
         )
         self.root = Path(data_dir) / "runtime"
         self.sandbox = sandbox or shared_sandbox()
+        # Instances' socket directories: short paths (a Unix socket path has at most 107 bytes), owner-only.
+        self._sockets_root: Path | None = None
         self._own_supervisor = supervisor is None
         self.supervisor = supervisor or ProcessSupervisor(self.root / "run", health_interval=INSTANCE_PROBE_SECONDS)
         self._loaded = False
@@ -141,6 +160,19 @@ class LocalProcessRuntime(InstanceRuntime):
         await super().close()
         if self._own_supervisor:
             await self.supervisor.stop_all()
+        if self._sockets_root is not None:
+            shutil.rmtree(self._sockets_root, ignore_errors=True)
+            self._sockets_root = None
+
+    def _socket_dir(self) -> Path:
+        """A new directory for one instance's socket (the sandbox uid's, bound into that sandbox only)."""
+        if self._sockets_root is None:
+            _sweep_socket_roots()
+            self._sockets_root = Path(tempfile.mkdtemp(prefix=SOCKETS_PREFIX))  # 0700, the server's
+            (self._sockets_root / "owner").write_text(str(os.getpid()))
+        directory = self._sockets_root / secrets.token_hex(6)
+        directory.mkdir(mode=0o700)
+        return directory
 
     def _load(self) -> None:
         """The workloads a previous run recorded (synchronous: a few small files)."""
@@ -188,12 +220,19 @@ class LocalProcessRuntime(InstanceRuntime):
         pod = self._pod_name(revision)
         try:
             await asyncio.to_thread(self.sandbox.check)
+            await asyncio.to_thread(self.sandbox.check_network)
         except SandboxUnavailable as exc:
             raise InstanceStartError("SandboxUnavailable", f"{pod} was not started: {exc}") from None
+        # The port the revision's own server listens on, inside its own network namespace (any port
+        # would do there; a free one keeps a run without the sandbox's network working).
         port = free_port()
         home = self.root / "home" / key
         state = [Path(p) for p in spec.state_dirs]
-        await asyncio.to_thread(self.sandbox.hand_over, [home, *state])
+        sockets = self._socket_dir()
+        await asyncio.to_thread(self.sandbox.hand_over, [home, *state, sockets])
+        socket_inside = f"{self.sandbox.socket_dir_inside(sockets)}/{SOCKET_NAME}"
+        socket_path = str(sockets / SOCKET_NAME)
+        transport = InstanceTransport(secrets.token_urlsafe(32), uds=socket_path)
         env = {
             "PATH": os.environ.get("PATH", os.defpath),
             "HOME": str(home),
@@ -201,11 +240,16 @@ class LocalProcessRuntime(InstanceRuntime):
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",  # an image directory never changes
             **instance_env(image, spec, port),
+            "CAI_HARNESS_TOKEN": transport.token,
         }
         log_path = self._logs_dir(key) / f"{pod}.log"
         built_here = image is not None and bool(image.env) and not spec.command
+        if built_here:  # the harness listens on the socket itself
+            env["CAI_HARNESS_SOCKET"] = socket_inside
+        else:  # the revision's own server on $PORT, behind the relay
+            argv = [sys.executable, "-I", RELAY, socket_inside, str(port), "--", *argv]
         cwd = Path(image.env["CAI_CODE_DIR"]) if image is not None and "CAI_CODE_DIR" in image.env else home
-        health = _HttpHealth(port) if built_here else None
+        health = _HttpHealth(transport) if built_here else None
         begun = time.perf_counter()
         process = _Process(name=f"{PROCESS_PREFIX}{key}-{pod.rsplit('-', 1)[-1]}-{revision.spec.generation}", log_path=log_path)
         self._ingest_later(workload.ref, revision.name, pod, process)
@@ -215,8 +259,7 @@ class LocalProcessRuntime(InstanceRuntime):
                 argv=argv,
                 env=env,
                 cwd=cwd if cwd.is_dir() else home,
-                ports=[port],
-                health=health if health is not None else (lambda: tcp_ready(port)),
+                health=health if health is not None else (lambda: _socket_ready(socket_path)),
                 startup_timeout=max(0.5, timeout),
                 restart=False,  # a dead instance is replaced on demand, like a pod
                 log_path=log_path,
@@ -226,15 +269,20 @@ class LocalProcessRuntime(InstanceRuntime):
                 confinement=Confinement(
                     read_only=_image_paths(image), writable=(home, *state),
                     limits=workload_limits(spec.resources.limits), label=process.name,
+                    forward=_reachable_ports(env), socket_dir=sockets,
                 ),
             ))
         except ProcessStartError as exc:
+            await transport.close()
+            shutil.rmtree(sockets, ignore_errors=True)
             error = _start_error(pod, str(exc), log_path, health.last if health is not None else "")
             if self.supervisor_oom(process):
                 error = InstanceStartError("OOMKilled", _oom_message(pod, spec) + ":\n" + error.message)
             self._finish_log(workload.ref, revision.name, pod, process)
             raise error from None
         except (OSError, ValueError) as exc:
+            await transport.close()
+            shutil.rmtree(sockets, ignore_errors=True)
             self._pending.pop(process.name, None)
             raise InstanceStartError("ContainerFailed", f"{pod} could not start: {exc}") from None
         self._append_history(workload.ref, [LogLine(
@@ -243,8 +291,9 @@ class LocalProcessRuntime(InstanceRuntime):
         return Instance(
             name=pod,
             revision=revision.name,
-            base_url=f"http://{LOOPBACK}:{port}",
+            base_url=INSTANCE_ORIGIN,
             started_at=datetime.now(UTC),
+            transport=transport,
             handle=process,
         )
 
@@ -252,6 +301,10 @@ class LocalProcessRuntime(InstanceRuntime):
         process: _Process = instance.handle
         await self.supervisor.stop(process.name)
         self._finish_log(workload.ref, instance.revision, instance.name, process)
+        transport: InstanceTransport = instance.transport
+        await transport.close()
+        if transport.uds:
+            shutil.rmtree(Path(transport.uds).parent, ignore_errors=True)
 
     def _instance_alive(self, instance: Instance) -> bool:
         """Running, and none of its processes was killed for memory (a child such as the Node.js runner may
@@ -378,19 +431,50 @@ class LocalProcessRuntime(InstanceRuntime):
 # ---------------------------------------------------------------------------------------------------
 
 
+def _sweep_socket_roots() -> None:
+    """Remove the socket directories of servers that are gone (a crashed run leaves its directory)."""
+    for root in Path(tempfile.gettempdir()).glob(SOCKETS_PREFIX + "*"):
+        with contextlib.suppress(OSError, ValueError):
+            if root.is_symlink() or root.stat().st_uid != os.geteuid():
+                continue
+            pid = int((root / "owner").read_text().strip())
+            if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+                shutil.rmtree(root, ignore_errors=True)
+
+
+def _reachable_ports(env: dict[str, str]) -> tuple[int, ...]:
+    """The host loopback ports an instance is given: the platform API, the code sandbox, the model and
+    embedding endpoints, and a session store on the machine's Valkey (server mode: the agent's sessions
+    live there, under its project's prefix)."""
+    urls = [env.get(name) for name in ("CAI_API_URL", "SANDBOX_URL", "MODEL_BASE_URL", "EMBED_BASE_URL")]
+    store = env.get("CAI_SESSION_STORE") or ""
+    if store.startswith(("redis://", "rediss://")):
+        urls.append(store)
+    return loopback_ports(urls)
+
+
+async def _socket_ready(path: str) -> bool:
+    """The relay listens on the socket once the revision's server accepts on its port."""
+    try:
+        _, writer = await asyncio.open_unix_connection(path)
+    except OSError:
+        return False
+    writer.close()
+    return True
+
+
 class _HttpHealth:
     """`GET /healthz` answers 200; remembers the last other answer for the not-ready message."""
 
-    def __init__(self, port: int):
-        self.port = port
+    def __init__(self, transport: InstanceTransport):
+        self.transport = transport
         self.last = ""
 
     async def __call__(self) -> bool:
         try:
-            # Plain HTTP on loopback: no TLS context to build (loading the CA bundle took ~80 ms of the
-            # event loop per probe, every 100 ms while an instance starts).
-            async with httpx.AsyncClient(timeout=2.0, verify=False, trust_env=False) as client:
-                response = await client.get(f"http://{LOOPBACK}:{self.port}{HEALTH_PATH}")
+            # Over the instance's socket, with its secret (the harness refuses every other caller).
+            async with httpx.AsyncClient(transport=self.transport, timeout=2.0, trust_env=False) as client:
+                response = await client.get(f"{INSTANCE_ORIGIN}{HEALTH_PATH}")
         except httpx.HTTPError as exc:
             self.last = f"GET {HEALTH_PATH}: {type(exc).__name__}"
             return False

@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import inspect
 import logging
+import secrets
 import time
 import traceback
 from collections import deque
@@ -41,7 +42,7 @@ from caiplatform.adapters.instances import (
 )
 from caiplatform.adapters.memory.asgi_transport import StreamingASGITransport
 from caiplatform.ports.builder import Image
-from caiplatform.ports.runtime import LogLine, WorkloadRef
+from caiplatform.ports.runtime import InstanceTransport, LogLine, WorkloadRef
 
 AppFactory = Callable[[Image, Mapping[str, str]], Any]
 
@@ -208,7 +209,8 @@ class InMemoryRuntime(InstanceRuntime):
             image = Image(reference=spec.image, digest="", framework="container")
         pod = self._pod_name(revision)
         sink = _InstanceLog(self, workload.ref, revision.name, pod)
-        env = instance_env(image, spec, spec.port)
+        secret = secrets.token_urlsafe(24)  # the per-instance secret its harness asks of every caller
+        env = {**instance_env(image, spec, spec.port), "CAI_HARNESS_TOKEN": secret}
         begun = time.perf_counter()
         sink.write("stdout", f"starting {pod} (image {image.reference})")
         token = _current_sink.set(sink)  # what the app logs while it is built counts as its output
@@ -228,7 +230,7 @@ class InMemoryRuntime(InstanceRuntime):
             raise InstanceStartError("ContainerFailed", f"{type(exc).__name__}: {exc}") from None
         finally:
             _current_sink.reset(token)
-        transport = StreamingASGITransport(_observed(app, sink, lifespan.state))
+        transport = InstanceTransport(secret, inner=StreamingASGITransport(_observed(app, sink, lifespan.state)))
         base_url = f"http://{pod}.{workload.ref.namespace}.svc"
         built_here = bool(image.env)
         deadline = time.monotonic() + timeout
