@@ -28,6 +28,7 @@ from caiplatform.models.health import Liveness, PlatformHealth
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.redaction import one_line
+from caiplatform_server.checks_first import checked_first
 from caiplatform_server.contract import ANONYMOUS, openapi_document, operation, reply
 from caiplatform_server.dispatch import RouteTable
 from caiplatform_server.docs import mount_docs
@@ -247,6 +248,7 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
 
     @app.exception_handler(PlatformError)
     async def _platform_error(request: Request, exc: PlatformError) -> JSONResponse:
+        exc = await checked_first(request, exc.status) or exc
         message = exc.message
         if exc.status >= 500 and one_line(message) != message:  # an engine's or a workload's detail
             log.warning("%s %s answered %d: %s", request.method, request.url.path, exc.status, message)
@@ -255,11 +257,17 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        refusal = await checked_first(request, exc.status_code)
+        if refusal is not None:
+            return await _platform_error(request, refusal)
         message = {404: "not found", 405: "method not allowed"}.get(exc.status_code, str(exc.detail))
         return error_response(exc.status_code, message, request_id_of(request), dict(exc.headers or {}))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        refusal = await checked_first(request, 400)
+        if refusal is not None:
+            return await _platform_error(request, refusal)
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path"))
         message = f"invalid {where}: {first.get('msg', 'invalid request')}" if where else "invalid request"
