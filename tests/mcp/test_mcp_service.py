@@ -519,3 +519,23 @@ async def test_the_helper_module_in_any_spelling_is_accepted(client, admin_heade
     await client.post(base, headers=admin_headers, json={"name": "s"})
     response = await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": handler})
     assert response.status_code == 202, response.text
+
+
+GUARDED = [
+    # the issue's handler: the first import succeeds when the tool is loaded, the fallback never runs
+    "try:\n    from caiplatform.mcp import tool\nexcept ImportError:\n    from cai_mcp import tool\n\n"
+    "@tool\ndef add(a: int) -> int:\n    return a\n",
+    "try:\n    import caiplatform.mcp as helper\nexcept ModuleNotFoundError:\n    import cai_mcp as helper\n\n"
+    "@helper.tool\ndef add(a: int) -> int:\n    return a\n",
+    "import sys\nif sys.version_info < (3,):\n    from cai_mcp import tool\nelse:\n    from caiplatform.mcp import tool\n\n"
+    "@tool\ndef add(a: int) -> int:\n    return a\n",
+    "from caiplatform.mcp import tool\n\n@tool\ndef add(a: int) -> int:\n    from elsewhere import secret\n    return a\n",
+]
+
+
+@pytest.mark.parametrize("handler", GUARDED)
+async def test_a_handler_whose_other_helper_import_is_guarded_is_published(client, admin_headers, base, handler):
+    """Only what certainly fails at load is refused at publish: an import the module survives is not."""
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    response = await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": handler})
+    assert response.status_code == 202, response.text
