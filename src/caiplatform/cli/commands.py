@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import typer
 
@@ -122,10 +123,22 @@ def deploy(
                 output.show(accepted, as_json)
                 return
             ready = _follow(c, agent, project, timeout, interactive)
-        output.show(ready, as_json) if as_json else output.console.print(
-            f"{agent} is ready: {field(ready, 'url') or ''}", highlight=False)
+            address = callable_address(c.base_url, agent, project, ready)
+        output.show(ready, as_json) if as_json else output.console.print(f"{agent} is ready: {address}",
+                                                                          highlight=False)
 
     return run(act)
+
+
+def callable_address(base_url: str, agent: str, project: str | None, view: Any) -> str:
+    """What the person who deployed can call: the platform's invoke route, and the published address when
+    there is one. The view's `url` is the platform's internal name for the agent (a cluster's service
+    name, or a loopback port of one machine's runtime): it stays in `agents get`, not here."""
+    route = f"POST {base_url.rstrip('/')}/v1/agents/{quote(agent)}/invoke"
+    if project:
+        route += f"?project={quote(project)}"
+    published = field(view, "external_url")
+    return f"{published} (published), or {route}" if published else route
 
 
 def _follow(c: Any, agent: str, project: str | None, timeout: float, interactive: bool) -> Any:
