@@ -44,3 +44,19 @@ def test_a_published_agent_shows_its_public_address_first():
     view = {"url": "http://weather.cai-p-x.svc.cluster.local", "external_url": "https://weather.example.com"}
     assert callable_address("http://127.0.0.1:8080/", "weather", "team a", view) == (
         "https://weather.example.com (published), or POST http://127.0.0.1:8080/v1/agents/weather/invoke?project=team%20a")
+
+
+def test_deploy_streams_the_build_log_lines(in_process, capsys):
+    """The build's own lines reach the person deploying (standard error), before the ready line."""
+    assert main(["deploy", str(ROOT / "examples" / "python-function"), "--name", "logged"]) == 0
+    captured = capsys.readouterr()
+    assert "checked function source; copying it into image sha256:" in captured.err, captured.err
+    assert "logged is ready" in captured.out and "copying" not in captured.out  # stdout: the answer only
+
+
+def test_deploy_json_prints_only_the_view(in_process, capsys):
+    import json
+
+    assert main(["deploy", str(ROOT / "examples" / "python-function"), "--name", "quiet", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["ready"] is True and "copying" not in captured.err
