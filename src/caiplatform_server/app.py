@@ -13,7 +13,7 @@ import random
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from fastapi import APIRouter, FastAPI, Request
@@ -28,6 +28,8 @@ from caiplatform.models.health import Liveness, PlatformHealth
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.redaction import one_line
+from caiplatform.routing import HostRouter, Upstream
+from caiplatform.services.mcp import MCP_ROUTE_PREFIX
 from caiplatform_server.checks_first import checked_first
 from caiplatform_server.contract import ANONYMOUS, openapi_document, operation, reply
 from caiplatform_server.dispatch import RouteTable
@@ -87,6 +89,15 @@ class ConventionsMiddleware:
         self.platform = platform
         self._client: httpx.AsyncClient | None = None
 
+    async def _mcp_route(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
+        """`/mcp/<project short>/<server>/<path>` to `<path>` of the replica process that serves it now."""
+        parts = scope["path"][len(MCP_ROUTE_PREFIX):].split("/", 2)
+        short, name = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
+        base = await self.platform.mcp.upstream_of(short, name) if short and name else None
+        rest = "/" + (parts[2] if len(parts) == 3 else "")
+        inner = {**scope, "path": rest, "raw_path": rest.encode("latin-1")}
+        await proxy(cast(HostRouter, _FixedUpstream(base)), self._proxy_client(), inner, receive, send, request_id)
+
     def _proxy_client(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_keepalive_connections=50))
@@ -131,6 +142,10 @@ class ConventionsMiddleware:
         if host and self.platform.hosts.is_apps_host(host):
             # A published workload's own address: its routes, its auth mode; never the platform API.
             await proxy(self.platform.hosts, self._proxy_client(), scope, receive, send, request_id)
+            return
+        if scope["path"].startswith(MCP_ROUTE_PREFIX):
+            # A hosted MCP server through the platform's own route (its bearer token is the server's to check).
+            await self._mcp_route(scope, receive, send, request_id)
             return
 
         ip = client_ip(scope)
@@ -295,3 +310,23 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
         app.include_router(liveness_router)
 
     return ConventionsMiddleware(app, platform)  # type: ignore[return-value]
+
+
+class _FixedUpstream:
+    """The part of a `HostRouter` that `proxy` reads, for one upstream found by the caller (None: 404)."""
+
+    def __init__(self, base: str | None):
+        self.base = base
+
+    def lookup(self, host: str) -> Callable[[], Awaitable[Upstream]] | None:
+        if self.base is None:
+            return None
+        base = self.base
+
+        async def upstream() -> Upstream:
+            return Upstream(base)
+
+        return upstream
+
+    def guard_for(self, host: str) -> None:
+        return None
