@@ -88,6 +88,7 @@ class KubeClient:
         self.apps = client.AppsV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
         self.networking = client.NetworkingV1Api(self.api)
+        self.coordination = client.CoordinationV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
 
     async def call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
