@@ -45,7 +45,7 @@ def _requires_credential(route: Any) -> bool:
     requirements is identity-optional, as the invoke routes are)."""
     extra = getattr(route, "openapi_extra", None) or {}
     requirements = extra.get("security")
-    return bool(requirements) and {} not in requirements
+    return isinstance(requirements, list) and bool(requirements) and {} not in requirements
 
 
 async def checked_first(request: Request, status: int) -> PlatformError | None:

@@ -183,11 +183,11 @@ class AgentConfiguration(AgentBuilds):
             while follow and not done and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(BUILD_LOG_POLL_SECONDS)
 
-                def more(session: Session) -> tuple[str, bool]:
+                def more(session: Session, start: int = offset) -> tuple[str, bool]:
                     build = session.get(AgentBuild, build_id)
                     if build is None:  # the agent was deleted
                         return "", True
-                    return (build.log or "")[offset:], build.state != "building"
+                    return (build.log or "")[start:], build.state != "building"
 
                 text, done = await self.db.read_session(more)
                 offset += len(text)
