@@ -13,7 +13,7 @@ import random
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from fastapi import APIRouter, FastAPI, Request
@@ -28,6 +28,9 @@ from caiplatform.models.health import Liveness, PlatformHealth
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.redaction import one_line
+from caiplatform.routing import HostRouter, Upstream
+from caiplatform.services.mcp import MCP_ROUTE_PREFIX
+from caiplatform_server.checks_first import checked_first
 from caiplatform_server.contract import ANONYMOUS, openapi_document, operation, reply
 from caiplatform_server.dispatch import RouteTable
 from caiplatform_server.docs import mount_docs
@@ -87,6 +90,15 @@ class ConventionsMiddleware:
         self.platform = platform
         self._client: httpx.AsyncClient | None = None
 
+    async def _mcp_route(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
+        """`/mcp/<project short>/<server>/<path>` to `<path>` of the replica process that serves it now."""
+        parts = scope["path"][len(MCP_ROUTE_PREFIX):].split("/", 2)
+        short, name = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
+        base = await self.platform.mcp.upstream_of(short, name) if short and name else None
+        rest = "/" + (parts[2] if len(parts) == 3 else "")
+        inner = {**scope, "path": rest, "raw_path": rest.encode("latin-1")}
+        await proxy(cast(HostRouter, _FixedUpstream(base)), self._proxy_client(), inner, receive, send, request_id)
+
     def _proxy_client(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_keepalive_connections=50))
@@ -135,6 +147,10 @@ class ConventionsMiddleware:
         if is_relay_path(scope["path"]):
             # Workloads' secret reads (their read token, for the store; docs/decisions/sandbox.md).
             await relay(self.platform.secret_store_address(), self._proxy_client(), scope, receive, send, request_id)
+            return
+        if scope["path"].startswith(MCP_ROUTE_PREFIX):
+            # A hosted MCP server through the platform's own route (its bearer token is the server's to check).
+            await self._mcp_route(scope, receive, send, request_id)
             return
 
         ip = client_ip(scope)
@@ -252,6 +268,7 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
 
     @app.exception_handler(PlatformError)
     async def _platform_error(request: Request, exc: PlatformError) -> JSONResponse:
+        exc = await checked_first(request, exc.status) or exc
         message = exc.message
         if exc.status >= 500 and one_line(message) != message:  # an engine's or a workload's detail
             log.warning("%s %s answered %d: %s", request.method, request.url.path, exc.status, message)
@@ -260,11 +277,17 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        refusal = await checked_first(request, exc.status_code)
+        if refusal is not None:
+            return await _platform_error(request, refusal)
         message = {404: "not found", 405: "method not allowed"}.get(exc.status_code, str(exc.detail))
         return error_response(exc.status_code, message, request_id_of(request), dict(exc.headers or {}))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        refusal = await checked_first(request, 400)
+        if refusal is not None:
+            return await _platform_error(request, refusal)
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path"))
         message = f"invalid {where}: {first.get('msg', 'invalid request')}" if where else "invalid request"
@@ -292,3 +315,23 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
         app.include_router(liveness_router)
 
     return ConventionsMiddleware(app, platform)  # type: ignore[return-value]
+
+
+class _FixedUpstream:
+    """The part of a `HostRouter` that `proxy` reads, for one upstream found by the caller (None: 404)."""
+
+    def __init__(self, base: str | None):
+        self.base = base
+
+    def lookup(self, host: str) -> Callable[[], Awaitable[Upstream]] | None:
+        if self.base is None:
+            return None
+        base = self.base
+
+        async def upstream() -> Upstream:
+            return Upstream(base)
+
+        return upstream
+
+    def guard_for(self, host: str) -> None:
+        return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import yaml
 from sqlalchemy import select
@@ -338,3 +340,46 @@ async def test_published_address_verifies_jwts_against_the_jwks(client, bot, wor
     assert (await client.get("/whoami", headers={**host, "Authorization": f"Bearer {wrong_issuer}"})).status_code == 401
     wrong_audience = sign({"iss": "https://issuer.example", "aud": "someone-else"})
     assert (await client.get("/whoami", headers={**host, "Authorization": f"Bearer {wrong_audience}"})).status_code == 401
+
+
+async def test_the_build_log_is_read_back_and_followed_until_the_build_ends(platform, client, world):
+    """The latest build's lines are stored as the builder writes them; `follow=true` streams them and ends
+    with the build. A path of the server in a line is cut; nobody without a grant reads it."""
+    import httpx
+
+    from caiplatform.adapters.memory.asgi_transport import StreamingASGITransport
+    from caiplatform.services.agents import builds
+    from caiplatform_server.app import create_app
+
+    assert (await client.get("/v1/agents/nobuild/logs/build", headers=world.member)).status_code == 404
+    real = platform.agents.builder.build
+    gate = asyncio.Event()
+
+    async def slow_build(request, log=None):  # a build that writes, then waits, then writes again
+        log("step 1: resolving in /srv/cai/data/builds/x/requirements.txt")
+        await gate.wait()
+        log("step 2: done")
+        return await real(request, log)
+
+    platform.agents.builder.build = slow_build
+    try:
+        assert (await deploy(client, world.member, "bot")).status_code == 202
+        streaming = StreamingASGITransport(create_app(platform, manage_lifecycle=False))  # chunks as sent
+        async with httpx.AsyncClient(transport=streaming, base_url="http://testserver") as live, asyncio.timeout(60):
+            async with live.stream("GET", "/v1/agents/bot/logs/build?follow=true", headers=world.member) as streamed:
+                assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/plain")
+                chunks = streamed.aiter_text()
+                first = ""
+                while "step 1" not in first:  # the first line arrives while the build still runs
+                    first += await chunks.__anext__()
+                assert "/srv/cai" not in first and ".../requirements.txt" in first
+                gate.set()
+                rest = "".join([part async for part in chunks])  # ends when the build does
+        assert "step 2: done" in rest and "copying it into image" in rest
+    finally:
+        platform.agents.builder.build = real
+    assert (await wait_settled(client, world.member, "bot"))["ready"]
+    whole = await client.get("/v1/agents/bot/logs/build", headers=world.member)
+    assert whole.text.startswith("step 1") and "step 2: done" in whole.text
+    assert (await client.get("/v1/agents/bot/logs/build", headers=world.outsider)).status_code == 404
+    assert builds.BUILD_LOG_LIMIT >= 64 * 1024

@@ -96,8 +96,9 @@ def test_memory_stores_and_mcp_servers_answer_through_any_replica_and_survive_th
     token = httpx.get(f"{b.base_url}{servers}/greeter/token", headers=auth).json()["token"]
     assert _greet(first["url"], token, "Ada") == "Hi, Ada"  # its workload key reads the secret
     poll(lambda: _greets(f"{b.base_url}/mcp", token, apps_host), bool, "B does not route the apps host to A", timeout=10)
-    [(owner, key_id)] = _db(cluster, "SELECT owner, workload_key_id FROM mcp_servers WHERE name = 'greeter'")
+    [(owner, key_id, loopback_a_v1)] = _db(cluster, "SELECT owner, workload_key_id, url FROM mcp_servers WHERE name = 'greeter'")
     assert owner == "replica-a" and key_id
+    assert first["url"] == f"{b.base_url}/mcp/{work['short']}/greeter/mcp"  # B's route to A's process
 
     # A rollout through B: B serves version 2, A stops version 1; the workload key stays.
     republished = httpx.put(f"{b.base_url}{servers}/greeter/tools/greet", headers=auth,
@@ -105,8 +106,10 @@ def test_memory_stores_and_mcp_servers_answer_through_any_replica_and_survive_th
     assert republished.status_code == 202, republished.text
     second = mcp_server(2)
     assert second["status"] == "ready" and _greets(second["url"], token), second
+    assert second["url"] == first["url"]  # the platform's route: the same address whoever serves which version
     assert _db(cluster, "SELECT owner, workload_key_id FROM mcp_servers WHERE name = 'greeter'") == [("replica-b", key_id)]
-    poll(lambda: _greets(first["url"], token), lambda up: not up, "A still serves version 1", timeout=10)
+    [(loopback_v2,)] = _db(cluster, "SELECT url FROM mcp_servers WHERE name = 'greeter'")
+    poll(lambda: _greets(loopback_a_v1, token), lambda up: not up, "A still serves version 1", timeout=10)
     # Rotated through A: the new password is in force once the instance restarts (wherever it runs).
     rotated = httpx.post(f"{a.base_url}{stores}/shared/rotate-credential", headers=auth, timeout=30)
     assert rotated.status_code == 200, rotated.text
@@ -121,8 +124,14 @@ def test_memory_stores_and_mcp_servers_answer_through_any_replica_and_survive_th
     assert redis.Redis.from_url(new_uri, socket_timeout=2).get("kept") == b"across a takeover"
     print(f"memory store taken over {time.monotonic() - killed:.1f} s after the kill")
     moved = poll(lambda: httpx.get(f"{a.base_url}{servers}/greeter", headers=auth).json()["mcp_server"],
-                 lambda view: view["url"] != second["url"] and _greets(view["url"], token),
+                 lambda view: _db(cluster, "SELECT owner FROM mcp_servers WHERE name = 'greeter'") == [("replica-a",)]
+                 and _greets(view["url"], token),
                  "A did not take the mcp server over", timeout=20)
+    # A's answer names A's address (each replica's CAI_BASE_URL; one shared load-balancer address where the
+    # operator sets it), and the path is the same route as before the takeover.
+    assert moved["url"] == second["url"].replace(b.base_url, a.base_url)
+    [(loopback_a_v2,)] = _db(cluster, "SELECT url FROM mcp_servers WHERE name = 'greeter'")
+    assert loopback_a_v2 != loopback_v2  # the process moved, the route did not
     print(f"mcp server taken over {time.monotonic() - killed:.1f} s after the kill")
     assert moved["status"] == "ready" and moved["version"] == 2, moved
     [(server_id, owner, kept)] = _db(cluster, "SELECT id, owner, workload_key_id FROM mcp_servers WHERE name = 'greeter'")

@@ -212,6 +212,8 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     snippet = await CodeSandboxService(pool, CODE).execute(
         Principal(kind=PrincipalKind.WORKLOAD, project_id=project_id), project_id, ExecuteRequest.parse({"code": "print(1 + 1)"}))
     assert snippet.stdout == "2\n"
+    await pool.renew_lease()  # renewed (patched), and read as live by the sweep (test_code_pool.py)
+    assert not await pool.lease_ran_out(pool.owner) and await pool.sweep() == []
     await pool.close()
     kubelet.cancel()
 

@@ -162,3 +162,39 @@ async def test_a_fourth_concurrent_snippet_waits_for_a_fresh_pod_and_ended_pods_
             second.start()
             await until(lambda: leftover not in sandbox_pods(cluster))
     audit(cluster.emulator, cluster.calls(), ROLE)
+
+
+async def test_a_crashed_replicas_warm_pods_are_swept_once_its_lease_runs_out(cluster):
+    """A control-plane process that dies leaves its warm pods Running (nothing deletes them, they never
+    end): another pool deletes them once their owner's lease has run out, never while it is renewed."""
+    pods = CodePods(cluster.emulator)
+    kubelet = asyncio.ensure_future(pods.run())
+    crashed = KubernetesWarmPool(cluster.settings, CODE, transport=pods, poll_seconds=0.02, size=2, lease_seconds=1)
+    try:
+        crashed.start()
+        await until(lambda: crashed.describe()["warm"] == 2)
+        theirs = set(sandbox_pods(cluster))
+        async with pool_on(cluster, size=1, lease_seconds=1) as (survivor, _):
+            survivor.start()
+            await until(lambda: survivor.describe()["warm"] == 1)
+            ours = set(sandbox_pods(cluster)) - theirs
+            await asyncio.sleep(1.5)  # past the lease's duration, which the live owner keeps renewing
+            assert await survivor.sweep() == [] and theirs <= set(sandbox_pods(cluster))
+            # The owner dies: its filling and its lease stop, its pods and lease stay behind.
+            await crashed._stop_filling()
+            crashed._leasing.cancel()
+            await until(lambda: not theirs & set(sandbox_pods(cluster)), timeout=60)
+            assert ours <= set(sandbox_pods(cluster))  # the survivor's own pod is untouched
+
+            def leases() -> set[str]:
+                return {name for _, name, _ in live(cluster.emulator, "leases", "coordination.k8s.io")}
+
+            await until(lambda: crashed.lease_name(crashed.owner) not in leases(), timeout=60)  # its lease goes too
+            assert survivor.lease_name(survivor.owner) in leases()
+    finally:
+        await crashed.http.aclose()
+        await crashed.kube.close()
+        kubelet.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await kubelet
+    audit(cluster.emulator, cluster.calls(), ROLE)

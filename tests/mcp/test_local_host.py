@@ -151,3 +151,13 @@ async def test_serve_replace_rollback_and_remove(host, monkeypatch):
     assert host.serving("p-1", "calc") is None and host.supervisor.get(process) is None
     assert host.hosts.lookup("calc-abc123.apps.localhost") is None
     await host.remove("p-1", "calc")  # idempotent
+
+
+async def test_a_guarded_helper_import_loads_in_the_build(host):
+    """The issue's handler builds: its first import succeeds where the tool is loaded."""
+    guarded = ("try:\n    from caiplatform.mcp import tool\nexcept ImportError:\n    from cai_mcp import tool\n\n"
+               "@tool\ndef add(a: int) -> int:\n    return a\n")
+    image = await host.build(build_of(1, tools(add=guarded)))
+    assert image.digest == image_digest(tools(add=guarded)) and host.builds == 1
+    with pytest.raises(McpBuildError, match="the tools do not load: ModuleNotFoundError"):
+        await host.build(build_of(2, tools(add=guarded.replace("caiplatform.mcp", "cai_mcp_absent"))))

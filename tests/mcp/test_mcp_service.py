@@ -519,3 +519,85 @@ async def test_the_helper_module_in_any_spelling_is_accepted(client, admin_heade
     await client.post(base, headers=admin_headers, json={"name": "s"})
     response = await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": handler})
     assert response.status_code == 202, response.text
+
+
+GUARDED = [
+    # the issue's handler: the first import succeeds when the tool is loaded, the fallback never runs
+    "try:\n    from caiplatform.mcp import tool\nexcept ImportError:\n    from cai_mcp import tool\n\n"
+    "@tool\ndef add(a: int) -> int:\n    return a\n",
+    "try:\n    import caiplatform.mcp as helper\nexcept ModuleNotFoundError:\n    import cai_mcp as helper\n\n"
+    "@helper.tool\ndef add(a: int) -> int:\n    return a\n",
+    "import sys\nif sys.version_info < (3,):\n    from cai_mcp import tool\nelse:\n    from caiplatform.mcp import tool\n\n"
+    "@tool\ndef add(a: int) -> int:\n    return a\n",
+    "from caiplatform.mcp import tool\n\n@tool\ndef add(a: int) -> int:\n    from elsewhere import secret\n    return a\n",
+]
+
+
+@pytest.mark.parametrize("handler", GUARDED)
+async def test_a_handler_whose_other_helper_import_is_guarded_is_published(client, admin_headers, base, handler):
+    """Only what certainly fails at load is refused at publish: an import the module survives is not."""
+    await client.post(base, headers=admin_headers, json={"name": "s"})
+    response = await client.put(f"{base}/s/tools/add", headers=admin_headers, json={"handler": handler})
+    assert response.status_code == 202, response.text
+
+
+async def _upstream(tag: str):  # type: ignore[no-untyped-def]
+    """A loopback HTTP server that answers every request with `tag` and the path it was asked for (a
+    replica's MCP process, as far as the platform's route can tell)."""
+    import asyncio
+
+    async def answer(reader, writer):  # type: ignore[no-untyped-def]
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        if length:
+            await reader.readexactly(length)
+        path = head.split(b" ", 2)[1]
+        body = tag.encode() + b" " + path
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: "
+                     + str(len(body)).encode() + b"\r\n\r\n" + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/mcp"
+
+
+async def test_the_url_clients_get_stays_the_same_across_versions_and_replicas(client, admin_headers, base, platform,
+                                                                              project_id):
+    """A host whose servers listen on a replica's loopback port hands out the platform's route to the
+    server: a new version, or another replica taking the server over (a new `url` and `owner` recorded),
+    changes where the route goes, never the address the MCP client holds."""
+    from sqlalchemy import update
+
+    from caiplatform.db.models import McpServer, Project
+
+    platform.mcp.api_url = "http://127.0.0.1:8080"
+    platform.mcp.host.routes_through_platform = True  # as the local host's servers do
+    first, first_url = await _upstream("replica-a")
+    second, second_url = await _upstream("replica-b")
+    try:
+        await client.post(base, headers=admin_headers, json={"name": "calc"})
+        await client.put(f"{base}/calc/tools/add", headers=admin_headers, json={"handler": ADD})
+        await ready(platform)
+        short = await platform.db.run(lambda s: s.get(Project, project_id).short)
+
+        async def served_by(url: str, owner: str) -> tuple[str, str]:
+            await platform.db.run(lambda s: s.execute(update(McpServer).where(McpServer.name == "calc")
+                                                      .values(url=url, owner=owner)))
+            view = (await client.get(f"{base}/calc", headers=admin_headers)).json()["mcp_server"]
+            path = view["url"].removeprefix("http://127.0.0.1:8080")
+            answer = await client.post(path, content=b'{"jsonrpc":"2.0"}', headers={"Authorization": "Bearer t"})
+            return view["url"], answer.text
+
+        url_a, answer_a = await served_by(first_url, "replica-a")
+        assert url_a == f"http://127.0.0.1:8080/mcp/{short}/calc/mcp" and answer_a == "replica-a /mcp"
+        url_b, answer_b = await served_by(second_url, "replica-b")  # taken over by another replica
+        assert url_b == url_a and answer_b == "replica-b /mcp"
+        health = await client.get(f"/mcp/{short}/calc/healthz")
+        assert health.text == "replica-b /healthz"
+        assert (await client.get(f"/mcp/{short}/nope/mcp")).status_code == 404
+        assert (await client.get("/mcp/other/calc/mcp")).status_code == 404
+    finally:
+        first.close()
+        second.close()

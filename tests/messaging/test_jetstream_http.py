@@ -126,3 +126,46 @@ async def test_a_push_subscription_counts_its_worker_once(js_api):
         seen.add(await consumers())
     assert seen == {1}
 
+
+
+async def test_a_publish_retried_with_its_idempotency_key_after_a_timeout_stores_each_message_once(js_api, monkeypatch):
+    """A publish whose acknowledgements do not come in time answers 503, and JetStream stores its messages
+    anyway once they reach it (as when NATS is paused). Retried with the same `Idempotency-Key`, the
+    publish answers each stored message's id and stores none again; the same key from another caller is
+    that caller's own request."""
+    from caiplatform.adapters.nats import broker as nats_broker
+
+    api = js_api
+    c = api.client
+    assert (await c.post(api.topics, headers=api.admin, json={"name": "t"})).status_code == 201
+    assert (await c.post(api.subs("t"), headers=api.admin, json={"name": "s"})).status_code == 201
+    body = {"messages": [{"text": f"m{i}"} for i in range(3)]}
+    key = {"Idempotency-Key": "order-7f3a"}
+    monkeypatch.setattr(nats_broker, "PUBLISH_ACK_WAIT", 0.0)  # the acknowledgements never come in time
+    timed_out = await c.post(api.topic("t") + ":publish", headers={**api.member, **key}, json=body)
+    assert timed_out.status_code == 503, timed_out.text
+    monkeypatch.undo()
+
+    async def stored() -> bool:
+        state = (await c.get(api.sub("t", "s"), headers=api.member)).json()["state"]
+        return state["backlog"] == 3
+
+    await eventually(stored, "the timed-out publish's messages to land", timeout=30)  # what a client retrying sees later
+    retried = await c.post(api.topic("t") + ":publish", headers={**api.member, **key}, json=body)
+    assert retried.status_code == 200, retried.text
+    ids = retried.json()["message_ids"]
+    again = await c.post(api.topic("t") + ":publish", headers={**api.member, **key}, json=body)
+    assert again.json()["message_ids"] == ids  # and again: still the same messages
+
+    async def pulled_all() -> list:
+        r = await c.post(api.sub("t", "s") + ":pull", headers=api.member,
+                         json={"max_messages": 10, "timeout_ms": 500, "auto_ack": True})
+        return r.json()["messages"]
+
+    got = await eventually(pulled_all, "the messages", timeout=30)
+    got += await pulled_all()  # anything more would be a duplicate
+    assert [m["id"] for m in got] == ids and [base64.b64decode(m["data"]) for m in got] == [b"m0", b"m1", b"m2"]
+    other = await c.post(api.topic("t") + ":publish", headers={**api.admin, **key}, json=body)
+    assert other.status_code == 200 and set(other.json()["message_ids"]).isdisjoint(ids)
+    bad = await c.post(api.topic("t") + ":publish", headers={**api.member, "Idempotency-Key": "x" * 201}, json=body)
+    assert bad.status_code == 400 and "Idempotency-Key" in bad.json()["error"]

@@ -22,6 +22,7 @@ from caiplatform.supervisor.engines import (
     valkey_spec,
 )
 from caiplatform.supervisor.process import ProcessSupervisor, free_port
+from caiplatform.testing.polling import eventually
 
 STANDARD_PORTS = {4222, 8200, 6379}
 
@@ -56,7 +57,7 @@ async def test_nats_jetstream_round_trip_and_stable_port(tmp_path: Path):
         ack = await js.publish("rt.one", b"hello")
         await js.publish("rt.big", big)
         sub = await js.pull_subscribe("rt.>", durable="reader")
-        msgs = await sub.fetch(2, timeout=5)
+        msgs = await sub.fetch(2, timeout=60)  # returns once both are there; the ceiling bounds a failure
         assert [m.data for m in msgs] == [b"hello", big]
         for m in msgs:
             await m.ack()
@@ -114,10 +115,8 @@ async def test_openbao_initialises_unseals_and_keeps_secrets(tmp_path: Path):
         mp = sup.get("openbao")
         first = mp.pid
         os.kill(first, signal.SIGKILL)
-        for _ in range(500):
-            if mp.pid != first and mp.state == "running":
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: mp.pid != first and mp.state == "running", "the restart of the killed server",
+                         timeout=60)
         assert mp.pid != first and mp.restarts == 1
         await mp.wait_ready(30)
         assert await _kv_get(handle, "app/db") == {"password": "s3cret"}

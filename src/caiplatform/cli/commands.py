@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import typer
 
@@ -121,15 +122,29 @@ def deploy(
             if not wait:
                 output.show(accepted, as_json)
                 return
-            ready = _follow(c, agent, project, timeout, interactive)
-        output.show(ready, as_json) if as_json else output.console.print(
-            f"{agent} is ready: {field(ready, 'url') or ''}", highlight=False)
+            ready = _follow(c, agent, project, timeout, interactive, lines=not as_json)
+            address = callable_address(c.base_url, agent, project, ready)
+        output.show(ready, as_json) if as_json else output.console.print(f"{agent} is ready: {address}",
+                                                                          highlight=False)
 
     return run(act)
 
 
-def _follow(c: Any, agent: str, project: str | None, timeout: float, interactive: bool) -> Any:
-    """Poll the agent until it is ready or failed, showing each new state (a spinner on a terminal)."""
+def callable_address(base_url: str, agent: str, project: str | None, view: Any) -> str:
+    """What the person who deployed can call: the platform's invoke route, and the published address when
+    there is one. The view's `url` is the platform's internal name for the agent (a cluster's service
+    name, or a loopback port of one machine's runtime): it stays in `agents get`, not here."""
+    route = f"POST {base_url.rstrip('/')}/v1/agents/{quote(agent)}/invoke"
+    if project:
+        route += f"?project={quote(project)}"
+    published = field(view, "external_url")
+    return f"{published} (published), or {route}" if published else route
+
+
+def _follow(c: Any, agent: str, project: str | None, timeout: float, interactive: bool, lines: bool = True) -> Any:
+    """Follow the build: its log lines as the builder writes them (`lines`: on standard error), then poll
+    the agent until it is ready or failed. On a terminal a spinner shows the current step and how long it
+    has run."""
     from caiplatform.errors import FailedDependency
 
     last = {"state": None}
@@ -139,8 +154,7 @@ def _follow(c: Any, agent: str, project: str | None, timeout: float, interactive
         state = field(view, "state")
         if state != last["state"]:
             last["state"] = state
-            if interactive:
-                status.update(f"{agent}: {state}")
+            progress.step(f"{agent}: {state}")
         return view
 
     def settled(view: Any) -> bool:
@@ -148,8 +162,44 @@ def _follow(c: Any, agent: str, project: str | None, timeout: float, interactive
             raise FailedDependency(field(view, "message") or f"the build of {agent} failed")
         return bool(field(view, "ready"))
 
-    with output.errors_console.status(f"{agent}: building", spinner="dots") if interactive else _null() as status:
+    with _Progress(f"{agent}: building") if interactive else _null() as progress:
+        if lines:
+            try:
+                for line in c.agents.build_log(agent, project=project, follow=True):
+                    progress.line(line)
+            except PlatformError as exc:  # a server without the build log: the states alone, as before
+                if exc.status_code not in (404, 405):
+                    raise
         return c.poll(fetch, settled, timeout=timeout, interval=0.5)
+
+
+class _Progress:
+    """A spinner with the current step and its elapsed time (rich), the build's lines printed above it."""
+
+    def __init__(self, first: str):
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(SpinnerColumn("dots"), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                  console=output.errors_console, transient=True)
+        self._task = self._progress.add_task(first, total=None)
+        self._agent = first.split(":", 1)[0]
+
+    def __enter__(self) -> _Progress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def step(self, text: str) -> None:
+        """A new step: its elapsed time starts again."""
+        self._progress.reset(self._task, description=text)
+
+    def line(self, text: str) -> None:
+        self._progress.console.print(text, highlight=False, markup=False, soft_wrap=True)
+        if text.strip():
+            shown = text.strip() if len(text.strip()) <= 60 else text.strip()[:57] + "..."
+            self.step(f"{self._agent}: building: {shown}")
 
 
 class _null:
@@ -159,8 +209,11 @@ class _null:
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def update(self, *args: object) -> None:
+    def step(self, *args: object) -> None:
         return None
+
+    def line(self, text: str) -> None:
+        output.errors_console.print(text, highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()

@@ -86,6 +86,7 @@ OPERATIONS: dict[tuple[str, str], list[Name]] = {
     ("POST", A + "/redeploy"): [Name("agents", "redeploy")],
     ("GET", A + "/logs"): [Name("agents", "logs")],
     ("GET", A + "/logs/history"): [Name("agents", "log_history")],
+    ("GET", A + "/logs/build"): [Name("agents", "build_log")],
     ("GET", A + "/secrets"): [Name("agents", "secret_keys")],
     ("PUT", A + "/secrets"): [Name("agents", "replace_secrets")],
     ("PATCH", A + "/secrets"): [Name("agents", "update_secrets")],

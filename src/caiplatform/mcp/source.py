@@ -102,35 +102,85 @@ def _dotted(node: ast.expr) -> str:
     return ""
 
 
+#: exceptions whose handler makes an import in its `try` one that may fail without failing the load
+_IMPORT_GUARDS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+
+
+def _guards_import(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(_dotted(n).rsplit(".", 1)[-1] in _IMPORT_GUARDS for n in names)
+
+
+def _imports(body: list[ast.stmt], sure: bool) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import of `body`, each with whether loading the module certainly runs it and fails with it:
+    a module-level import outside any `if`, loop, `with` or `try` that catches import errors. An import in
+    a function runs when the tool is called, one in a branch may not run, and a guarded one (`try: from
+    caiplatform.mcp import tool` / `except ImportError: from elsewhere import tool`) may fail harmlessly."""
+    found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append((node, sure))
+        elif isinstance(node, ast.Try | ast.TryStar):
+            guarded = any(_guards_import(h) for h in node.handlers)
+            found += _imports(node.body, sure and not guarded)
+            for handler in node.handlers:
+                found += _imports(handler.body, False)
+            found += _imports(node.orelse, False) + _imports(node.finalbody, sure)
+        elif isinstance(node, ast.ClassDef):
+            found += _imports(node.body, sure)  # a class body runs at load
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found += _imports(node.body, False)
+        else:
+            for field in ("body", "orelse", "handlers", "finalbody"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list):
+                    found += _imports([n for n in inner if isinstance(n, ast.stmt)], False)
+            for case in getattr(node, "cases", []):
+                found += _imports(case.body, False)
+    return found
+
+
 def check_helper_import(name: str, handler: str) -> str | None:
-    """Why the handler takes the helper's names from somewhere other than `caiplatform.mcp`, or None.
+    """Why loading the handler certainly fails for the helper's names, or None.
 
     Read without importing it, so a publish is refused with the module to import instead of a build that
-    fails later with `ModuleNotFoundError`. Source that does not compile is left to the build to report."""
+    fails later with `ModuleNotFoundError`. Only what must fail is refused: an unconditional module-level
+    import of `tool`, `secret` or `asecret` from a module other than `caiplatform.mcp`, or `@tool` on a
+    function with no import of it anywhere. An import the module may survive (guarded by `except
+    ImportError`, in a branch, in a function) is left to the build, which loads the tools and reports what
+    fails (`the tools do not load: ...`). Source that does not compile is left to the build to report."""
     try:
         tree = ast.parse(handler)
     except SyntaxError:
         return None
     helper_modules: set[str] = set()  # names bound to the helper module itself
     from_helper: set[str] = set()  # names imported from it
-    for node in ast.walk(tree):
+    maybe: set[str] = set()  # names bound by an import the load may not run or may survive failing
+    for node, sure in _imports(tree.body, True):
+        if not sure:
+            maybe |= {(a.asname or a.name).split(".")[0] for a in node.names}
         if isinstance(node, ast.Import):
             helper_modules |= {a.asname or a.name for a in node.names if a.name == HELPER_MODULE}
-        elif isinstance(node, ast.ImportFrom):
-            module = "." * node.level + (node.module or "")
-            for alias in node.names:
-                if module == "caiplatform" and alias.name == "mcp":
-                    helper_modules.add(alias.asname or "mcp")
-                elif module == HELPER_MODULE:
-                    from_helper.add(alias.asname or alias.name)
-                elif alias.name in HELPER_NAMES:
+            continue
+        module = "." * node.level + (node.module or "")
+        for alias in node.names:
+            if module == "caiplatform" and alias.name == "mcp":
+                helper_modules.add(alias.asname or "mcp")
+            elif module == HELPER_MODULE:
+                from_helper.add(alias.asname or alias.name)
+            elif alias.name in HELPER_NAMES:
+                if sure:
                     return f"tools/{name}.py imports {alias.name!r} from {module!r}; {HELPER_HINT}"
+    from_helper |= maybe
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
     for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
         for dec in fn.decorator_list:
             target = dec.func if isinstance(dec, ast.Call) else dec
             if isinstance(target, ast.Name) and target.id == "tool" and not ({"tool"} & (from_helper | defined)):
                 return f"tools/{name}.py decorates {fn.name} with @tool but never imports it; {HELPER_HINT}"
-            if isinstance(target, ast.Attribute) and target.attr == "tool" and _dotted(target.value) not in helper_modules:
+            if (isinstance(target, ast.Attribute) and target.attr == "tool" and _dotted(target.value) not in helper_modules
+                    and _dotted(target.value).split(".")[0] not in maybe):
                 return f"tools/{name}.py decorates {fn.name} with @{_dotted(target)}, not the helper's; {HELPER_HINT}"
     return None

@@ -47,6 +47,11 @@ class BrokerCredential:
 CredentialIssuer = Callable[[ProjectRef], Awaitable[BrokerCredential]]
 
 
+#: Seconds a stream remembers a message's `msg_id`: a message published again with the same id within them
+#: is not stored again (JetStream's `duplicate_window`, its default of two minutes).
+DUPLICATE_WINDOW = 120.0
+
+
 @dataclass(frozen=True)
 class StreamConfig:
     name: str
@@ -54,6 +59,12 @@ class StreamConfig:
     max_bytes: int
     max_age: float = 0.0  # seconds; 0 means no limit
     discard: str = "old"  # "old" | "new"
+    duplicate_window: float = DUPLICATE_WINDOW
+
+    @property
+    def id_window(self) -> float:
+        """The duplicate window a stream keeps: never longer than its `max_age` (JetStream refuses that)."""
+        return min(self.duplicate_window, self.max_age) if self.max_age > 0 else self.duplicate_window
 
 
 TAKEOVER_GRACE = 1.0
@@ -85,6 +96,9 @@ class OutgoingMessage:
     data: bytes
     attributes: dict[str, str] = field(default_factory=dict)
     key: str | None = None
+    #: De-duplication id: a message with the id of one the stream stored within its `duplicate_window` is
+    #: not stored again, and its publish answers the sequence of the one stored (a retried publish).
+    msg_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -142,7 +156,9 @@ class Broker(ABC):
 
     @abstractmethod
     async def publish(self, stream: str, subject: str, messages: list[OutgoingMessage]) -> list[int]:
-        """Store the messages in order; their stream sequences. `PublishFailed` after a partial write."""
+        """Store the messages in order; their stream sequences. `PublishFailed` after a partial write. A
+        message whose `msg_id` the stream stored within its `duplicate_window` is not stored again: its
+        sequence is the stored one's."""
 
     # consumers
     @abstractmethod

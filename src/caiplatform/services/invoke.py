@@ -542,6 +542,13 @@ class InvokeService:
         return TurnStream(prepared.id_headers, iterator, close)
 
     # -- users and sessions browser ----------------------------------------------------------------
+    async def gate(self, principal: Principal, name: str, project: str | None) -> None:
+        """The caller's checks of the browse and memorize routes and nothing else (their 401, 403 or 404),
+        for a request refused for its shape first (`caiplatform_server.checks_first`)."""
+        if not principal.authenticated:
+            raise Unauthenticated(AUTH_REQUIRED)
+        await self._wired()[0].manage_target(principal, name, project)
+
     async def _browse(self, principal: Principal, name: str, project: str | None, method: str, path: str,
                       params: dict[str, Any] | None = None, *, manage: bool = True) -> tuple[int, bytes, InvokeTarget]:
         if not principal.authenticated:

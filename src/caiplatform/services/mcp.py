@@ -215,7 +215,23 @@ class McpServerService:
 
     def _view(self, session: Session, server: McpServer) -> dict[str, Any]:
         current = self._version(session, server.id, server.current_version) if server.current_version else None
-        return _server_view(server, self._tools(session, server.id), current)
+        view = _server_view(server, self._tools(session, server.id), current)
+        if "url" in view and self.api_url and getattr(self.host, "routes_through_platform", False):
+            project = session.get(Project, server.project_id)
+            if project is not None:
+                view["url"] = platform_route(self.api_url, project.short, server.name)
+        return view
+
+    async def upstream_of(self, project_short: str, name: str) -> str | None:
+        """Where the platform's route to a server (`platform_route`) goes: the address its owner serves it
+        at (`mcp_servers.url` less `/mcp`), or None when no such server is serving."""
+
+        def read(session: Session) -> str | None:
+            url = session.scalar(select(McpServer.url).join(Project, Project.id == McpServer.project_id)
+                                 .where(Project.short == project_short, McpServer.name == name))
+            return url.removesuffix("/mcp") if url else None
+
+        return await self.db.read_session(read)
 
     # -- servers --------------------------------------------------------------------------------
 
@@ -646,3 +662,13 @@ class McpServerService:
             return answer(server=name, version=version, yanked=yanked)
 
         return await self.db.run(run)
+
+
+#: the platform's own route to a hosted server: `<api>/mcp/<project short>/<server>/<the server's path>`
+MCP_ROUTE_PREFIX = "/mcp/"
+
+
+def platform_route(api_url: str, project_short: str, name: str) -> str:
+    """The `url` handed to MCP clients where the host serves on a replica's own loopback port: the
+    platform's route to the server, the same whichever replica runs it and across its versions."""
+    return f"{api_url.rstrip('/')}{MCP_ROUTE_PREFIX}{project_short}/{name}/mcp"

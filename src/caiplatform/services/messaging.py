@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
+import hashlib
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -583,12 +586,20 @@ class TopicService:
     # ------------------------------------------------------------------------------------ publish
 
     async def publish(
-        self, principal: Principal, project_id: str, topic_name: str, body: PublishRequest
+        self, principal: Principal, project_id: str, topic_name: str, body: PublishRequest,
+        idempotency_key: str | None = None,
     ) -> tuple[int, views.PublishResult | views.PublishPartial]:
         """200 `{message_ids}` in request order; 207 `{message_ids, error, published, requested}` after a
-        partial write; 409 when a `discard: new` topic is full before the first message."""
+        partial write; 409 when a `discard: new` topic is full before the first message.
+
+        `idempotency_key` (the `Idempotency-Key` header): the request's messages carry ids derived from it,
+        the caller and their place in the request, so a publish retried with the same key and messages
+        (after a 503 or a 207) within the topic's duplicate window stores each message once and answers the
+        same `message_ids`."""
         project, topic = await self._project_topic(principal, project_id, topic_name)
         messages = body.outgoing()
+        if idempotency_key is not None:
+            messages = with_message_ids(messages, idempotency_key, principal)
         if topic.phase != m.PHASE_READY:
             raise Conflict(m.TOPIC_NOT_READY)
         return await self.publish_to(topic, messages)
@@ -1070,3 +1081,17 @@ class TopicService:
                 ok = False
         return (200 if ok else 503), views.PubsubHealth.of({"status": "ok" if ok else "degraded",
                                                             "dependencies": dependencies})
+
+
+IDEMPOTENCY_KEY = re.compile(r"[!-~]{1,200}")
+IDEMPOTENCY_KEY_MESSAGE = "the Idempotency-Key header must be 1 to 200 visible ASCII characters"
+
+
+def with_message_ids(messages: list[OutgoingMessage], key: str, principal: Principal) -> list[OutgoingMessage]:
+    """The messages of one publish with their de-duplication ids, `<digest>:<index>`: the digest of the
+    caller and `key`, so two callers (or two projects' keys) that choose the same key never drop each
+    other's messages, and the index, so the messages of one request are each their own."""
+    if not IDEMPOTENCY_KEY.fullmatch(key):
+        raise BadRequest(IDEMPOTENCY_KEY_MESSAGE)
+    digest = hashlib.blake2b(f"{principal.rate_key}\0{key}".encode(), digest_size=16).hexdigest()
+    return [dataclasses.replace(message, msg_id=f"{digest}:{index}") for index, message in enumerate(messages)]

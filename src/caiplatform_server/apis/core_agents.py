@@ -173,6 +173,15 @@ async def logs(name: str, request: Request, principal: Principal = Depends(princ
     return StreamingResponse(lines, media_type="text/plain; charset=utf-8")
 
 
+@router.get(A + "/logs/build", summary="The latest build's log lines (text/plain); with follow, until it ends",
+            **op(content_type="text/plain", query=[FOLLOW], errors=OWNER))
+async def build_log(name: str, request: Request, principal: Principal = Depends(principal_of),
+                    platform: Platform = Depends(platform_of)) -> StreamingResponse:
+    follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
+    lines = await platform.agents.build_log(principal, name, project_param(request), follow=follow)
+    return StreamingResponse(lines, media_type="text/plain; charset=utf-8")
+
+
 HISTORY_QUERY = [
     {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "default": 500}},
     {"name": "since", "in": "query", "required": False, "schema": {"type": "string", "format": "date-time"},

@@ -103,9 +103,19 @@ async def delete_topic(project_id: str, topic: str, principal: Principal = Depen
     return reply(await platform.topics.delete_topic(principal, project_id, _topic_name(topic)), status=202)
 
 
+IDEMPOTENCY_KEY_HEADER = {
+    "name": "Idempotency-Key", "in": "header", "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[!-~]+$"},
+    "description": (
+        "Makes a retried publish store each message once: the same key, caller and messages within two "
+        "minutes of the first attempt answer the same message_ids and store nothing again. Retry a 503 "
+        "or a 207 with the key of the request it answered; a new request takes a new key."),
+}
+
+
 @router.post(TOPIC, summary="Topic methods: :publish",
              **operation(body=PublishRequest, response=views.PublishResult, other_success={207: views.PublishPartial},
-                         errors=(403, 404, 405, 409, 413, 500)))
+                         errors=(403, 404, 405, 409, 413, 500), query=[IDEMPOTENCY_KEY_HEADER]))
 async def topic_method(project_id: str, topic: str, request: Request) -> JSONResponse:
     # Only `request` and the path: the conventions middleware calls it directly (`dispatch.RouteTable`),
     # without FastAPI's routing over every route and its dependency solving (docs/performance.md).
@@ -116,7 +126,8 @@ async def topic_method(project_id: str, topic: str, request: Request) -> JSONRes
     if verb != "publish":
         raise NotFound(unknown_verb(verb))
     body = PublishRequest.parse(await json_body(request, PUBLISH_BODY_LIMIT))
-    status, result = await platform.topics.publish(principal, project_id, name, body)
+    status, result = await platform.topics.publish(principal, project_id, name, body,
+                                                   request.headers.get("idempotency-key"))
     return reply(result, status)
 
 

@@ -107,6 +107,7 @@ class KubeClient:
         self.apps = client.AppsV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
         self.networking = client.NetworkingV1Api(self.api)
+        self.coordination = client.CoordinationV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.rbac = client.RbacAuthorizationV1Api(self.api)
 

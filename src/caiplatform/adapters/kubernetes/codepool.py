@@ -20,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import secrets
 import socket
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -42,6 +44,9 @@ PORT = 8080
 READY_SECONDS = 120.0  # a pod that is not ready by then (image pull included) is deleted and replaced
 SANDBOX_UID = 65532
 POLICY_NAME = "code-sandbox"
+#: A pool's lease on its pods: renewed every third of it; the pods of an owner whose lease ran out (or that
+#: has none) and that are older than it are a crashed replica's, and the next pool to look deletes them.
+LEASE_SECONDS = 30.0
 #: Interpreters in the harness image (`backends/kubernetes/Containerfile.harness`), on its PATH.
 POD_LANGUAGES = {"python": ["python"], "shell": ["bash"], "nodejs": ["node"]}
 
@@ -83,7 +88,8 @@ class KubernetesWarmPool(BasePool[PodSandbox]):
                  image: str | None = None, size: int | None = None, wait_seconds: float | None = None,
                  network: bool = False, gvisor: bool = False, name: str = "code",
                  transport: httpx.AsyncBaseTransport | None = None, poll_seconds: float = 0.5,
-                 ready_seconds: float = READY_SECONDS, kube: KubeClient | None = None):
+                 ready_seconds: float = READY_SECONDS, kube: KubeClient | None = None,
+                 lease_seconds: float = LEASE_SECONDS):
         super().__init__(limits, name=name, size=size, wait_seconds=wait_seconds, network=network)
         self.settings = settings
         self.kube = kube or KubeClient(settings)
@@ -94,7 +100,9 @@ class KubernetesWarmPool(BasePool[PodSandbox]):
         self.ready_seconds = ready_seconds
         self.http = httpx.AsyncClient(transport=transport, timeout=30)
         self.owner = f"{socket.gethostname()[:30]}-{os.getpid()}-{secrets.token_hex(3)}".lower().replace("_", "-")
+        self.lease_seconds = lease_seconds
         self._prepared = False
+        self._leasing: asyncio.Task[None] | None = None
 
     # -- the objects ---------------------------------------------------------------------------------
 
@@ -162,6 +170,7 @@ class KubernetesWarmPool(BasePool[PodSandbox]):
         await self.kube.create_or_patch(partial(net.create_namespaced_network_policy, self.namespace),
                                         partial(net.patch_namespaced_network_policy, POLICY_NAME, self.namespace),
                                         self.network_policy())
+        await self.renew_lease()  # before this pool's first pod, so no other pool takes its pods for orphans
         # Pods that ended and were never deleted (a replica that stopped mid-snippet): of no use to anyone.
         for pod in await self.kube.items(core.list_namespaced_pod, self.namespace, labels={PART_LABEL: PART}):
             if ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed"):
@@ -182,6 +191,79 @@ class KubernetesWarmPool(BasePool[PodSandbox]):
                     return dict(state["terminated"])
         return {}
 
+    # -- the lease: whose warm pods are still someone's -------------------------------------------------
+
+    @staticmethod
+    def lease_name(owner: str) -> str:
+        return f"{PART}-{owner}"[:63].rstrip("-")
+
+    def lease(self) -> dict[str, Any]:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.lease_name(self.owner), "namespace": self.namespace,
+                             "labels": owned({PART_LABEL: PART, OWNER_LABEL: self.owner})},
+                "spec": {"holderIdentity": self.owner, "leaseDurationSeconds": max(1, math.ceil(self.lease_seconds)),
+                         "renewTime": now}}
+
+    async def renew_lease(self) -> None:
+        coordination = self.kube.coordination
+        name = self.lease_name(self.owner)
+        await self.kube.create_or_patch(partial(coordination.create_namespaced_lease, self.namespace),
+                                        partial(coordination.patch_namespaced_lease, name, self.namespace),
+                                        self.lease())
+
+    async def lease_ran_out(self, owner: str, now: datetime | None = None) -> bool:
+        """Whether `owner`'s lease is gone or older than its duration (its pods are nobody's)."""
+        now = now or datetime.now(UTC)
+        lease = await self.kube.get(self.kube.coordination.read_namespaced_lease, self.lease_name(owner), self.namespace)
+        spec = (lease or {}).get("spec") or {}
+        renewed = _timestamp(spec.get("renewTime"))
+        if renewed is None:
+            return True
+        return now - renewed > timedelta(seconds=float(spec.get("leaseDurationSeconds") or self.lease_seconds))
+
+    async def sweep(self) -> list[str]:
+        """Delete the pods of every other owner whose lease ran out (a crashed replica's warm pods, which
+        nothing else would remove) and that lease; the pods' names."""
+        now = datetime.now(UTC)
+        grace = timedelta(seconds=self.lease_seconds)
+        pods = await self.kube.items(self.kube.core.list_namespaced_pod, self.namespace, labels={PART_LABEL: PART})
+        verdicts: dict[str, bool] = {}
+        swept: list[str] = []
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            owner = (meta.get("labels") or {}).get(OWNER_LABEL)
+            created = _timestamp(meta.get("creationTimestamp"))
+            if not owner or owner == self.owner or (created is not None and now - created <= grace):
+                continue  # ours, or too young to have missed a renewal
+            if owner not in verdicts:
+                verdicts[owner] = await self.lease_ran_out(owner, now)
+            if verdicts[owner]:
+                log.warning("%s sandbox pool: deleting pod %s of %s, whose lease ran out", self.name, meta["name"], owner)
+                await self.delete_pod(meta["name"])
+                swept.append(meta["name"])
+        for owner, ran_out in verdicts.items():
+            if ran_out:
+                with contextlib.suppress(Exception):
+                    await self.kube.delete(self.kube.coordination.delete_namespaced_lease, self.lease_name(owner),
+                                           self.namespace)
+        return swept
+
+    async def _keep_lease(self) -> None:
+        while True:
+            try:
+                if self._prepared:
+                    await self.renew_lease()
+                    await self.sweep()
+            except Exception as exc:  # noqa: BLE001 - tried again at the next renewal
+                log.warning("%s sandbox pool: renewing the lease or sweeping failed: %s", self.name, exc)
+            await asyncio.sleep(self.lease_seconds / 3)
+
+    def start(self) -> None:
+        super().start()
+        if self._leasing is None or self._leasing.done():
+            self._leasing = asyncio.get_running_loop().create_task(self._keep_lease(), name=f"{self.name}-pool-lease")
+
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def _announce(self) -> None:
@@ -190,6 +272,13 @@ class KubernetesWarmPool(BasePool[PodSandbox]):
 
     async def close(self) -> None:
         await self._stop_filling()
+        if self._leasing is not None:
+            self._leasing.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._leasing
+        with contextlib.suppress(Exception):
+            await self.kube.delete(self.kube.coordination.delete_namespaced_lease, self.lease_name(self.owner),
+                                   self.namespace)
         with contextlib.suppress(Exception):  # every pod this process made, warm or starting
             for pod in await self.kube.items(self.kube.core.list_namespaced_pod, self.namespace,
                                              labels={PART_LABEL: PART, OWNER_LABEL: self.owner}):
@@ -237,6 +326,17 @@ class KubernetesWarmPool(BasePool[PodSandbox]):
             return True
         log.warning("%s sandbox pool: pod %s went away while warm; replaced", self.name, sandbox.id)
         return False
+
+
+def _timestamp(value: Any) -> datetime | None:
+    """A Kubernetes time (RFC 3339, `Z`, with or without fractions) as an aware datetime, or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 __all__ = ["KubernetesWarmPool", "PodSandbox"]

@@ -72,6 +72,10 @@ def _package_root() -> str:
 
 
 class LocalMcpHost(McpHost):
+    #: its servers listen on this replica's loopback ports, which change with every version and replica:
+    #: the `url` clients get is the platform's route to the server instead (`services/mcp.platform_route`)
+    routes_through_platform = True
+
     def __init__(
         self,
         data_dir: Path,

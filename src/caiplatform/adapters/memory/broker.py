@@ -65,6 +65,8 @@ class _Stream:
     messages: dict[int, _Message] = field(default_factory=dict)
     last_sequence: int = 0
     consumers: dict[str, _Consumer] = field(default_factory=dict)
+    # msg_id -> (sequence, clock.monotonic() when stored), in the order stored: the duplicate window
+    seen: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     @property
     def bytes(self) -> int:
@@ -136,8 +138,12 @@ class InMemoryBroker(Broker):
         if subject != stream.config.subject:
             raise BrokerError(f"no stream matches subject {subject}")
         self._expire(stream)
+        self._forget_ids(stream)
         sequences: list[int] = []
         for message in messages:
+            if message.msg_id is not None and message.msg_id in stream.seen:
+                sequences.append(stream.seen[message.msg_id][0])  # a duplicate: JetStream's answer
+                continue
             size = len(message.data) + len(json.dumps(message.attributes)) + len(message.key or "") + len(subject)
             if stream.bytes + size > stream.config.max_bytes:
                 if stream.config.discard == "new":
@@ -153,8 +159,18 @@ class InMemoryBroker(Broker):
                     seq, message.data, dict(message.attributes), message.key, self.clock.now(),
                     self.clock.monotonic(), size,
                 )
+            if message.msg_id is not None:
+                stream.seen[message.msg_id] = (seq, self.clock.monotonic())
             sequences.append(seq)
         return sequences
+
+    def _forget_ids(self, stream: _Stream) -> None:
+        """Drop the ids stored longer ago than the stream's duplicate window (the oldest come first)."""
+        cutoff = self.clock.monotonic() - stream.config.id_window
+        for msg_id, (_, stored_at) in list(stream.seen.items()):
+            if stored_at > cutoff:
+                break
+            del stream.seen[msg_id]
 
     # ------------------------------------------------------------------ consumers
 

@@ -46,6 +46,7 @@ from caiplatform.ports.broker import (
 
 ATTRIBUTES_HEADER = "Cai-Attributes"
 KEY_HEADER = "Cai-Key"
+MSG_ID_HEADER = "Nats-Msg-Id"  # JetStream's de-duplication id
 PIN_HEADER = "Nats-Pin-Id"
 PIN_GROUP = "cai"  # the single priority group of a single-reader consumer
 PRIORITY_GROUPS_SINCE = (2, 11)
@@ -83,6 +84,7 @@ def _stream_config(config: StreamConfig) -> api.StreamConfig:
         max_bytes=config.max_bytes,
         max_age=config.max_age or 0,
         discard=api.DiscardPolicy.NEW if config.discard == "new" else api.DiscardPolicy.OLD,
+        duplicate_window=config.id_window,
         num_replicas=1,
     )
 
@@ -243,8 +245,10 @@ class JetStreamBroker(Broker):
             try:
                 for index, message in enumerate(messages):
                     headers = plain
-                    if message.attributes or message.key is not None:
+                    if message.attributes or message.key is not None or message.msg_id is not None:
                         headers = dict(plain)
+                        if message.msg_id is not None:
+                            headers[MSG_ID_HEADER] = message.msg_id
                         if message.attributes:
                             headers[ATTRIBUTES_HEADER] = json.dumps(message.attributes, separators=(",", ":"))
                         if message.key is not None:

@@ -77,6 +77,9 @@ class AgentBuild(Base):
     image: Mapped[str] = mapped_column(Text, default="")
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # The build's log lines so far (newline-ended, server paths cut), written in batches while it runs:
+    # what `GET /v1/agents/{name}/logs/build` answers from any replica.
+    log: Mapped[str] = mapped_column(Text, default="", server_default="")
 
 
 class AgentRevision(Base):

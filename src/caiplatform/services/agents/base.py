@@ -232,6 +232,17 @@ class AgentBase:
 
         return Then((GATE, name), read)
 
+    async def gate(self, principal: Principal, name: str | None, project: str | None) -> None:
+        """The caller's checks of an agent route and nothing else: the owner gate of `name` (its 401, 403 or
+        404), or with no name the `?project=` the route would deploy into. For a request refused for its
+        shape before its service looked at the caller (`caiplatform_server.checks_first`)."""
+        if name is not None:
+            await self._locate(principal, name, project)
+            return
+        self.access.require_management(principal)
+        if project:
+            await self.db.read_session(lambda s: self._projects_sync(s, principal, project))
+
     async def _locate(self, principal: Principal, name: str, project: str | None,
                       prefetched: Prefetched | None = None) -> AgentRecord:
         self.access.require_management(principal)

@@ -26,7 +26,7 @@ from caiplatform.domain import agents as rules
 from caiplatform.errors import BadRequest, Conflict, Forbidden, PlatformError
 from caiplatform.models.agents import DeployAccepted, RedeployAccepted
 from caiplatform.ports.agent_secrets import AgentRef
-from caiplatform.ports.builder import BuildError, BuildRequest, Image, truncate_build_message
+from caiplatform.ports.builder import BuildError, BuildLog, BuildRequest, Image, truncate_build_message
 from caiplatform.principal import Principal
 from caiplatform.redaction import without_paths
 from caiplatform.services.agents.records import (
@@ -283,9 +283,9 @@ class AgentBuilds(AgentRollout):
             await self._roll(agent_id, "deploy", watch=False)
             await self._watch_latest(agent_id)
 
-    async def build_image(self, record: AgentRecord) -> Image:
+    async def build_image(self, record: AgentRecord, log: BuildLog | None = None) -> Image:
         """The image of the agent's stored sources, from this replica's builder (the same sources give
-        the same image reference on every replica)."""
+        the same image reference on every replica). `log` takes the build's lines as they come."""
         files = await self.db.run(
             lambda s: {f.path: f.content for f in s.scalars(select(AgentFile).where(AgentFile.agent_id == record.id))}
         )
@@ -294,15 +294,19 @@ class AgentBuilds(AgentRollout):
             return await self.builder.build(BuildRequest(
                 project_id=record.project.id, project_short=record.project.short, workload=record.name,
                 framework=record.framework, source_dir=Path(tmp), runtime=record.runtime,
-            ))
+            ), log)
 
     async def _build(self, agent_id: str, build_id: str, principal: Principal | None) -> bool:
         """Build the image and record the end of the build; True when the agent should roll it out."""
         record = await self._record_by_id(agent_id)
         if record is None:
             return False
+        writer = BuildLogWriter(self.db, build_id)
         try:
-            image = await self.build_image(record)
+            try:
+                image = await self.build_image(record, writer.line)
+            finally:
+                await writer.close()  # every line is stored before the build's end is
             if self.bound_values is not None:
                 ref = AgentRef(record.id, record.name, record.project.id)
                 values = await self.bound_values(principal, ref)
@@ -318,3 +322,74 @@ class AgentBuilds(AgentRollout):
             await self._finish_build(agent_id, build_id, ok=False, message=f"build failed: {exc}")
             return False
         return await self._finish_build(agent_id, build_id, ok=True, image=image.reference)
+
+
+#: how much of a build's log is kept (a tenant's build step writes what it likes); past it one line says so
+BUILD_LOG_LIMIT = 256 * 1024
+BUILD_LOG_TRUNCATED = "... (the build log is longer than 256 KiB: the rest is not kept)\n"
+#: how often the lines a build wrote are stored (a reader following the log sees them that late at most)
+BUILD_LOG_FLUSH_SECONDS = 0.25
+
+
+class BuildLogWriter:
+    """A build's log lines into `agent_builds.log`, in batches (one write per flush, not per line), with
+    server paths cut (`without_paths`) and the whole kept under `BUILD_LOG_LIMIT`."""
+
+    def __init__(self, db: Any, build_id: str):
+        self.db = db
+        self.build_id = build_id
+        self._pending: list[str] = []
+        self._size = 0
+        self._full = False
+        self._wake = asyncio.Event()
+        self._closed = False
+        self._task = asyncio.get_running_loop().create_task(self._flusher())
+
+    def line(self, text: str) -> None:
+        if self._full:
+            return
+        for part in without_paths(str(text)).splitlines() or [""]:
+            entry = part + "\n"
+            if self._size + len(entry) > BUILD_LOG_LIMIT:
+                self._pending.append(BUILD_LOG_TRUNCATED)
+                self._full = True
+                break
+            self._pending.append(entry)
+            self._size += len(entry)
+        self._wake.set()
+
+    async def _write(self) -> None:
+        if not self._pending:
+            return
+        text, self._pending = "".join(self._pending), []
+
+        def run(session: Session) -> None:
+            build = session.get(AgentBuild, self.build_id)
+            if build is not None:
+                build.log = (build.log or "") + text
+
+        await self.db.run(run)
+
+    async def _write_safely(self) -> None:
+        try:
+            await self._write()
+        except Exception:  # noqa: BLE001 - the log is a view of the build: its loss never fails the build
+            log.warning("agents: storing build %s's log lines failed", self.build_id, exc_info=True)
+
+    async def _flusher(self) -> None:
+        # One write at a time (two would race to append); `close` lets the last one finish.
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._write_safely()
+            if self._closed:
+                return
+            await asyncio.sleep(BUILD_LOG_FLUSH_SECONDS)
+
+    async def close(self) -> None:
+        """Store what is left; the lines are all stored when it returns."""
+        self._closed = True
+        self._wake.set()
+        with contextlib.suppress(Exception):
+            await self._task
+        await self._write_safely()

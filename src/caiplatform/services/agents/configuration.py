@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
@@ -11,7 +12,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from caiplatform.clock import rfc3339
-from caiplatform.db.models.agents import AgentFile, AgentSecret
+from caiplatform.db.models.agents import Agent, AgentBuild, AgentFile, AgentSecret
 from caiplatform.domain import agent_source
 from caiplatform.domain import agents as rules
 from caiplatform.errors import BadRequest, NotFound
@@ -46,6 +47,9 @@ from caiplatform.services.agents.records import (
 )
 
 log = logging.getLogger(__name__)
+#: how often a follower of a build's log reads it again, and for how long at most
+BUILD_LOG_POLL_SECONDS = 0.25
+BUILD_LOG_FOLLOW_LIMIT = 3600.0
 
 
 class AgentConfiguration(AgentBuilds):
@@ -151,6 +155,46 @@ class AgentConfiguration(AgentBuilds):
                 f"read persisted logs at GET /v1/agents/{record.name}/logs/history\n"
             )
         return _with_newlines(lines)
+
+    async def build_log(self, principal: Principal, name: str, project: str | None, *,
+                        follow: bool = False) -> AsyncIterator[str]:
+        """The lines of the agent's latest build so far; with `follow`, then each line as it is stored,
+        until the build ends (or `BUILD_LOG_FOLLOW_LIMIT`)."""
+        record = await self._locate(principal, name, project)
+
+        def latest(session: Session) -> tuple[str, str, bool] | None:
+            agent = session.get(Agent, record.id)
+            build = session.get(AgentBuild, agent.build_id) if agent is not None and agent.build_id else None
+            if build is None:
+                return None
+            return build.id, build.log or "", build.state != "building"
+
+        first = await self.db.read_session(latest)
+        if first is None:
+            return _single(f"agent {record.name} has no build yet\n")
+        build_id, text, done = first
+
+        async def lines() -> AsyncIterator[str]:
+            nonlocal text, done
+            offset = len(text)
+            if text:
+                yield text
+            deadline = asyncio.get_running_loop().time() + BUILD_LOG_FOLLOW_LIMIT
+            while follow and not done and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(BUILD_LOG_POLL_SECONDS)
+
+                def more(session: Session, start: int = offset) -> tuple[str, bool]:
+                    build = session.get(AgentBuild, build_id)
+                    if build is None:  # the agent was deleted
+                        return "", True
+                    return (build.log or "")[start:], build.state != "building"
+
+                text, done = await self.db.read_session(more)
+                offset += len(text)
+                if text:
+                    yield text
+
+        return lines()
 
     def _retention(self) -> timedelta:
         text = (self.settings.log_retention or "336h").strip()

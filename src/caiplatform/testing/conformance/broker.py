@@ -279,3 +279,33 @@ async def test_single_reader_takeover_by_another_replica(broker_kit):
     got = await b.pull(s.name, "c1", 5, 2.0)
     assert [d.data for d in got] == [b"4"]
     await b.ack([got[0].token])
+
+
+async def test_a_message_id_is_stored_once_within_the_duplicate_window(broker_kit):
+    """A retried publish (same `msg_id`s) stores nothing again and answers the stored sequences; a message
+    that was not in the first attempt is stored; past the window the same id is a new message."""
+    b = broker_kit.broker
+    window = 1.0
+    s = await _stream(broker_kit, duplicate_window=window)
+    await b.create_consumer(ConsumerConfig(s.name, "c1", ack_wait=30))
+
+    def batch(*texts: str) -> list[OutgoingMessage]:
+        return [OutgoingMessage(t.encode(), {}, None, f"req-1:{t}") for t in texts]
+
+    first = await b.publish(s.name, s.subject, batch("a", "b"))
+    again = await b.publish(s.name, s.subject, batch("a", "b", "c"))
+    assert again[:2] == first and again[2] > first[1]
+    got = await b.pull(s.name, "c1", 10, 1.0)
+    while len(got) < 3:
+        more = await b.pull(s.name, "c1", 10, 1.0)
+        assert more, "messages went missing"
+        got += more
+    assert [d.data for d in got] == [b"a", b"b", b"c"]
+    await b.ack([d.token for d in got])
+    assert await b.pull(s.name, "c1", 10, 0.2) == []  # nothing twice
+    # JetStream forgets an id within two windows of storing it (its purge runs once a window)
+    await broker_kit.advance(window * 2.5)
+    later = await b.publish(s.name, s.subject, batch("a"))
+    assert later[0] > again[2]
+    redo = await b.pull(s.name, "c1", 10, 1.0)
+    assert [d.data for d in redo] == [b"a"]

@@ -77,6 +77,14 @@ class AgentsResource(GeneratedAgents):
                                                     json=body_of(model)):
             yield STREAM_EVENT.validate_json(line)
 
+    def build_log(self, name: str, /, *, project: str | None = None, follow: bool | None = None,
+                        timeout: float | None | NotGiven = NOT_GIVEN) -> Iterator[str]:  # type: ignore[override]
+        """The latest build's log lines; with `follow`, each as the build writes it, until the build ends."""
+        for line in self._client.stream_lines("GET", f"/v1/agents/{name}/logs/build",
+                                                    params={"project": project, "follow": follow},
+                                                    timeout=None if follow else timeout):
+            yield line
+
     def logs(self, name: str, /, *, project: str | None = None, follow: bool | None = None,
                    timeout: float | None | NotGiven = NOT_GIVEN) -> Iterator[str]:  # type: ignore[override]
         """The newest instance's log lines as they arrive; with `follow`, until the caller stops."""
