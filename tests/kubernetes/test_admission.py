@@ -298,3 +298,29 @@ async def test_a_wait_is_a_watch_that_sees_the_change_and_relists_when_its_versi
         with pytest.raises(LookupError):
             await kube.wait_for(kube.core.list_namespaced_config_map, "w", "c", done, timeout=20)
         await gone
+
+
+async def test_a_write_naming_a_stale_resource_version_is_a_conflict():
+    """Optimistic concurrency as the API server does it: every write gives the object a new resourceVersion,
+    and a patch naming an older one is refused with 409 (it used to be merged silently)."""
+    from kubernetes.client import ApiException
+
+    from caiplatform.adapters.kubernetes.client import MERGE_PATCH
+    from caiplatform.testing.kube_cluster import emulated_cluster
+
+    with emulated_cluster() as cluster:
+        kube = KubeClient(cluster.settings)
+        await kube.call(kube.core.create_namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "w"}})
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "w"}, "data": {"a": "1"}}
+        created = await kube.call(kube.core.create_namespaced_config_map, "w", body)
+        first = (await kube.call(kube.core.read_namespaced_config_map, "c", "w"))["metadata"]
+        assert first["resourceVersion"] and first["uid"] and first["creationTimestamp"], created
+        await kube.call(kube.core.patch_namespaced_config_map, "c", "w",
+                        {"metadata": {"resourceVersion": first["resourceVersion"]}, "data": {"a": "2"}},
+                        _content_type=MERGE_PATCH)
+        with pytest.raises(ApiException) as stale:
+            await kube.call(kube.core.patch_namespaced_config_map, "c", "w",
+                            {"metadata": {"resourceVersion": first["resourceVersion"]}, "data": {"a": "3"}},
+                            _content_type=MERGE_PATCH)
+        assert stale.value.status == 409
+        assert (await kube.call(kube.core.read_namespaced_config_map, "c", "w"))["data"] == {"a": "2"}

@@ -37,7 +37,9 @@ from tests.conformance.kube_support import ROLE
 
 #: Grants that only a repair path uses (a step re-run over what an interrupted one left behind).
 REPAIR_ONLY = {
+    # Waits: a watch starts only when the first list does not already show the end (timing decides which).
     ("batch", "jobs", "watch"): "a build not finished when first listed is watched (tests/kubernetes/test_admission.py)",
+    ("serving.knative.dev", "revisions", "watch"): "an MCP revision not decided at the first look is watched",
     ("", "services", "list"): "services are counted from the objects when the project's quota leaves them unlimited",
     ("rbac.authorization.k8s.io", "rolebindings", "patch"): "a namespace's binding left by an interrupted step is patched",
     ("", "services", "patch"): "a memory store's Service left by an interrupted create is patched, not refused",

@@ -10,8 +10,10 @@ the tests work around here (so the adapters stay written for a real cluster):
 - kmock deletes nothing when a namespace goes: `FilteringEmulator` removes the namespace's objects, as the
   namespace controller would.
 - kmock answers POST with 200 (not 201) and keeps no `resourceVersion`, `uid` or `creationTimestamp`:
-  the adapters never rely on a create's answer nor on optimistic concurrency, and `creationTimestamp` is
-  set by the controller double on what the controllers create (revisions, pods).
+  `FilteringEmulator` stamps every object a write stores (a new `resourceVersion`, and a `uid` and
+  `creationTimestamp` on create) and refuses a write that names a `resourceVersion` no longer the object's
+  with `409 Conflict`, as the API server's optimistic concurrency does; what the controller double writes
+  directly keeps the controllers' own `creationTimestamp`.
 - kmock serves the `log` subresource as the pod itself: `FilteringEmulator` answers it from `pod_logs`
   (with `timestamps` and `tailLines`; `follow` ends with what is there).
 - kmock merges every PATCH as JSON merge patch (lists replaced, `null` removes), whatever its content
@@ -34,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -104,6 +107,8 @@ class FilteringEmulator(kmock.KubernetesEmulator):
     list_versions: dict[int, dict[tuple[str | None, str], dict[str, Any]]] = attrs.field(factory=dict)
     #: A watch from an older `resourceVersion` is refused with 410 Gone (tests raise it to force a relist).
     oldest_watchable: int = 0
+    #: Writes served: each gives the object it wrote the next `resourceVersion`.
+    write_count: int = 0
 
     def _current(self, request, selector: str) -> dict[tuple[str | None, str], dict[str, Any]]:  # type: ignore[no-untyped-def]
         found = {}
@@ -151,6 +156,25 @@ class FilteringEmulator(kmock.KubernetesEmulator):
             f'{resource.plural} is forbidden: User "system:serviceaccount:caiplatform:caiplatform" cannot {verb} '
             f'resource "{resource.plural}" in API group "{resource.group or ""}" in the namespace "{namespace}"'))
 
+    def _stamp(self, request, response) -> None:  # type: ignore[no-untyped-def]
+        """What the API server sets on every write: a new `resourceVersion` (and a `uid` and
+        `creationTimestamp` on create), so a later write naming an older version is refused with 409."""
+        resource = request.resource
+        if resource is None or response.status >= 300 or request.action not in (kmock.action.CREATE, kmock.action.UPDATE):
+            return
+        name = request.name or ((request.data or {}).get("metadata") or {}).get("name") if isinstance(request.data, dict) else request.name
+        namespace = request.namespace or ((request.data or {}).get("metadata") or {}).get("namespace") \
+            if isinstance(request.data, dict) else request.namespace
+        for (res, ns, stored_name), obj in snapshot(self):
+            if res == resource and ns == namespace and stored_name == name and not obj.deleted:
+                self.write_count += 1
+                meta = obj.raw.get("metadata") or {}
+                stamp: dict[str, Any] = {"resourceVersion": str(self.write_count)}
+                if request.action == kmock.action.CREATE:
+                    stamp.setdefault("uid", meta.get("uid") or str(uuid.uuid4()))
+                    stamp.setdefault("creationTimestamp", meta.get("creationTimestamp") or now())
+                obj.patch({"metadata": stamp})
+
     def _admit(self, request) -> None:  # type: ignore[no-untyped-def]
         resource = request.resource
         if resource is None or resource.plural is None or not isinstance(request.data, dict):
@@ -170,6 +194,14 @@ class FilteringEmulator(kmock.KubernetesEmulator):
             if stored is None:
                 return  # kmock answers 404
             old = dict(stored.raw)
+            given = (request.data.get("metadata") or {}).get("resourceVersion")
+            held = (old.get("metadata") or {}).get("resourceVersion")
+            if given is not None and given != held:
+                # Optimistic concurrency: a write naming a resourceVersion that is no longer the object's.
+                self.refusals.append((409, "stale resourceVersion"))
+                raise KubernetesError(status=409, reason="Conflict", details={}, message=(
+                    f'Operation cannot be fulfilled on {plural} "{request.name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again"))
             obj = merge_patch(old, request.data)
             obj.setdefault("kind", old.get("kind"))
             namespace = request.namespace
@@ -214,6 +246,7 @@ class FilteringEmulator(kmock.KubernetesEmulator):
         self._authorize(request)
         self._admit(request)
         response = await super()._handle(request)
+        self._stamp(request, response)
         resource = request.resource
         if resource is not None and resource.plural == "secrets" and response.status < 300:
             for _, _, obj in live(self, "secrets"):
