@@ -214,7 +214,7 @@ class LocalBuilder(Builder):
 
     @staticmethod
     async def _run(argv: list[str], what: str, emit: BuildLog, cwd: Path | None = None, jail: StepJail | None = None) -> str:
-        return await run_step(argv, what, emit, cwd=cwd, env={**os.environ, "PIP_NO_INPUT": "1", "PYTHONNOUSERSITE": "1"},
+        return await run_step(argv, what, emit, cwd=cwd, set_env={"PIP_NO_INPUT": "1", "PYTHONNOUSERSITE": "1"},
                               jail=jail)
 
     # -- records ------------------------------------------------------------------------------------
