@@ -93,6 +93,13 @@ class Settings(BaseSettings):
     model_name: str | None = Field(None, validation_alias=_env("MODEL_NAME"))
     embed_base_url: str | None = Field(None, validation_alias=_env("EMBED_BASE_URL"))
 
+    # The proxies whose `X-Forwarded-For` / `X-Forwarded-Proto` are believed (uvicorn's list syntax:
+    # addresses and networks, comma separated, `*` for any). Empty (the default): none, not even loopback,
+    # where workloads connect from; every client address is the connection's own (docs/operations.md).
+    # The field is named as its variable: `populate_by_name` makes pydantic-settings read a field's own
+    # name from the environment too, and `FORWARDED_ALLOW_IPS` is uvicorn's variable, which must not count.
+    cai_forwarded_allow_ips: str = Field("", validation_alias=_env("CAI_FORWARDED_ALLOW_IPS"))
+
     # Refuse revisions beyond the project services quota on one machine too (docs/decisions/agents.md).
     enforce_service_quota: bool = Field(False, validation_alias=_env("CAI_ENFORCE_SERVICE_QUOTA"))
     # Scale-to-zero idle time for local workloads.

@@ -104,6 +104,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 "RATELIMIT_BURST": str(RATE_BURST),
                 "CAI_AUTOMATION_TOKEN": AUTOMATION_TOKEN,
                 "CAI_SCALE_TO_ZERO_SECONDS": "600",
+                "CAI_FORWARDED_ALLOW_IPS": "127.0.0.1",  # the balancer (and the tests, as one) on loopback
             }
             for name in ("a", "b"):
                 (root / f"replica-{name}").mkdir()
