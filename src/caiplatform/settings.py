@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     automation_token: str | None = Field(None, validation_alias=_env("CAI_AUTOMATION_TOKEN"))
     internal_token: str | None = Field(None, validation_alias=_env("CAI_INTERNAL_TOKEN"))
     session_key: str | None = Field(None, validation_alias=_env("CAI_SESSION_KEY"))
+    # The key agents' secrets are encrypted with in the database (caiplatform.secret_box); the data dir's
+    # `secrets.key` when absent. Named as its variable so that no `SECRETS_KEY` of the environment counts.
+    cai_secrets_key: str | None = Field(None, validation_alias=_env("CAI_SECRETS_KEY"))
 
     # Engines; absent means the embedded default in the data dir.
     database_url: str | None = Field(None, validation_alias=_env("CAI_DATABASE_URL", "DATABASE_URL"))
