@@ -102,7 +102,9 @@ class Platform:
         key, or the key was lost): every secret would fail at the next rollout instead."""
         from sqlalchemy import select
 
+        from caiplatform.db.models import PlatformSetting
         from caiplatform.db.models.agents import AgentSecret
+        from caiplatform.domain.identity import MODEL_KEY_SETTING
         from caiplatform.secret_box import PREFIX, key_id_of, mismatch_message
 
         stored = self.db.run_sync(lambda s: s.scalar(
@@ -114,6 +116,9 @@ class Platform:
         def seal_plain(session: Any) -> None:  # written by an older replica during a rolling upgrade
             for row in session.scalars(select(AgentSecret).where(~AgentSecret.value.startswith(PREFIX))):
                 row.value = self.secret_box.seal(row.value)
+            model_key = session.get(PlatformSetting, MODEL_KEY_SETTING)
+            if model_key is not None and model_key.value and not model_key.value.startswith(PREFIX):
+                model_key.value = self.secret_box.seal(model_key.value)
 
         self.db.run_sync(seal_plain)
 

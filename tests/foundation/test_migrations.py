@@ -78,6 +78,7 @@ def test_agent_secrets_are_sealed_by_0130_and_opened_by_its_downgrade(tmp_path):
             " latest_revision, generation, env, config, external_url, created_at, updated_at) VALUES ('a', 'p', 'a',"
             " 'agent', 'langgraph', '', 'ready', '', '', '', 0, '{}', '{}', '', '2026-01-01 00:00:00',"
             " '2026-01-01 00:00:00')"))
+        connection.execute(text("INSERT INTO platform_settings (key, value) VALUES ('model_api_key', 'plain-model-key')"))
         for key, value in (("API_TOKEN", "plain-api-token"), ("EMPTYISH", " ")):
             connection.execute(text("INSERT INTO agent_secrets (agent_id, key, value) VALUES ('a', :k, :v)"),
                                {"k": key, "v": value})
@@ -89,11 +90,16 @@ def test_agent_secrets_are_sealed_by_0130_and_opened_by_its_downgrade(tmp_path):
         rows = dict(connection.execute(text("SELECT key, value FROM agent_secrets")).all())
     assert all(is_sealed(v) and "plain-api-token" not in v for v in rows.values()), rows
     assert {k: box.open(v) for k, v in rows.items()} == {"API_TOKEN": "plain-api-token", "EMPTYISH": " "}
+    with db.engine.connect() as connection:
+        model_key = connection.execute(text("SELECT value FROM platform_settings WHERE key = 'model_api_key'")).scalar()
+    assert is_sealed(model_key) and box.open(model_key) == "plain-model-key"
     with db.engine.begin() as connection:
         config.attributes.update(connection=connection, secret_box=box)
         command.downgrade(config, "0120_agents_name_index")
         assert dict(connection.execute(text("SELECT key, value FROM agent_secrets")).all()) == {
             "API_TOKEN": "plain-api-token", "EMPTYISH": " "}
+        assert connection.execute(text("SELECT value FROM platform_settings WHERE key = 'model_api_key'")).scalar() == \
+            "plain-model-key"
 
 
 def test_a_wrong_key_is_named_not_an_integrity_error():

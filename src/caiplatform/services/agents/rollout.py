@@ -196,7 +196,8 @@ class AgentRollout(AgentPublishing):
                   for s in session.scalars(select(AgentSecret).where(AgentSecret.agent_id == agent_id))}
         platform_key = session.get(PlatformSetting, PLATFORM_MODEL_KEY_SETTING)
         if "MODEL_API_KEY" not in values and platform_key is not None and platform_key.value:
-            values = {"MODEL_API_KEY": platform_key.value, **values}  # the platform default, set by an admin
+            # the platform default, set by an admin (sealed like agents' secrets)
+            values = {"MODEL_API_KEY": self.db.open_secret(platform_key.value), **values}
         return values
 
     @staticmethod

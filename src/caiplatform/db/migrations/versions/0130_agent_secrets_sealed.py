@@ -1,5 +1,6 @@
 """agent_secrets: every value sealed with the platform's secret key (AES-256-GCM, caiplatform.secret_box)
-instead of plain text; the downgrade opens them again
+instead of plain text, and so is the platform's default model key (platform_settings 'model_api_key');
+the downgrade opens them again
 
 Revision ID: 0130_agent_secrets_sealed
 Revises: 0120_agents_name_index
@@ -17,6 +18,8 @@ depends_on = None
 
 SECRETS = sa.table('agent_secrets', sa.column('agent_id', sa.String), sa.column('key', sa.String),
                    sa.column('value', sa.Text))
+SETTINGS = sa.table('platform_settings', sa.column('key', sa.String), sa.column('value', sa.Text))
+MODEL_KEY = 'model_api_key'
 
 
 def _box():
@@ -32,7 +35,8 @@ def _box():
 def _rewrite(change) -> None:
     connection = op.get_bind()
     rows = list(connection.execute(sa.select(SECRETS.c.agent_id, SECRETS.c.key, SECRETS.c.value)))
-    if not rows:
+    model_key = connection.execute(sa.select(SETTINGS.c.value).where(SETTINGS.c.key == MODEL_KEY)).scalar()
+    if not rows and not model_key:
         return
     box = _box()
     if box is None:
@@ -43,6 +47,8 @@ def _rewrite(change) -> None:
         if new != value:
             connection.execute(sa.update(SECRETS).where(SECRETS.c.agent_id == agent_id, SECRETS.c.key == key)
                                .values(value=new))
+    if model_key:
+        connection.execute(sa.update(SETTINGS).where(SETTINGS.c.key == MODEL_KEY).values(value=change(box, model_key)))
 
 
 def upgrade() -> None:
