@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from caiplatform.clock import Clock
 from caiplatform.db import Database
+from caiplatform.errors import InternalError
 from caiplatform.pagination import Pager
 from caiplatform.ratelimit import TokenBucketLimiter
 from caiplatform.registry import Registry, default_registry
 from caiplatform.routing import HostRouter
+from caiplatform.secret_box import SecretBox
 from caiplatform.services.access import Access
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.auth import AuthService
@@ -79,6 +81,8 @@ class Platform:
             else:
                 session_key = load_or_create_key(Path(settings.data_dir) / "session.key")
         self.session_key = session_key
+        self.secret_box = self._secret_box()
+        db.secret_box = self.secret_box  # the agents area seals and opens agents' secrets with it
         self.pager = Pager(session_key + b"/page-token")
         self._closers: list[Any] = []
         self.rate_limiter, throttles = self._build_limits()
@@ -92,6 +96,31 @@ class Platform:
         self._started = False
         self.secrets = self._build_secrets()
         self._build_identity()
+
+    def _check_secret_key(self) -> None:
+        """Refuse to start on a database whose agent secrets another key sealed (each replica made its own
+        key, or the key was lost): every secret would fail at the next rollout instead."""
+        from sqlalchemy import select
+
+        from caiplatform.db.models import PlatformSetting
+        from caiplatform.db.models.agents import AgentSecret
+        from caiplatform.domain.identity import MODEL_KEY_SETTING
+        from caiplatform.secret_box import PREFIX, key_id_of, mismatch_message
+
+        stored = self.db.run_sync(lambda s: s.scalar(
+            select(AgentSecret.value).where(AgentSecret.value.startswith(PREFIX),
+                                            ~AgentSecret.value.startswith(f"{PREFIX}{self.secret_box.key_id}:")).limit(1)))
+        if stored is not None:
+            raise InternalError(mismatch_message(key_id_of(stored) or "?", self.secret_box.key_id))
+
+        def seal_plain(session: Any) -> None:  # written by an older replica during a rolling upgrade
+            for row in session.scalars(select(AgentSecret).where(~AgentSecret.value.startswith(PREFIX))):
+                row.value = self.secret_box.seal(row.value)
+            model_key = session.get(PlatformSetting, MODEL_KEY_SETTING)
+            if model_key is not None and model_key.value and not model_key.value.startswith(PREFIX):
+                model_key.value = self.secret_box.seal(model_key.value)
+
+        self.db.run_sync(seal_plain)
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -121,12 +150,24 @@ class Platform:
         platform._prepare()
         return platform
 
+    def _secret_box(self) -> SecretBox:
+        """The key of agents' secrets at rest: `CAI_SECRETS_KEY`, else the data dir's `secrets.key`."""
+        if self.settings.cai_secrets_key:
+            return SecretBox(self.settings.cai_secrets_key.encode())
+        if self.mode == "memory":
+            return SecretBox(secrets.token_bytes(32))
+        if self.mode == "external":
+            log.warning("CAI_SECRETS_KEY is not set: agents' secrets are encrypted with this data directory's "
+                        "secrets.key, which every other replica lacks and which must not be lost")
+        return SecretBox(load_or_create_key(Path(self.settings.data_dir) / "secrets.key"))
+
     def _prepare(self) -> None:
         """Synchronous, idempotent setup: schema and bootstrap accounts."""
         if self.mode == "memory":
             self.db.create_all()
         else:
-            self.db.migrate()
+            self.db.migrate(secret_box=self.secret_box)
+            self._check_secret_key()
         self.auth.bootstrap(self.settings.admin_email, self.settings.admin_password)
 
     def _build_limits(self) -> tuple[Any, tuple[Any, Any] | None]:

@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     automation_token: str | None = Field(None, validation_alias=_env("CAI_AUTOMATION_TOKEN"))
     internal_token: str | None = Field(None, validation_alias=_env("CAI_INTERNAL_TOKEN"))
     session_key: str | None = Field(None, validation_alias=_env("CAI_SESSION_KEY"))
+    # The key agents' secrets are encrypted with in the database (caiplatform.secret_box); the data dir's
+    # `secrets.key` when absent. Named as its variable so that no `SECRETS_KEY` of the environment counts.
+    cai_secrets_key: str | None = Field(None, validation_alias=_env("CAI_SECRETS_KEY"))
 
     # Engines; absent means the embedded default in the data dir.
     database_url: str | None = Field(None, validation_alias=_env("CAI_DATABASE_URL", "DATABASE_URL"))
@@ -96,6 +99,13 @@ class Settings(BaseSettings):
     model_api_key: str | None = Field(None, validation_alias=_env("MODEL_API_KEY"))
     model_name: str | None = Field(None, validation_alias=_env("MODEL_NAME"))
     embed_base_url: str | None = Field(None, validation_alias=_env("EMBED_BASE_URL"))
+
+    # The proxies whose `X-Forwarded-For` / `X-Forwarded-Proto` are believed (uvicorn's list syntax:
+    # addresses and networks, comma separated, `*` for any). Empty (the default): none, not even loopback,
+    # where workloads connect from; every client address is the connection's own (docs/operations.md).
+    # The field is named as its variable: `populate_by_name` makes pydantic-settings read a field's own
+    # name from the environment too, and `FORWARDED_ALLOW_IPS` is uvicorn's variable, which must not count.
+    cai_forwarded_allow_ips: str = Field("", validation_alias=_env("CAI_FORWARDED_ALLOW_IPS"))
 
     # Refuse revisions beyond the project services quota on one machine too (docs/decisions/agents.md).
     enforce_service_quota: bool = Field(False, validation_alias=_env("CAI_ENFORCE_SERVICE_QUOTA"))

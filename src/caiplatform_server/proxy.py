@@ -16,6 +16,12 @@ HOP_BY_HOP = {
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailers",
     b"transfer-encoding", b"upgrade", b"host", b"content-length",
 }
+# What a caller says about where it came from is not passed on: the workload gets the platform's own
+# account of it (the client address `caiplatform serve` resolved, believing `X-Forwarded-For` only from the
+# proxies the operator names in CAI_FORWARDED_ALLOW_IPS), so a caller cannot pick the address a published
+# workload throttles or logs, nor claim to have come through another published host.
+FORWARDING = {b"x-forwarded-for", b"x-forwarded-host", b"x-forwarded-proto", b"x-forwarded-port", b"x-real-ip",
+              b"forwarded"}
 
 
 async def _json(send: Send, status: int, body: bytes, request_id: str, extra: dict[str, str] | None = None) -> None:
@@ -64,8 +70,11 @@ async def proxy(router: HostRouter, client: httpx.AsyncClient, scope: Scope, rec
     path = scope.get("raw_path") or scope["path"].encode()
     query = scope.get("query_string", b"")
     url = upstream.base_url.rstrip("/") + path.decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
-    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP]
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP and k.lower() not in FORWARDING]
     headers.append((b"x-forwarded-host", host.encode("latin-1")))
+    headers.append((b"x-forwarded-proto", str(scope.get("scheme") or "http").encode("latin-1")))
+    if scope.get("client"):
+        headers.append((b"x-forwarded-for", str(scope["client"][0]).encode("latin-1")))
     if upstream.transport is not None:  # in-process upstream: a client of its own over its transport
         client = httpx.AsyncClient(transport=upstream.transport, timeout=None)
     try:

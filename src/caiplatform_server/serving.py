@@ -86,8 +86,13 @@ def uvicorn_config(app: Any, *, host: str, port: int, log_level: str, **options:
     """A uvicorn configuration with h11 and the limits above (the platform, the harness, MCP servers).
 
     No `server: uvicorn` header: which server answers is nobody's business, and it is one header less to
-    validate and send on every response."""
+    validate and send on every response. No forwarded headers believed unless the caller names the proxies
+    (`forwarded_allow_ips`): uvicorn's default believes `X-Forwarded-For` from 127.0.0.1 (or its own
+    `FORWARDED_ALLOW_IPS` variable), and on one machine every workload connects from loopback."""
     options.setdefault("server_header", False)
+    allowed = [ip.strip() for ip in str(options.pop("forwarded_allow_ips", "") or "").split(",") if ip.strip()]
+    options["proxy_headers"] = bool(allowed)
+    options["forwarded_allow_ips"] = allowed or ["255.255.255.255"]  # never a client: no env fallback either
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on", http=EnvelopeH11Protocol,
                           h11_max_incomplete_event_size=MAX_HEADER_BYTES, **options)
 

@@ -100,10 +100,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 "CAI_BAO_ADDR": f"http://127.0.0.1:{bao.port}",
                 "CAI_BAO_TOKEN": dev_root_token(bao),
                 "CAI_SESSION_KEY": secrets.token_urlsafe(48),
+                "CAI_SECRETS_KEY": secrets.token_urlsafe(48),
                 "RATELIMIT_RPS": str(RATE_RPS),
                 "RATELIMIT_BURST": str(RATE_BURST),
                 "CAI_AUTOMATION_TOKEN": AUTOMATION_TOKEN,
                 "CAI_SCALE_TO_ZERO_SECONDS": "600",
+                "CAI_FORWARDED_ALLOW_IPS": "127.0.0.1",  # the balancer (and the tests, as one) on loopback
             }
             for name in ("a", "b"):
                 (root / f"replica-{name}").mkdir()

@@ -69,7 +69,7 @@ async def agent_world(request):
         return await service.secret_port.find_agent(project_id, name)
 
     async def read(ref):
-        return await platform.db.run(lambda s: {r.key: r.value for r in s.scalars(select(AgentSecret).where(AgentSecret.agent_id == ref.id))})
+        return await platform.db.run(lambda s: {r.key: platform.db.open_secret(r.value) for r in s.scalars(select(AgentSecret).where(AgentSecret.agent_id == ref.id))})
 
     try:
         yield AgentWorld(service.secret_port, project_id, add, read)

@@ -50,3 +50,40 @@ async def test_host_routed_requests_are_proxied(client, platform):
     finally:
         server.should_exit = True
         await task
+
+
+async def test_the_proxy_passes_no_forwarding_header_the_caller_chose(client, platform):
+    """Issue 34: a caller's `X-Forwarded-For`, `X-Forwarded-Host`, `Forwarded` and `X-Real-IP` are dropped; the
+    workload gets one of each from the platform (the address the platform resolved for the caller)."""
+    seen: list[dict[str, list[str]]] = []
+
+    async def headers(request: Request) -> JSONResponse:
+        seen.append({k: request.headers.getlist(k) for k in
+                     ("x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "forwarded", "x-real-ip")})
+        return JSONResponse({})
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(Starlette(routes=[Route("/{p:path}", headers)]), host="127.0.0.1",
+                                           port=port, log_level="warning", proxy_headers=False))
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            await asyncio.sleep(0.05)
+
+        async def upstream() -> Upstream:
+            async def release() -> None:
+                return None
+            return Upstream(f"http://127.0.0.1:{port}", release)
+
+        host = platform.hosts.host_for("fwd", "abc123")
+        platform.hosts.register(host, upstream)
+        response = await client.get("/x", headers={"Host": host, "X-Forwarded-For": "198.51.100.7",
+                                                   "X-Forwarded-Host": "other-abc123.apps.localhost",
+                                                   "Forwarded": "for=198.51.100.7", "X-Real-IP": "198.51.100.7"})
+        assert response.status_code == 200, response.text
+        assert len(seen[0]["x-forwarded-for"]) == 1 and "198.51.100.7" not in seen[0]["x-forwarded-for"][0], seen
+        assert seen[0]["x-forwarded-host"] == [host] and seen[0]["forwarded"] == [] and seen[0]["x-real-ip"] == []
+        assert seen[0]["x-forwarded-proto"] == ["http"]
+    finally:
+        server.should_exit = True
+        await task

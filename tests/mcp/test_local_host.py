@@ -68,7 +68,7 @@ async def host(tmp_path):
 
 async def test_build_writes_a_content_addressed_image_and_reuses_it(host, tmp_path):
     first = await host.build(build_of(1, tools(add=ADD)))
-    assert first.digest == image_digest(tools(add=ADD))
+    assert first.digest == image_digest(tools(add=ADD), project="p-1")
     assert first.image == f"registry.local/cai-abc123-mcp-calc@{first.digest}"
     tree = tmp_path / "mcp-images" / first.digest.removeprefix("sha256:")
     assert (tree / "tools" / "add.py").read_text() == ADD and (tree / "mcp.json").exists()

@@ -1,7 +1,10 @@
 """The content hash that names an image, shared by every builder so the same source gets the same digest.
 
-The hash covers every regular file of the tree (relative path, executable bit, bytes), the framework,
-the function runtime and the platform version (the harness an image starts is part of what was built).
+The hash covers the project, every regular file of the tree (relative path, executable bit, bytes), the
+framework, the function runtime and the platform version (the harness an image starts is part of what
+was built). The project is part of the key: a build runs the tenant's code (a `setup.py`, a
+`postinstall`), so an image is reused within its project only, and no project runs, or learns of, what
+another project built from the same source.
 Byte-compiled caches are left out: they appear when code runs and say nothing about the source.
 """
 
@@ -31,11 +34,11 @@ def source_files(source_dir: Path) -> list[Path]:
     return sorted(out, key=lambda p: p.relative_to(source_dir).as_posix())
 
 
-def source_digest(source_dir: Path, framework: str, runtime: str | None = None) -> str:
-    """`sha256:<hex>` over the tree and what it is built as."""
+def source_digest(source_dir: Path, framework: str, runtime: str | None = None, *, project: str) -> str:
+    """`sha256:<hex>` over the project, the tree and what it is built as."""
     source_dir = Path(source_dir)
     h = hashlib.sha256()
-    for part in ("caiplatform-image/1", caiplatform.__version__, framework, runtime or ""):
+    for part in ("caiplatform-image/2", caiplatform.__version__, project, framework, runtime or ""):
         h.update(part.encode() + b"\0")
     for path in source_files(source_dir):
         rel = path.relative_to(source_dir).as_posix().encode()

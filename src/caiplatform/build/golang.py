@@ -33,12 +33,13 @@ def go_binary(env: Mapping[str, str] | None = None) -> str | None:
     return shutil.which("go", path=(env or {}).get("PATH") or os.environ.get("PATH"))
 
 
-def go_environment(base: Mapping[str, str], cache_dir: Path) -> dict[str, str]:
-    env = {**base, "CGO_ENABLED": "0", "GOTOOLCHAIN": "local"}
+def go_settings(base: Mapping[str, str], cache_dir: Path) -> dict[str, str]:
+    """What the platform sets for a Go step on top of the server's environment `base`."""
+    env = {"CGO_ENABLED": "0", "GOTOOLCHAIN": "local"}
     # Go needs a build cache and a module path; a service account without a home has neither.
-    if not any(env.get(name) for name in ("GOCACHE", "HOME", "XDG_CACHE_HOME")):
+    if not any(base.get(name) for name in ("GOCACHE", "HOME", "XDG_CACHE_HOME")):
         env["GOCACHE"] = str(cache_dir / "go-build")
-    if not any(env.get(name) for name in ("GOPATH", "HOME")):
+    if not any(base.get(name) for name in ("GOPATH", "HOME")):
         env["GOPATH"] = str(cache_dir / "go")
     return env
 
@@ -53,7 +54,7 @@ async def build_go_function(
     if go is None:
         raise BuildError("function-go functions need the Go toolchain (`go`), which is not installed here")
     cache = cache_dir or Path(tempfile.gettempdir()) / "caiplatform-go"
-    genv = go_environment(base, cache)
+    genv = go_settings(base, cache)
     with tempfile.TemporaryDirectory(prefix="cai-go-build-") as tmp:
         work = Path(tmp) / "src"
         await asyncio.to_thread(shutil.copytree, source, work, symlinks=False, ignore=shutil.ignore_patterns(".git"))
@@ -63,10 +64,10 @@ async def build_go_function(
             jail = jail.with_paths(writable=(Path(tmp), output.parent, cache))
             genv.update({"GOCACHE": str(cache / "go-build"), "GOPATH": str(cache / "go"), "HOME": "/tmp"})
         if not (work / "go.mod").is_file():
-            await run_step([go, "mod", "init", "function"], "creating go.mod (go mod init)", emit, cwd=work, env=genv, jail=jail)
+            await run_step([go, "mod", "init", "function"], "creating go.mod (go mod init)", emit, cwd=work, env=base, set_env=genv, jail=jail)
         listing = await run_step(
             [go, "list", "-f", "{{.Name}} {{.ImportPath}}", "."], "reading the Go package (go list)", emit,
-            cwd=work, env=genv, jail=jail)
+            cwd=work, env=base, set_env=genv, jail=jail)
         name, import_path = listing.strip().splitlines()[-1].split(" ", 1)
         template = MAIN_TEMPLATE.read_text()
         if name == "main":
@@ -80,16 +81,19 @@ async def build_go_function(
             target = f"./{WRAPPER_DIR}"
         emit("compiling the Go function (go build)")
         await run_step([go, "build", "-trimpath", "-o", str(output), target], "compiling the Go function (go build)",
-                       emit, cwd=work, env=genv, jail=jail)
-    await check_handle(output, genv, StepJail(jail.sandbox, read_only=(output.parent,)) if jail is not None else None)
+                       emit, cwd=work, env=base, set_env=genv, jail=jail)
+    await check_handle(output, base, StepJail(jail.sandbox, read_only=(output.parent,)) if jail is not None else None,
+                       set_env=genv)
 
 
-async def check_handle(program: Path, env: Mapping[str, str], jail: StepJail | None = None) -> None:
+async def check_handle(program: Path, env: Mapping[str, str], jail: StepJail | None = None,
+                       set_env: Mapping[str, str] | None = None) -> None:
     """Run the program once with `CAI_FUNCTION_CHECK=1`: it says whether `Handle` has a shape it can call
     (its packages' `init` functions run too, so in the sandbox when there is one)."""
     try:
         out = await run_step([str(program)], "checking the compiled Go function", lambda _line: None,
-                             env={**env, "CAI_FUNCTION_CHECK": "1"}, timeout=CHECK_TIMEOUT_SECONDS, jail=jail)
+                             env=env, set_env={**(set_env or {}), "CAI_FUNCTION_CHECK": "1"},
+                             timeout=CHECK_TIMEOUT_SECONDS, jail=jail)
     except BuildError as exc:
         if "took longer than" in exc.message:
             raise BuildError(f"the compiled Go function did not start within {CHECK_TIMEOUT_SECONDS:g} s") from None

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -69,7 +68,8 @@ async def _ruby(code_dir: Path, emit: BuildLog, jail: StepJail | None) -> None:
         # Gems vendored with `bundle cache` install without a registry, as Bundler's own `--local` does.
         local = ["--local"] if (code_dir / "vendor" / "cache").is_dir() else []
         await run_step([bundle, "install", *local], "installing the Gemfile's gems (bundle install)", emit,
-                       cwd=code_dir, env={**os.environ, "BUNDLE_SILENCE_ROOT_WARNING": "1", **bundle_env(code_dir)}, jail=jail)
+                       cwd=code_dir, set_env={"BUNDLE_SILENCE_ROOT_WARNING": "1", **bundle_env(code_dir)},
+                       jail=jail)
 
 
 async def _node(code_dir: Path, emit: BuildLog, jail: StepJail | None) -> None:

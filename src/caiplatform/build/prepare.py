@@ -28,6 +28,7 @@ async def check_request(request: BuildRequest, registry_host: str, *, toolchains
     if not source.is_dir():
         raise BuildError(f"the source directory of {request.workload} is missing")
     await anyio.to_thread.run_sync(lambda: check_source(source, framework, request.runtime, toolchains=toolchains))
-    digest = await anyio.to_thread.run_sync(source_digest, source, framework, request.runtime)
+    digest = await anyio.to_thread.run_sync(lambda: source_digest(source, framework, request.runtime,
+                                                                 project=request.project_id))
     reference = image_reference(registry_host, request.project_short, request.workload, digest)
     return CheckedSource(source, framework, digest, reference)

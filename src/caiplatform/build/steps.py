@@ -19,11 +19,39 @@ from caiplatform.ports.builder import BuildError, BuildLog
 from caiplatform.sandbox import Confinement, Launch, Limits, Sandbox, SandboxUnavailable, sandbox_env
 
 STEP_TIMEOUT_SECONDS = 900.0
-# What a package manager or compiler needs of the server's environment; nothing else passes.
-PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
-                    "NODE_EXTRA_CA_CERTS", "PYTHONNOUSERSITE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
-                    "no_proxy")
-PASSED_PREFIXES = ("PIP_", "NPM_CONFIG_", "npm_config_", "GO", "CGO_", "BUNDLE_", "GEM_", "CAI_FUNCTION_CHECK")
+# The server's variables a build step gets, by name (no prefixes: `GO*` passed `GOOGLE_API_KEY`, `NPM_CONFIG_*`
+# passed `NPM_CONFIG__AUTHTOKEN`): the locale and `PATH`, proxies, CA files, and where packages come from.
+# A step runs the tenant's code (a `setup.py`, an npm script), so nothing that only authenticates passes; an
+# operator names more with `CAI_BUILD_PASS_ENV=NAME,NAME` (docs/sandbox.md). What the platform sets for a
+# step itself (`set_env` of `run_step`: Go's caches, Bundler's paths, `PIP_NO_INPUT`) is added on top.
+PASSED_VARIABLES = frozenset({
+    "PATH", "LANG", "LC_ALL", "TZ",
+    # proxies, in both spellings the tools read
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+    # CA files
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS",
+    "NPM_CONFIG_CAFILE", "npm_config_cafile",
+    # package indexes and module proxies
+    "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_FIND_LINKS",
+    "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_DEFAULT_INDEX",
+    "NPM_CONFIG_REGISTRY", "npm_config_registry",
+    "GOPROXY", "GONOPROXY", "GOSUMDB", "GONOSUMDB", "GOPRIVATE", "GOINSECURE",
+})
+PASS_ENV_SETTING = "CAI_BUILD_PASS_ENV"
+
+
+def passed_names(env: Mapping[str, str]) -> frozenset[str]:
+    """The named allowlist plus what the operator adds with `CAI_BUILD_PASS_ENV` (comma or space separated)."""
+    extra = env.get(PASS_ENV_SETTING, "").replace(",", " ").split()
+    return PASSED_VARIABLES | {name for name in extra if name != PASS_ENV_SETTING}
+
+
+def build_environment(env: Mapping[str, str], set_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What a sandboxed step gets: the server's variables the allowlist names, then the platform's own."""
+    names = passed_names(env)
+    return {**{k: v for k, v in env.items() if k in names}, **(set_env or {})}
+
+
 BUILD_LIMITS = Limits(memory_bytes=4 * 2**30, cpu_millis=2000, pids=1024)
 
 
@@ -38,9 +66,8 @@ class StepJail:
     def with_paths(self, *, read_only: tuple[Path, ...] = (), writable: tuple[Path, ...] = ()) -> StepJail:
         return replace(self, read_only=self.read_only + read_only, writable=self.writable + writable)
 
-    def environment(self, env: Mapping[str, str]) -> dict[str, str]:
-        passed = {k: v for k, v in env.items() if k in PASSED_VARIABLES or k.startswith(PASSED_PREFIXES)}
-        return sandbox_env(passed)
+    def environment(self, env: Mapping[str, str], set_env: Mapping[str, str] | None = None) -> dict[str, str]:
+        return sandbox_env(build_environment(env, set_env))
 
     def launch(self, argv: list[str], cwd: Path | None, what: str, env: Mapping[str, str] | None = None) -> Launch:
         """Hand the writable paths to the sandbox and wrap the step with its variables `env` (raises
@@ -71,15 +98,19 @@ async def run_step(
     *,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
+    set_env: Mapping[str, str] | None = None,
     timeout: float = STEP_TIMEOUT_SECONDS,
     jail: StepJail | None = None,
 ) -> str:
-    """Run a build step; its output goes to the build log and, on failure, into the `BuildError`."""
-    environment = dict(env) if env is not None else {**os.environ}
-    launch = Launch(list(argv), env=environment)
+    """Run a build step; its output goes to the build log and, on failure, into the `BuildError`.
+
+    `env` is the server's environment (`os.environ` when None), `set_env` what the platform sets for the
+    step. In the sandbox the step gets only the variables of `env` the allowlist names, then `set_env`, loaded
+    inside its sandbox (`launch.env` is then the launcher's fixed one)."""
+    base = env if env is not None else os.environ
+    launch = Launch(list(argv), env={**base, **(set_env or {})})
     if jail is not None and jail.sandbox.enabled:
-        # The step's variables are loaded inside its sandbox; `launch.env` is the launcher's fixed one.
-        launch = await asyncio.to_thread(jail.launch, list(argv), cwd, what, jail.environment(environment))
+        launch = await asyncio.to_thread(jail.launch, list(argv), cwd, what, jail.environment(base, set_env))
     try:
         return await _run(launch, what, emit, cwd, launch.env, timeout)
     finally:

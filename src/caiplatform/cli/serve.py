@@ -53,7 +53,8 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
         return 2
     apis = args.apis or APIS
     app = create_app(platform, apis=apis)
-    config = serving.uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level)
+    config = serving.uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                    forwarded_allow_ips=settings.cai_forwarded_allow_ips)
 
     class AnnouncingServer(uvicorn.Server):
         async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]

@@ -46,6 +46,20 @@ SQLITE_READ_WAIT = 0.002  # how long the loop lends its turn to the SQLite read 
 
 
 class Database:
+    #: How agents' secrets are sealed in this database (`caiplatform.secret_box.SecretBox`), set by the
+    #: platform that opens it; `seal_secret` / `open_secret` refuse to work without one.
+    secret_box: Any = None
+
+    def seal_secret(self, value: str) -> str:
+        if self.secret_box is None:
+            raise RuntimeError("this database has no secret box: the platform that opened it sets one")
+        return str(self.secret_box.seal(value))
+
+    def open_secret(self, stored: str) -> str:
+        if self.secret_box is None:
+            raise RuntimeError("this database has no secret box: the platform that opened it sets one")
+        return str(self.secret_box.open(stored))
+
     def __init__(self, url: str, *, echo: bool = False):
         self.url = normalize_url(url)
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
@@ -147,8 +161,9 @@ class Database:
         """`read_session_sync` off the event loop, on the read path's threads (see `read`)."""
         return await self._readers.call(self.read_session_sync, fn)
 
-    def migrate(self) -> None:
-        """Bring the schema to the newest Alembic revision."""
+    def migrate(self, **attributes: Any) -> None:
+        """Bring the schema to the newest Alembic revision. `attributes` reach the revisions through
+        `context.config.attributes` (the secret box that seals existing agent secrets)."""
         from alembic import command
         from alembic.config import Config
 
@@ -156,6 +171,7 @@ class Database:
         config.set_main_option("script_location", str(files("caiplatform.db") / "migrations"))
         with self.engine.begin() as connection:
             self.serialize_setup(connection)
+            config.attributes.update(attributes)
             config.attributes["connection"] = connection
             command.upgrade(config, "heads")  # every branch, so unrelinked area revisions all apply
 

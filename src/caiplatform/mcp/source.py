@@ -62,12 +62,15 @@ def canonical_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(({k: t.get(k) for k in keys} for t in tools), key=lambda t: t["name"])
 
 
-def image_digest(tools: list[dict[str, Any]]) -> str:
-    payload = json.dumps(canonical_tools(tools), sort_keys=True, separators=(",", ":")).encode()
+def image_digest(tools: list[dict[str, Any]], *, project: str) -> str:
+    """The tool set's content hash within its project: the same tools in another project are another
+    image (no project runs, or learns of, what another project published)."""
+    payload = json.dumps({"project": project, "tools": canonical_tools(tools)}, sort_keys=True,
+                         separators=(",", ":")).encode()
     return "sha256:" + hashlib.sha256(payload).hexdigest()
 
 
-def write_source_tree(root: Path, tools: list[dict[str, Any]]) -> None:
+def write_source_tree(root: Path, tools: list[dict[str, Any]], *, project: str) -> None:
     """The directory a tool set builds from: `tools/<name>.py` per tool plus a manifest.
 
     Only what the digest covers goes in, so the same tool set always makes the same tree (the server's
@@ -76,7 +79,7 @@ def write_source_tree(root: Path, tools: list[dict[str, Any]]) -> None:
     for tool in tools:
         (root / "tools" / f"{tool['name']}.py").write_text(tool["handler"])
     manifest = {
-        "digest": image_digest(tools),
+        "digest": image_digest(tools, project=project),
         "tools": [
             {"name": t["name"], "description": t.get("description") or None, "credential_keys": t.get("credential_keys") or []}
             for t in canonical_tools(tools)

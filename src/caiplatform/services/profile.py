@@ -39,7 +39,7 @@ class ProfileService:
 
     def model_key_sync(self, session: Session) -> str | None:
         row = session.get(PlatformSetting, MODEL_KEY_SETTING)
-        return row.value if row is not None and row.value else None
+        return self.db.open_secret(row.value) if row is not None and row.value else None
 
     async def model_key(self) -> str | None:
         """The platform-wide default model key, for deploys (platform-internal, no principal)."""
@@ -74,10 +74,11 @@ class ProfileService:
 
         def save(session: Session) -> None:
             row = session.get(PlatformSetting, MODEL_KEY_SETTING)
+            sealed = self.db.seal_secret(key)  # at rest like agents' secrets (caiplatform.secret_box)
             if row is None:
-                session.add(PlatformSetting(key=MODEL_KEY_SETTING, value=key))
+                session.add(PlatformSetting(key=MODEL_KEY_SETTING, value=sealed))
             else:
-                row.value = key
+                row.value = sealed
 
         await self.db.run(save)
         body_out = {

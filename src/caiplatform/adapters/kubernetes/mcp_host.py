@@ -105,8 +105,8 @@ class KnativeMcpHost(McpHost):
         repository = f"{builder.registry_host}/cai-{build.project_short}-mcp-{build.server}"
         with tempfile.TemporaryDirectory(prefix="cai-mcp-build-") as tmp:
             tree = Path(tmp) / "tree"
-            await asyncio.to_thread(write_source_tree, tree, build.tools)
-            digest = await asyncio.to_thread(source_digest, tree, MCP_FRAMEWORK)
+            await asyncio.to_thread(lambda: write_source_tree(tree, build.tools, project=build.project_id))
+            digest = await asyncio.to_thread(lambda: source_digest(tree, MCP_FRAMEWORK, project=build.project_id))
             try:
                 image = await builder.build_context(repository, digest, tree,
                                                     mcp_containerfile(builder.kube.settings.harness_image), MCP_FRAMEWORK)

@@ -7,8 +7,8 @@ Layout:
     images/<digest-hex>/bin/function  a Go function's compiled program (`caiplatform.build.languages`)
     images/<digest-hex>/image.json    framework, runtime, the environment it runs in, references
     images/envs/<requirements-hash>/  a Python environment with the image's requirements.txt installed
-    images/pip-cache/                 pip's download and wheel cache (a rebuild never downloads twice)
-    images/go-cache/                  Go's build cache when the platform's process has no home directory
+    images/pip-cache/<project>/       pip's download and wheel cache, one per project (a rebuild never downloads twice)
+    images/go-cache/<project>/        Go's build cache, one per project
 
 Environments are keyed by the hash of the requirements (plus the interpreter and the platform it
 sees), so images with the same requirements share one and a rebuild with unchanged requirements only
@@ -98,11 +98,11 @@ class LocalBuilder(Builder):
         async with self._lock(hexdigest):
             existing = self._load(hexdigest)
             if existing is not None:
-                emit(f"reusing image {digest} (the same source was built before)")
+                emit(f"reusing image {digest} (this project built the same source before)")
                 self._add_reference(hexdigest, reference)
                 return replace(self._image(existing, reference), reused=True)
             started = time.monotonic()
-            project = request.project_short if self.sandbox.enabled else ""
+            project = request.project_id  # environments and caches are never shared across projects
             env_key, requirements = await anyio.to_thread.run_sync(requirements_key, source, project)
             env_dir = await self._environment(env_key, requirements, source, emit, project)
             emit(f"copying the source into image {digest}")
@@ -142,8 +142,9 @@ class LocalBuilder(Builder):
         os.replace(staging, location)
 
     def _cache(self, name: str, project: str) -> Path:
-        """A package manager's cache, one per project in the sandbox (a build could poison it)."""
-        return self.root / name / project if project else self.root / name
+        """A package manager's cache, one per project (a build could poison it, or learn from it what
+        another project installed)."""
+        return self.root / name / project
 
     async def _environment(self, key: str, requirements: str, source: Path, emit: BuildLog, project: str) -> Path:
         """The environment for these requirements, created and installed once."""
@@ -213,7 +214,7 @@ class LocalBuilder(Builder):
 
     @staticmethod
     async def _run(argv: list[str], what: str, emit: BuildLog, cwd: Path | None = None, jail: StepJail | None = None) -> str:
-        return await run_step(argv, what, emit, cwd=cwd, env={**os.environ, "PIP_NO_INPUT": "1", "PYTHONNOUSERSITE": "1"},
+        return await run_step(argv, what, emit, cwd=cwd, set_env={"PIP_NO_INPUT": "1", "PYTHONNOUSERSITE": "1"},
                               jail=jail)
 
     # -- records ------------------------------------------------------------------------------------

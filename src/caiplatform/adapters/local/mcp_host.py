@@ -130,7 +130,7 @@ class LocalMcpHost(McpHost):
             problem = check_tool_source(tool["name"], tool["handler"])
             if problem:
                 raise McpBuildError(problem)
-        digest = image_digest(build.tools)
+        digest = image_digest(build.tools, project=build.project_id)
         image = McpImage(f"{self.registry_host}/cai-{build.project_short}-mcp-{build.server}@{digest}", digest)
         target = self.image_dir(digest)
         async with self._build_lock:
@@ -139,7 +139,7 @@ class LocalMcpHost(McpHost):
             self.images_dir.mkdir(parents=True, exist_ok=True)
             staging = self.images_dir / f".build-{secrets.token_hex(6)}"
             try:
-                write_source_tree(staging, build.tools)
+                write_source_tree(staging, build.tools, project=build.project_id)
                 self.sandbox.share(staging)  # the tool process reads it in its sandbox
                 await self._check_loads(staging)
                 os.replace(staging, target)  # atomic: a directory under its digest is always complete

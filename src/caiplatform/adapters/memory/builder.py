@@ -60,7 +60,7 @@ class InMemoryBuilder(Builder):
         source, framework, digest, reference = checked.source, checked.framework, checked.digest, checked.reference
         existing = self._images.get(digest)
         if existing is not None and Path(existing.location).is_dir():
-            emit(f"reusing image {digest} (the same source was built before)")
+            emit(f"reusing image {digest} (this project built the same source before)")
             image = replace(existing, reference=reference, reused=True)
         else:
             emit(f"checked {framework} source; copying it into image {digest}")

@@ -18,7 +18,7 @@ class InMemoryMcpHost(McpHost):
             if problem:
                 raise McpBuildError(problem)
         self.builds.append(build)
-        digest = image_digest(build.tools)
+        digest = image_digest(build.tools, project=build.project_id)
         return McpImage(f"{self.registry_host}/cai-{build.project_short}-mcp-{build.server}@{digest}", digest)
 
     async def serve(self, deployment: McpDeployment) -> str:

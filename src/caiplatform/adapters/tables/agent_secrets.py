@@ -38,7 +38,7 @@ class AgentSecretsOnTables(AgentSecrets):
             if session.get(Agent, agent.id) is None:
                 raise NotFound(unknown_agent(agent.name))
             for key, value in values.items():
-                session.merge(AgentSecret(agent_id=agent.id, key=key, value=value))
+                session.merge(AgentSecret(agent_id=agent.id, key=key, value=self.db.seal_secret(value)))
 
         await self.db.run(run)
 

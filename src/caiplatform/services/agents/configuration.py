@@ -97,7 +97,7 @@ class AgentConfiguration(AgentBuilds):
         def run(session: Session) -> None:
             session.execute(delete(AgentSecret).where(AgentSecret.agent_id == record.id))
             for key, value in values.items():
-                session.add(AgentSecret(agent_id=record.id, key=key, value=value))
+                session.add(AgentSecret(agent_id=record.id, key=key, value=self.db.seal_secret(value)))
             self.audit.record(session, record.project.id, principal, "agent.config", record.name, {"secrets_replaced": sorted(values)})
 
         await self.db.run(run)
@@ -115,7 +115,7 @@ class AgentConfiguration(AgentBuilds):
                 session.execute(delete(AgentSecret).where(AgentSecret.agent_id == record.id, AgentSecret.key.in_(drop)))
             for key, value in values.items():
                 if value != "":
-                    session.merge(AgentSecret(agent_id=record.id, key=key, value=value))
+                    session.merge(AgentSecret(agent_id=record.id, key=key, value=self.db.seal_secret(value)))
             session.flush()
             self.audit.record(session, record.project.id, principal, "agent.config", record.name,
                               {"secrets_set": sorted(k for k, v in values.items() if v), "secrets_remove": sorted(drop)})

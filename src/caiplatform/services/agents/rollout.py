@@ -189,13 +189,15 @@ class AgentRollout(AgentPublishing):
             labels={"cai.dev/agent": record.name, "cai.dev/reason": reason[:60]},
         )
 
-    @staticmethod
-    def _secret_values_sync(session: Session, agent_id: str) -> dict[str, str]:
-        """The agent's secret values, with the platform's default model key unless it has its own."""
-        values = {s.key: s.value for s in session.scalars(select(AgentSecret).where(AgentSecret.agent_id == agent_id))}
+    def _secret_values_sync(self, session: Session, agent_id: str) -> dict[str, str]:
+        """The agent's secret values (opened: they are sealed in the database), with the platform's default
+        model key unless it has its own."""
+        values = {s.key: self.db.open_secret(s.value)
+                  for s in session.scalars(select(AgentSecret).where(AgentSecret.agent_id == agent_id))}
         platform_key = session.get(PlatformSetting, PLATFORM_MODEL_KEY_SETTING)
         if "MODEL_API_KEY" not in values and platform_key is not None and platform_key.value:
-            values = {"MODEL_API_KEY": platform_key.value, **values}  # the platform default, set by an admin
+            # the platform default, set by an admin (sealed like agents' secrets)
+            values = {"MODEL_API_KEY": self.db.open_secret(platform_key.value), **values}
         return values
 
     @staticmethod

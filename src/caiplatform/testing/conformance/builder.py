@@ -31,6 +31,7 @@ __all__ = [
     "test_every_framework_builds",
     "test_same_source_reuses_the_image",
     "test_same_source_for_another_workload_has_the_same_digest",
+    "test_same_source_in_another_project_is_another_image",
     "test_changed_source_changes_the_digest",
     "test_image_is_a_copy_of_the_source",
     "test_missing_entry_file_fails",
@@ -123,15 +124,29 @@ async def test_same_source_reuses_the_image(builder: Builder, tmp_path: Path):
 
 
 async def test_same_source_for_another_workload_has_the_same_digest(builder: Builder, tmp_path: Path):
-    first = await builder.build(request_for(tree(tmp_path)))
-    other = await builder.build(request_for(tree(tmp_path)))
+    request = request_for(tree(tmp_path))
+    first = await builder.build(request)
+    other = await builder.build(request_for(tree(tmp_path), project=request.project_id))
     assert other.digest == first.digest and other.reference != first.reference
 
 
-async def test_changed_source_changes_the_digest(builder: Builder, tmp_path: Path):
+async def test_same_source_in_another_project_is_another_image(builder: Builder, tmp_path: Path):
+    """Issue 34: the project is part of the image key; another project's build of the same source
+    neither reuses nor shares the image (a build runs the tenant's code)."""
     first = await builder.build(request_for(tree(tmp_path)))
-    changed = await builder.build(request_for(tree(tmp_path, {**sources.LANGGRAPH, "notes.txt": "v2"})))
-    as_function = await builder.build(request_for(tree(tmp_path, {**sources.LANGGRAPH, **sources.FUNCTION}), "function"))
+    lines: list[str] = []
+    other = await builder.build(request_for(tree(tmp_path)), lines.append)
+    assert other.digest != first.digest and not other.reused
+    assert other.location != first.location or not first.location
+    assert not any("reus" in line for line in lines), lines
+
+
+async def test_changed_source_changes_the_digest(builder: Builder, tmp_path: Path):
+    project = str(uuid.uuid4())  # one project: only the source and the framework differ
+    first = await builder.build(request_for(tree(tmp_path), project=project))
+    changed = await builder.build(request_for(tree(tmp_path, {**sources.LANGGRAPH, "notes.txt": "v2"}), project=project))
+    as_function = await builder.build(request_for(tree(tmp_path, {**sources.LANGGRAPH, **sources.FUNCTION}), "function",
+                                                  project=project))
     assert len({first.digest, changed.digest, as_function.digest}) == 3
     assert not changed.reused
 
@@ -311,14 +326,15 @@ async def test_node_dependencies_are_installed(builder: Builder, tmp_path: Path)
 @notimpl(["kubernetes-cluster"], reason="a cluster's image lives in its registry; CAI_CODE_DIR is a path inside the image, not on the test's disk")
 @notimpl(["kubernetes"], reason="a cluster's image lives in its registry; CAI_CODE_DIR is a path inside the image, not on the platform's disk")
 async def test_resolve_and_remove(builder: Builder, tmp_path: Path):
-    image = await builder.build(request_for(tree(tmp_path)))
+    request = request_for(tree(tmp_path))
+    image = await builder.build(request)
     resolved = await builder.resolve(image.reference)
     assert resolved is not None and resolved.digest == image.digest and resolved.env == image.env
     assert await builder.resolve(image.reference.replace(image.digest, "sha256:" + "0" * 64)) is None
     await builder.remove(image.reference)
     assert await builder.resolve(image.reference) is None
     await builder.remove(image.reference)  # idempotent
-    rebuilt = await builder.build(request_for(tree(tmp_path)))
+    rebuilt = await builder.build(request_for(tree(tmp_path), project=request.project_id))
     assert rebuilt.digest == image.digest and Path(rebuilt.env["CAI_CODE_DIR"]).is_dir()
 
 

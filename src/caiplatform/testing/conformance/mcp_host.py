@@ -6,6 +6,8 @@ serve nothing real mark the serving tests `notimpl`.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import httpx
 import pytest
 
@@ -48,12 +50,15 @@ async def test_the_same_tool_set_builds_to_the_same_digest(mcp_host: McpHost):
     assert first == again and first.digest.startswith("sha256:")
     other = await mcp_host.build(a_build(3, tool_set(echo=ECHO, other=ECHO.replace("def echo", "def other"))))
     assert other.digest != first.digest
+    elsewhere = await mcp_host.build(replace(a_build(1), project_id="project-2", project_short="short2",
+                                             namespace="cai-p-short2"))
+    assert elsewhere.digest != first.digest  # another project's same tool set is another image
 
 
 @notimpl(["kubernetes", "kubernetes-cluster"],
          reason="a cluster's image is named by the digest its registry gave the pushed image, not by the tool set's hash")
 async def test_the_digest_is_the_tool_sets_content_hash(mcp_host: McpHost):
-    assert (await mcp_host.build(a_build(1))).digest == image_digest(tool_set(echo=ECHO))
+    assert (await mcp_host.build(a_build(1))).digest == image_digest(tool_set(echo=ECHO), project="project-1")
 
 
 async def test_the_image_names_registry_project_and_server(mcp_host: McpHost):
