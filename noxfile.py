@@ -32,7 +32,7 @@ def start_engines(session: nox.Session) -> None:
         if script.exists():
             session.run("bash", str(script), external=True)
     session.run("bash", str(ROOT / "backends" / "toolchains" / "install.sh"), external=True)
-    session.run("bash", str(ROOT / "backends" / "toolchains" / "sandbox.sh"), external=True)
+    session.run("bash", str(ROOT / "backends" / "toolchains" / "sandbox.sh"), "--tests", external=True)
 
 
 @contextlib.contextmanager

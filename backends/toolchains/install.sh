@@ -2,21 +2,21 @@
 # Install the toolchains that functions in other languages need on the machine that builds and runs
 # them: Go (`go`) for function-go, Ruby (`ruby`, with Bundler's `bundle` for a Gemfile) for
 # function-ruby, Node.js (`node`, `npm`) for function-nodejs; the browser the chat widget's tests
-# drive (`chromium`, through Playwright's executable_path: nothing is downloaded at test time); and the
-# sandbox's per-workload network: `pasta` (Debian's passt) and `nft` (nftables).
+# drive (`chromium`, through Playwright's executable_path: nothing is downloaded at test time). What the
+# workload sandbox itself needs is `sandbox.sh`'s.
 # Idempotent: does nothing when all are there. Installs the missing ones from Debian's packages when
 # apt-get can (as root or with sudo -n); otherwise names the packages and fails, because the tests run
 # these functions and this browser for real.
 set -euo pipefail
 
 declare -A PACKAGE=([go]=golang-go [ruby]=ruby [bundle]=ruby-bundler [gem]=ruby [node]=nodejs [npm]=npm
-                   [chromium]=chromium [pasta]=passt [nft]=nftables)
+                   [chromium]=chromium)
 missing=()
-for tool in go ruby bundle gem node npm chromium pasta nft; do
+for tool in go ruby bundle gem node npm chromium; do
   command -v "$tool" >/dev/null || missing+=("${PACKAGE[$tool]}")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "toolchains: go, ruby, bundle, node, npm, chromium, pasta and nft are installed"
+  echo "toolchains: go, ruby, bundle, node, npm and chromium are installed"
   exit 0
 fi
 mapfile -t packages < <(printf '%s\n' "${missing[@]}" | sort -u)

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Install what the workload sandbox and its tests need beyond Python packages: the system's libseccomp
-# (`libseccomp.so.2`, loaded by the `pyseccomp` binding to compile the syscall filter) and a C compiler
-# (the sandbox tests build an LD_PRELOAD library). Idempotent; installs from Debian's packages when apt-get
-# can (as root or with sudo -n), otherwise names the packages and fails.
+# Install what the workload sandbox needs beyond Python packages (docs/sandbox.md): the system's libseccomp
+# (`libseccomp.so.2`, loaded by the `pyseccomp` binding to compile the syscall filter), and for each
+# workload's own network `pasta` (Debian's passt), `nft` (nftables) and `nsenter` (util-linux); with
+# `--tests`, also a C compiler (the sandbox tests build an LD_PRELOAD library). Idempotent; installs from
+# Debian's packages when apt-get can (as root or with sudo -n), otherwise names the packages and fails.
 set -euo pipefail
 
 missing=()
 ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 ' || missing+=(libseccomp2)
-command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+command -v pasta >/dev/null || missing+=(passt)
+command -v nft >/dev/null || missing+=(nftables)
+command -v nsenter >/dev/null || missing+=(util-linux)
+if [ "${1:-}" = "--tests" ]; then
+  command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "sandbox: libseccomp and gcc are installed"
+  echo "sandbox: libseccomp, pasta, nft and nsenter are installed"
   exit 0
 fi
 if [ "$(id -u)" -eq 0 ]; then
