@@ -158,6 +158,6 @@ async def test_a_guarded_helper_import_loads_in_the_build(host):
     guarded = ("try:\n    from caiplatform.mcp import tool\nexcept ImportError:\n    from cai_mcp import tool\n\n"
                "@tool\ndef add(a: int) -> int:\n    return a\n")
     image = await host.build(build_of(1, tools(add=guarded)))
-    assert image.digest == image_digest(tools(add=guarded)) and host.builds == 1
+    assert image.digest == image_digest(tools(add=guarded), project="p-1") and host.builds == 1
     with pytest.raises(McpBuildError, match="the tools do not load: ModuleNotFoundError"):
         await host.build(build_of(2, tools(add=guarded.replace("caiplatform.mcp", "cai_mcp_absent"))))
