@@ -611,8 +611,16 @@ class Platform:
             forget_bindings=lambda agent_id: self.secrets.forget_agent(agent_id),
             forget_memory=lambda target: self.invoke.forget_agent(target),
             public_upstream=lambda target: self.invoke.public_upstream(target),
-            authenticate=self.auth.authenticate, quota=self.service_quota,
+            authenticate=self.auth.authenticate, quota=self.service_quota, session_access=self._session_access(),
         )
+
+    def _session_access(self) -> Any:
+        """Server mode: agents' session users on the platform's Valkey (never its own URL in a workload)."""
+        if not self.settings.redis_url:
+            return None
+        from caiplatform.adapters.redis.session_access import SessionAccess
+
+        return SessionAccess(self.settings.redis_url, self.session_key + b"/valkey-session-users")
 
     @cached_property
     def service_quota(self) -> Any:

@@ -78,6 +78,8 @@ class AgentFollower(PeriodicWork):
     async def _serve(self, record: AgentRecord, revision: str, generation: int, values: dict[str, str],
                      workload_key: str | None) -> None:
         svc = self.agents
+        # Its Valkey user (server mode), also for instances this replica starts again after a restart.
+        await svc.ensure_session_user(record)
         # A cluster is every replica's runtime: the replica that rolled the revision applied it for all.
         status = None if svc.runtime.shared else await svc.runtime.status(record.workload)
         if not svc.runtime.shared and (status is None or revision not in {r.name for r in status.revisions}):

@@ -79,6 +79,7 @@ class AgentBase:
         public_upstream: Callable[[InvokeTarget], Any] | None = None,
         authenticate: Callable[[str], Awaitable[Principal]] | None = None,
         quota: ServiceQuota | None = None,
+        session_access: Any = None,
     ):
         self.db = db
         self.access = access
@@ -98,6 +99,9 @@ class AgentBase:
         self.public_upstream = public_upstream
         # How a published `apikey` address checks the key it is shown (the platform's own keys).
         self.authenticate = authenticate
+        # Server mode: each agent's own Valkey user for its sessions (`adapters/redis/session_access.py`);
+        # None: sessions are in a file of the agent's own, or in memory.
+        self.session_access = session_access
         self._tasks: dict[str, set[asyncio.Task[Any]]] = {}
         self._roll_locks: dict[str, asyncio.Lock] = {}
         # The project services quota, shared with the serverless area (the platform passes one object).

@@ -73,6 +73,8 @@ class AgentRollout(AgentPublishing):
 
     def _session_store(self, record: AgentRecord) -> str:
         if self.settings.redis_url:
+            if self.session_access is not None:
+                return str(self.session_access.store_url(record.project.id, record.name))
             return self.settings.redis_url
         directory = self._session_dir(record)
         if directory is None:
@@ -84,7 +86,6 @@ class AgentRollout(AgentPublishing):
         env.update({
             "AGENT_NAME": record.name,
             "AGENT_IMAGE": record.image,
-            "CAI_SESSION_STORE": self._session_store(record),
             "CAI_API_URL": self.settings.base_url or "",
             "CAI_PROJECT_ID": record.project.id,
             # The code sandbox, reached with the agent's own workload key (docs/codesandbox.md).
@@ -96,6 +97,9 @@ class AgentRollout(AgentPublishing):
             if value:
                 env[key] = value
         secret_env: dict[str, str] = {}
+        store = self._session_store(record)
+        # A Valkey URL carries the agent's own user and password: a secret, like the others.
+        (secret_env if "@" in store else env)["CAI_SESSION_STORE"] = store
         if self.settings.model_api_key:
             secret_env["MODEL_API_KEY"] = self.settings.model_api_key
         if workload_key:
@@ -153,6 +157,7 @@ class AgentRollout(AgentPublishing):
                 self._unpublish(record)
                 return True
             spec = self.revision_spec(record, revision, generation, values, workload_key, reason)
+            await self.ensure_session_user(record)
             # A first route counts against the project's services quota: check and apply in one turn
             # per project, so two new agents cannot both take the last place.
             try:
@@ -175,6 +180,11 @@ class AgentRollout(AgentPublishing):
         if watch:
             self._spawn(agent_id, self._watch_latest(agent_id))
         return True
+
+    async def ensure_session_user(self, record: AgentRecord) -> None:
+        """Server mode: the agent's Valkey user exists before an instance signs in with it."""
+        if self.session_access is not None:
+            await self.session_access.ensure(record.project.id, record.name)
 
     def revision_spec(self, record: AgentRecord, revision: str, generation: int, values: dict[str, str],
                       workload_key: str | None, reason: str) -> RevisionSpec:
