@@ -21,7 +21,6 @@ from pathlib import Path
 
 from caiplatform.adapters.local.builder import READY_MARKER, LocalBuilder, requirements_key
 from caiplatform.ports.builder import BuildRequest, Image
-from caiplatform.sandbox import shared_sandbox
 from tests.cache_support import shared_cache_dir
 
 # Pinned so the cached environment is what the tests describe (a new crewai release is a new environment).
@@ -48,16 +47,15 @@ def environment_of(image: Image) -> Path:
     return Path(image.command[0]).parent.parent
 
 
-def seed_environment(env: Path, data_dir: Path, source: Path, project_short: str) -> Path:
+def seed_environment(env: Path, data_dir: Path, source: Path, project_id: str) -> Path:
     """Place a copy of the installed environment `env` where a `caiplatform serve` on `data_dir` (on this
     interpreter and checkout) will look for the environment of `source`'s requirements in the project
-    `project_short`, with its ready marker; return that path.
+    `project_id`, with its ready marker; return that path.
 
     Files are hard-linked (no 800 MB copy) when the two trees share a file system, except what the builder
     rewrites when an environment moves (the scripts naming their interpreter, `pyvenv.cfg`): those are
     fresh files, so neither side can change the other's through a shared inode."""
-    project = project_short if shared_sandbox().enabled else ""  # as `LocalBuilder.build` keys it
-    key, requirements = requirements_key(source, project)
+    key, requirements = requirements_key(source, project_id)  # as `LocalBuilder.build` keys it
     target = LocalBuilder(data_dir).envs / key
     assert (env / READY_MARKER).read_text() == requirements, "the cached environment has other requirements"
     staging = target.with_name(f"{key}.seeding")

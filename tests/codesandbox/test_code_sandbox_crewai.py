@@ -88,7 +88,7 @@ def server(tmp_path_factory, model):
     http = httpx.Client(base_url=running.base_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
     projects = http.get("/v1/projects").json()["projects"]
     default = next(p for p in projects if p["slug"] == "default")
-    seeded = seed_environment(cached, data_dir, source, default["short"])
+    seeded = seed_environment(cached, data_dir, source, default["id"])
     assert (EXAMPLES / "crewai-code" / "requirements.txt").read_text() == REQUIREMENTS  # the same environment
     for name, code in (("crew", tarball(CREW)), ("coder", example_tarball("crewai-code"))):
         response = http.post("/v1/agents", params={"project": "default"}, data={"name": name, "framework": "crewai"},
