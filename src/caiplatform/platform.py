@@ -468,6 +468,9 @@ class Platform:
         # Memory stores: a platform restart restarts every recorded instance with its data.
         await self.memorystores.provisioner.start()
         self._closers.append(self.memorystores.provisioner.close)
+        # Server mode: every agent's Valkey user for its sessions, before any instance signs in with it (a
+        # Valkey without persistence that restarted lost them).
+        await self.agents.ensure_session_users()
         # Workloads: a restart serves the recorded revisions again (min_scale instances come back warm).
         await self.runtime.start()
         self.agents.locks = self.work_locks

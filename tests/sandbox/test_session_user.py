@@ -94,3 +94,40 @@ async def test_a_revision_carries_the_agents_own_user_never_the_platforms_url(re
     store = secret_env["CAI_SESSION_STORE"]
     assert store.startswith("redis://cai-sessions-p-1-helper:") and "s3cret" not in store
     assert "CAI_SESSION_STORE" in env["CAI_SECRET_NAMES"].split(",")
+
+
+async def test_a_start_makes_every_agents_user_again(redis_url):
+    """A Valkey without persistence that restarted has lost the users: the platform's start makes them again
+    for every agent it has."""
+    from sqlalchemy import text
+
+    from caiplatform import Platform, Settings
+
+    settings = Settings(CAI_ADMIN_EMAIL="admin@example.com", CAI_ADMIN_PASSWORD="correct horse battery",
+                        CAI_REDIS_URL=redis_url)  # type: ignore[call-arg]
+    admin = aioredis.from_url(redis_url, decode_responses=True)
+    async with Platform.in_memory(settings) as platform:
+        project = str(uuid.uuid4())
+
+        def seed(session) -> None:
+            session.execute(text("INSERT INTO orgs (id, slug, name, created_at) VALUES ('o-su', 'o-su', 'o', '2026-01-01')"))
+            session.execute(text("INSERT INTO projects (id, org_id, slug, name, short, created_at, settings)"
+                                 " VALUES (:p, 'o-su', 'p-su', 'p', 'psu00001', '2026-01-01', '{}')"), {"p": project})
+            session.execute(text(
+                "INSERT INTO agents (id, project_id, name, kind, framework, owner_email, state, message, image,"
+                " latest_revision, generation, env, config, external_url, created_at, updated_at) VALUES ('a-su', :p,"
+                " 'helper', 'agent', 'langgraph', '', 'ready', '', '', '', 0, '{}', '{}', '', '2026-01-01',"
+                " '2026-01-01')"), {"p": project})
+
+        await platform.db.run(seed)
+        access = platform.agents.session_access
+        user = access.username(project, "helper")
+        await admin.execute_command("ACL", "DELUSER", user)  # as after a restart of a Valkey without persistence
+        access._ensured.clear()
+        try:
+            await platform.agents.ensure_session_users()
+            rules = await admin.execute_command("ACL", "GETUSER", user)
+            assert rules, "the start did not make the agent's user"
+        finally:
+            await admin.execute_command("ACL", "DELUSER", user)
+            await admin.aclose()

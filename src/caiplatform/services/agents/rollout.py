@@ -181,6 +181,17 @@ class AgentRollout(AgentPublishing):
             self._spawn(agent_id, self._watch_latest(agent_id))
         return True
 
+    async def ensure_session_users(self) -> None:
+        """Every agent's Valkey user (server mode), at start."""
+        if self.session_access is None:
+            return
+
+        def read(session: Session) -> list[tuple[str, str]]:
+            return [(a.project_id, a.name) for a in session.scalars(select(Agent))]
+
+        for project_id, name in await self.db.run(read):
+            await self.session_access.ensure(project_id, name)
+
     async def ensure_session_user(self, record: AgentRecord) -> None:
         """Server mode: the agent's Valkey user exists before an instance signs in with it."""
         if self.session_access is not None:
