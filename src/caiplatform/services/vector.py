@@ -41,6 +41,8 @@ from caiplatform.domain.vector import (
     State,
     collection_name,
     collection_prefix,
+    engine_settings_json,
+    engine_settings_of,
     is_index_name,
     parse_query,
     parse_upsert,
@@ -108,6 +110,7 @@ class _Record:
 
     @classmethod
     def of(cls, row: VectorIndex, short: str) -> _Record:
+        hnsw, indexing_threshold = engine_settings_of(row.engine_settings)
         spec = IndexSpec(
             name=row.name,
             dimensions=row.dimensions,
@@ -117,6 +120,8 @@ class _Record:
             quantization=quantization_of(row.quantization),
             shards=row.shards,
             replicas=row.replicas,
+            hnsw=hnsw,
+            indexing_threshold=indexing_threshold,
         )
         return cls(row.id, row.project_id, short, spec, row.collection, row.state, row.message, row.created_at)
 
@@ -332,6 +337,7 @@ class IndexService:
                 quantization=quantization_json(spec.quantization),
                 shards=spec.shards,
                 replicas=spec.replicas,
+                engine_settings=engine_settings_json(spec) or None,
                 state=State.PENDING,
                 message="the collection is being created",
                 created_at=now,
@@ -468,6 +474,7 @@ class IndexService:
                 with_vector=request.with_vector,
                 score_threshold=request.score_threshold,
                 offset=request.offset,
+                params=request.params,
             )
         )
         # The engine's answer is the platform's own: built without re-validating every coordinate.
