@@ -158,7 +158,7 @@ def _deeper_than(value: Any, limit: int) -> bool:
         if depth > limit:
             return True
         children = container.values() if isinstance(container, dict) else container
-        if not _CONTAINERS.isdisjoint(set(map(type, children))):
+        if not _CONTAINERS.isdisjoint(map(type, children)):  # stops at the first container, builds no set
             stack.extend((child, depth + 1) for child in children if type(child) in _CONTAINERS)
     return False
 

@@ -148,9 +148,9 @@ async def index_data_verb(
     platform: Platform = Depends(platform_of),
 ) -> JSONResponse:
     index_name, _, verb = name.partition(":")
-    await platform.indexes.require_member(principal, project_id)
+    member_of = await platform.indexes.require_member(principal, project_id)
     body = data_request(verb or None, await _data_body(request, _body_limit(platform)))
-    return reply(await platform.indexes.data(principal, project_id, index_name, body))
+    return reply(await platform.indexes.data(principal, project_id, index_name, body, member_of=member_of))
 
 
 @router.get("/v1/projects/{project_id}/vectordb/credentials", summary="The direct engine credential (admin)",
