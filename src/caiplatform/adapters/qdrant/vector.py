@@ -216,8 +216,10 @@ class QdrantVectorEngine(VectorEngine):
         params: SearchParams | None = None,
     ) -> list[ScoredPoint]:
         query_filter = parse_filter(filter)
-        # passed through unchanged: the server's defaults apply to what the caller did not set
-        search_params = None if params is None else models.SearchParams(hnsw_ef=params.hnsw_ef, exact=params.exact)
+        # Passed through unchanged: the server's defaults apply to what the caller did not set. Local mode
+        # always searches exactly and warns on every query that has them, so it gets none.
+        search_params = None if params is None or self.path is not None else models.SearchParams(
+            hnsw_ef=params.hnsw_ef, exact=params.exact)
         dense = [float(x) for x in vector]
 
         def search(client: QdrantClient) -> list[ScoredPoint]:
