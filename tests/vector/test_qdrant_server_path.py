@@ -14,7 +14,14 @@ from qdrant_client.http import models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
 from caiplatform.adapters.qdrant.vector import QdrantUnavailable, QdrantVectorEngine
-from caiplatform.ports.vector import CollectionConfig, Point, Quantization, VectorEngineRejected
+from caiplatform.ports.vector import (
+    CollectionConfig,
+    HnswConfig,
+    Point,
+    Quantization,
+    SearchParams,
+    VectorEngineRejected,
+)
 from caiplatform.testing.qdrant_rest import QdrantRestFake
 
 MASTER_KEY = "engine-master-key-of-at-least-32-bytes"
@@ -189,3 +196,51 @@ async def test_the_per_project_token_reaches_only_its_collections(settings, cloc
     finally:
         await anyio.to_thread.run_sync(fake.shutdown)
         await platform.aclose()
+
+
+async def test_search_knobs_pass_through_unchanged(served):
+    """`hnsw_config`, `indexing_threshold` and a query's `params` reach the server as Qdrant's own fields;
+    what the caller did not set is not sent, so the server's defaults apply."""
+    fake, engine = served
+    await engine.create_collection("knobs", CollectionConfig(
+        dimensions=3, hnsw=HnswConfig(m=8, ef_construct=64, full_scan_threshold=20), indexing_threshold=500))
+    create = json.loads(json.dumps(sent(fake, "PUT", "/collections/knobs")))
+    assert create["hnsw_config"] == {"m": 8, "ef_construct": 64, "full_scan_threshold": 20}
+    assert create["optimizers_config"] == {"indexing_threshold": 500}
+    await engine.create_collection("plain", CollectionConfig(dimensions=3))
+    plain = sent(fake, "PUT", "/collections/plain")
+    assert "hnsw_config" not in plain and "optimizers_config" not in plain
+
+    await engine.upsert("knobs", [Point(1, [1, 0, 0])])
+    await engine.query("knobs", [1, 0, 0], params=SearchParams(hnsw_ef=256, exact=True))
+    assert sent(fake, "POST", "/points/query")["params"] == {"hnsw_ef": 256, "exact": True}
+    await engine.query("knobs", [1, 0, 0])
+    assert "params" not in sent(fake, "POST", "/points/query")
+
+
+@pytest.mark.parametrize(("path", "body", "message"), [
+    ("/collections/bad", {"vectors": {"size": 3, "distance": "Cosine"}, "hnsw_config": {"ef_construct": 3}},
+     "Validation error in JSON body: [hnsw_config.ef_construct: value 3 invalid, must be 4 or larger]"),
+    ("/collections/bad", {"vectors": {"size": 3, "distance": "Cosine"}, "hnsw_config": {"full_scan_threshold": 9}},
+     "Validation error in JSON body: [hnsw_config.full_scan_threshold: value 9 invalid, must be 10 or larger]"),
+    ("/collections/bad", {"vectors": {"size": 3, "distance": "Cosine"}, "hnsw_config": {"m": -1}},
+     "Format error in JSON body: hnsw_config.m: invalid value: integer `-1`, expected usize"),
+    ("/collections/bad", {"vectors": {"size": 3, "distance": "Cosine"}, "optimizers_config": {"indexing_threshold": -5}},
+     "Format error in JSON body: optimizers_config.indexing_threshold: invalid value: integer `-5`, expected usize"),
+])
+async def test_the_fake_refuses_what_qdrant_refuses_on_create(served, path, body, message):
+    """Qdrant's bounds (its REST schema and validators: `hnsw_ef` >= 1, `ef_construct` >= 4,
+    `full_scan_threshold` >= 10, the rest unsigned), in Qdrant's words."""
+    fake, _engine = served
+    answer = await anyio.to_thread.run_sync(lambda: httpx.Client(transport=fake).put(
+        f"https://qdrant.test:6333{path}", json=body, headers={"api-key": MASTER_KEY}))
+    assert answer.status_code == 400 and answer.json()["status"]["error"] == message
+
+
+async def test_the_fake_refuses_a_beam_of_zero(served):
+    fake, engine = served
+    await engine.create_collection("beam", CollectionConfig(dimensions=2))
+    with pytest.raises(VectorEngineRejected, match=r"params\.hnsw_ef: value 0 invalid, must be 1 or larger"):
+        await engine.query("beam", [1, 0], params=SearchParams(hnsw_ef=0))
+    # accepted at Qdrant's lower bound
+    assert await engine.query("beam", [1, 0], params=SearchParams(hnsw_ef=1)) == []

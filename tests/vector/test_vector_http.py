@@ -487,3 +487,72 @@ async def test_direct_credential_with_access_control(settings, clock, project_of
         assert "engine-master-key-of-at-least-32-bytes" not in str(body)
     finally:
         await platform.aclose()
+
+
+# ------------------------------------------------------------------------------------------- Qdrant's knobs
+
+
+async def test_create_with_qdrant_index_settings(http, platform, project):
+    created = await make_index(http, project, "tuned", dimensions=4,
+                               hnsw_config={"m": 8, "ef_construct": 64, "full_scan_threshold": 100},
+                               indexing_threshold=0)
+    assert created["hnsw_config"] == {"m": 8, "ef_construct": 64, "full_scan_threshold": 100}
+    assert created["indexing_threshold"] == 0
+    got = (await http.get(f"{base(project.id)}/tuned", headers=project.member)).json()
+    assert (got["hnsw_config"], got["indexing_threshold"]) == (created["hnsw_config"], 0)
+    # Qdrant's spelling of the threshold; unset fields are not reported
+    other = await make_index(http, project, "qdrant-spelling", dimensions=4, optimizers_config={"indexing_threshold": 50})
+    assert other["indexing_threshold"] == 50 and "hnsw_config" not in other
+    plain = await make_index(http, project, "plain", dimensions=4)
+    assert "hnsw_config" not in plain and "indexing_threshold" not in plain
+    # the engine's collection was created with them
+    record = platform.indexes.engine._collections[created["collection"]].config
+    assert (record.hnsw.m, record.hnsw.ef_construct, record.indexing_threshold) == (8, 64, 0)
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"hnsw_config": []}, "hnsw_config must be a JSON object"),
+    ({"hnsw_config": {"M": 8}}, "hnsw_config.M is not supported; the supported fields are m, ef_construct and "
+                                "full_scan_threshold"),
+    ({"hnsw_config": {"m": -1}}, f"hnsw_config.m must be an integer between 0 and {rules.MAX_HNSW_M}"),
+    ({"hnsw_config": {"m": 8.5}}, f"hnsw_config.m must be an integer between 0 and {rules.MAX_HNSW_M}"),
+    ({"hnsw_config": {"m": True}}, f"hnsw_config.m must be an integer between 0 and {rules.MAX_HNSW_M}"),
+    ({"hnsw_config": {"ef_construct": 3}},
+     f"hnsw_config.ef_construct must be an integer between 4 and {rules.MAX_EF_CONSTRUCT}"),
+    ({"hnsw_config": {"full_scan_threshold": 9}},
+     f"hnsw_config.full_scan_threshold must be an integer between 10 and {rules.MAX_THRESHOLD_KB}"),
+    ({"indexing_threshold": -1}, f"indexing_threshold must be an integer between 0 and {rules.MAX_THRESHOLD_KB}"),
+    ({"indexing_threshold": "20000"}, f"indexing_threshold must be an integer between 0 and {rules.MAX_THRESHOLD_KB}"),
+    ({"optimizers_config": {"deleted_threshold": 0.2}},
+     "optimizers_config.deleted_threshold is not supported; the supported fields are indexing_threshold"),
+    ({"optimizers_config": {"indexing_threshold": 5}, "indexing_threshold": 5},
+     "send indexing_threshold or optimizers_config.indexing_threshold, not both"),
+])
+async def test_create_refuses_bad_index_settings(http, project, body, message):
+    r = await http.post(base(project.id), headers=project.member, json={"name": "docs", "dimensions": 4, **body})
+    assert r.status_code == 400 and error(r) == message
+
+
+async def test_index_settings_are_immutable(http, project):
+    await ready_index(http, project, dimensions=4)
+    r = await http.patch(f"{base(project.id)}/docs", headers=project.admin, json={"hnsw_config": {"m": 4}})
+    assert r.status_code == 400 and error(r).startswith("hnsw_config is immutable")
+
+
+async def test_query_search_params(http, project, on_engine):
+    await ready_index(http, project, dimensions=2, distance="dot")
+    await verb(http, project, "docs", "upsert", {"points": [{"id": 1, "vector": [1, 0]}, {"id": 2, "vector": [0, 1]}]})
+    for params in ({"exact": True}, {"hnsw_ef": 1}, {"hnsw_ef": rules.MAX_HNSW_EF, "exact": False}, {}):
+        r = await verb(http, project, "docs", "query", {"vector": [1, 0.1], "top_k": 1, "params": params})
+        assert r.status_code == 200 and [h["id"] for h in r.json()["results"]] == [1], r.text
+    for params, message in [
+        ([], "params must be a JSON object"),
+        ({"hnsw_ef": 0}, f"params.hnsw_ef must be an integer between 1 and {rules.MAX_HNSW_EF}"),
+        ({"hnsw_ef": rules.MAX_HNSW_EF + 1}, f"params.hnsw_ef must be an integer between 1 and {rules.MAX_HNSW_EF}"),
+        ({"hnsw_ef": "64"}, f"params.hnsw_ef must be an integer between 1 and {rules.MAX_HNSW_EF}"),
+        ({"exact": "yes"}, "params.exact must be true or false"),
+        ({"quantization": {"rescore": True}}, "params.quantization is not supported; the supported fields are "
+                                              "hnsw_ef and exact"),
+    ]:
+        r = await verb(http, project, "docs", "query", {"vector": [1, 0], "params": params})
+        assert r.status_code == 400 and error(r) == message, (params, r.text)

@@ -20,7 +20,15 @@ import numpy as np
 from caiplatform.clock import rfc3339
 from caiplatform.domain.vector_filter import has_conditions
 from caiplatform.errors import BadRequest
-from caiplatform.ports.vector import CollectionConfig, CollectionInfo, Point, PointId, Quantization
+from caiplatform.ports.vector import (
+    CollectionConfig,
+    CollectionInfo,
+    HnswConfig,
+    Point,
+    PointId,
+    Quantization,
+    SearchParams,
+)
 
 NAME_MAX = 48
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
@@ -39,7 +47,8 @@ MAX_CREDENTIAL_COLLECTIONS = 256
 MAX_BODY_BYTES = 32 * 1024 * 1024
 VERBS = ("upsert", "query", "scroll", "delete-points")
 MUTABLE_FIELDS = ("replicas", "payload_on_disk")
-IMMUTABLE_FIELDS = ("dimensions", "distance", "shards", "on_disk", "quantization")
+IMMUTABLE_FIELDS = ("dimensions", "distance", "shards", "on_disk", "quantization", "hnsw_config",
+                    "indexing_threshold", "optimizers_config")
 
 NAME_REQUIRED = "name is required"
 NAME_RULE = (
@@ -67,6 +76,19 @@ OFFSET_ID_RULE = "offset must be an unsigned integer or a UUID string"
 EXACTLY_ONE = "provide exactly one of ids or filter"
 IDS_MAX = "at most 1000 ids per request"
 EMPTY_FILTER = "filter must not be empty: an empty filter would delete every point"
+
+# Qdrant's own knobs (an extension of document 3; docs/decisions/vector.md). Qdrant's lower bounds
+# (its REST schema: hnsw_ef >= 1, m >= 0, ef_construct >= 4, full_scan_threshold >= 10,
+# indexing_threshold >= 0); the upper bounds are the platform's, so one request cannot ask for an
+# unbounded build or beam.
+MAX_HNSW_EF = 100_000
+MAX_HNSW_M = 512
+MAX_EF_CONSTRUCT = 10_000
+MAX_THRESHOLD_KB = 2**40
+SEARCH_PARAMS = ("hnsw_ef", "exact")
+HNSW_FIELDS = ("m", "ef_construct", "full_scan_threshold")
+HNSW_BOUNDS = {"m": (0, MAX_HNSW_M), "ef_construct": (4, MAX_EF_CONSTRUCT),
+               "full_scan_threshold": (10, MAX_THRESHOLD_KB)}
 
 _DISTANCE_ALIASES = {
     "cosine": "cosine",
@@ -112,6 +134,8 @@ class IndexSpec:
     quantization: Quantization = field(default_factory=Quantization)
     shards: int = 1
     replicas: int = 1
+    hnsw: HnswConfig = field(default_factory=HnswConfig)
+    indexing_threshold: int | None = None
 
     def collection_config(self) -> CollectionConfig:
         return CollectionConfig(
@@ -122,7 +146,26 @@ class IndexSpec:
             quantization=self.quantization,
             shards=self.shards,
             replicas=self.replicas,
+            hnsw=self.hnsw,
+            indexing_threshold=self.indexing_threshold,
         )
+
+
+def engine_settings_json(spec: IndexSpec) -> dict[str, Any]:
+    """`{hnsw_config?: {m?, ef_construct?, full_scan_threshold?}, indexing_threshold?}`: what create set."""
+    body: dict[str, Any] = {}
+    hnsw = {key: getattr(spec.hnsw, key) for key in HNSW_FIELDS if getattr(spec.hnsw, key) is not None}
+    if hnsw:
+        body["hnsw_config"] = hnsw
+    if spec.indexing_threshold is not None:
+        body["indexing_threshold"] = spec.indexing_threshold
+    return body
+
+
+def engine_settings_of(data: Mapping[str, Any] | None) -> tuple[HnswConfig, int | None]:
+    data = data or {}
+    hnsw = data.get("hnsw_config") or {}
+    return HnswConfig(**{key: hnsw.get(key) for key in HNSW_FIELDS}), data.get("indexing_threshold")
 
 
 def quantization_json(q: Quantization) -> dict[str, Any]:
@@ -181,6 +224,7 @@ class Index:
             "quantization": quantization_json(spec.quantization),
             "shards": spec.shards,
             "replicas": spec.replicas,
+            **engine_settings_json(spec),
             "state": self.state,
             "ready": self.ready,
         }
@@ -284,6 +328,7 @@ def parse_create(body: Mapping[str, Any]) -> IndexSpec:
         raise BadRequest(SHARDS_RULE)
     replicas = body.get("replicas")
     replicas = 1 if replicas is None else parse_replicas(replicas)
+    hnsw, indexing_threshold = parse_engine_settings(body)
 
     return IndexSpec(
         name=name,
@@ -294,7 +339,62 @@ def parse_create(body: Mapping[str, Any]) -> IndexSpec:
         quantization=Quantization(kind, quantile, always_ram),
         shards=shards,
         replicas=replicas,
+        hnsw=hnsw,
+        indexing_threshold=indexing_threshold,
     )
+
+
+def _bounded_int(value: Any, label: str, low: int, high: int) -> int:
+    if not _is_int(value) or not low <= value <= high:
+        raise BadRequest(f"{label} must be an integer between {low} and {high}")
+    return value
+
+
+def _only_keys(value: Any, label: str, allowed: Sequence[str]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise BadRequest(f"{label} must be a JSON object")
+    unknown = sorted(key for key in value if key not in allowed)
+    if unknown:
+        names = ", ".join(allowed[:-1]) + " and " + allowed[-1] if len(allowed) > 1 else allowed[0]
+        raise BadRequest(f"{label}.{unknown[0]} is not supported; the supported fields are {names}")
+    return value
+
+
+def parse_engine_settings(body: Mapping[str, Any]) -> tuple[HnswConfig, int | None]:
+    """`hnsw_config` and `indexing_threshold` (or Qdrant's `optimizers_config.indexing_threshold`)."""
+    hnsw = HnswConfig()
+    raw_hnsw = body.get("hnsw_config")
+    if raw_hnsw is not None:
+        raw_hnsw = _only_keys(raw_hnsw, "hnsw_config", HNSW_FIELDS)
+        values = {}
+        for key in HNSW_FIELDS:
+            if raw_hnsw.get(key) is not None:
+                low, high = HNSW_BOUNDS[key]
+                values[key] = _bounded_int(raw_hnsw[key], f"hnsw_config.{key}", low, high)
+        hnsw = HnswConfig(**values)
+    threshold = body.get("indexing_threshold")
+    optimizers = body.get("optimizers_config")
+    if optimizers is not None:
+        optimizers = _only_keys(optimizers, "optimizers_config", ("indexing_threshold",))
+        if optimizers.get("indexing_threshold") is not None:
+            if threshold is not None:
+                raise BadRequest("send indexing_threshold or optimizers_config.indexing_threshold, not both")
+            return hnsw, _bounded_int(optimizers["indexing_threshold"], "optimizers_config.indexing_threshold",
+                                      0, MAX_THRESHOLD_KB)
+    if threshold is not None:
+        threshold = _bounded_int(threshold, "indexing_threshold", 0, MAX_THRESHOLD_KB)
+    return hnsw, threshold
+
+
+def parse_search_params(value: Any) -> SearchParams | None:
+    """A query's `params: {hnsw_ef?, exact?}` (Qdrant's names and lower bound)."""
+    if value is None:
+        return None
+    value = _only_keys(value, "params", SEARCH_PARAMS)
+    hnsw_ef = value.get("hnsw_ef")
+    if hnsw_ef is not None:
+        hnsw_ef = _bounded_int(hnsw_ef, "params.hnsw_ef", 1, MAX_HNSW_EF)
+    return SearchParams(hnsw_ef=hnsw_ef, exact=_bool(value, "exact", False, "params.exact"))
 
 
 def parse_patch(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -404,6 +504,7 @@ class QueryRequest:
     with_vector: bool = False
     score_threshold: float | None = None
     offset: int = 0
+    params: SearchParams | None = None
 
 
 def parse_query(body: Mapping[str, Any], index_name: str, dimensions: int, max_top_k: int) -> QueryRequest:
@@ -440,6 +541,7 @@ def parse_query(body: Mapping[str, Any], index_name: str, dimensions: int, max_t
         with_vector=_bool(body, "with_vector", False),
         score_threshold=None if threshold is None else float(threshold),
         offset=offset,
+        params=parse_search_params(body.get("params")),
     )
 
 

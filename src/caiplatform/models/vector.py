@@ -29,6 +29,28 @@ class QuantizationSpec(RequestModel):
     always_ram: bool = False
 
 
+class HnswConfigSpec(RequestModel):
+    """Qdrant's `hnsw_config` (an extension of document 3): unset fields keep the engine's defaults."""
+
+    m: int | None = Field(None, ge=0, le=rules.MAX_HNSW_M, description="edges per node; 0 builds no graph")
+    ef_construct: int | None = Field(None, ge=4, le=rules.MAX_EF_CONSTRUCT, description="the build's beam")
+    full_scan_threshold: int | None = Field(None, ge=10, le=rules.MAX_THRESHOLD_KB,
+                                            description="KB of vectors below which a segment is scanned")
+
+
+class OptimizersConfigSpec(RequestModel):
+    """Qdrant's `optimizers_config`; only `indexing_threshold` is taken."""
+
+    indexing_threshold: int | None = Field(None, ge=0, le=rules.MAX_THRESHOLD_KB)
+
+
+class SearchParamsSpec(RequestModel):
+    """Qdrant's search `params` (an extension of document 3)."""
+
+    hnsw_ef: int | None = Field(None, ge=1, le=rules.MAX_HNSW_EF, description="the search beam; default 128")
+    exact: bool = Field(False, description="scan every point instead of walking the graph")
+
+
 class IndexCreate(RequestModel):
     """`POST .../indexes`. Aliases are accepted and normalized: `dotproduct`, `l2`, `int8`, …"""
 
@@ -40,6 +62,12 @@ class IndexCreate(RequestModel):
     quantization: QuantizationSpec = Field(default_factory=QuantizationSpec)
     shards: int = Field(1, ge=1, le=rules.MAX_SHARDS)
     replicas: int = Field(1, ge=1, le=rules.MAX_REPLICAS)
+    hnsw_config: HnswConfigSpec | None = Field(None, description="Qdrant's HNSW settings (extension)")
+    indexing_threshold: int | None = Field(
+        None, ge=0, le=rules.MAX_THRESHOLD_KB,
+        description="KB of unindexed vectors that start an HNSW build; 0 never builds one (extension)")
+    optimizers_config: OptimizersConfigSpec | None = Field(
+        None, description="Qdrant's spelling of indexing_threshold (extension)")
 
     @model_validator(mode="before")
     @classmethod
@@ -47,22 +75,28 @@ class IndexCreate(RequestModel):
         if not isinstance(data, dict):
             return data
         spec = rules.parse_create(data)
+        settings = rules.engine_settings_json(spec)
         quantization = {"kind": spec.quantization.kind, "always_ram": spec.quantization.always_ram}
         if spec.quantization.quantile is not None:
             quantization["quantile"] = spec.quantization.quantile
         extra_quantization = {k: v for k, v in (data.get("quantization") or {}).items() if k not in quantization}
         return {**data, "name": spec.name, "dimensions": spec.dimensions, "distance": spec.distance,
                 "on_disk": spec.on_disk, "payload_on_disk": spec.payload_on_disk, "shards": spec.shards,
-                "replicas": spec.replicas, "quantization": {**extra_quantization, **quantization}}
+                "replicas": spec.replicas, "quantization": {**extra_quantization, **quantization},
+                "hnsw_config": settings.get("hnsw_config"), "indexing_threshold": settings.get("indexing_threshold"),
+                "optimizers_config": None}
 
     def spec(self) -> rules.IndexSpec:
-        from caiplatform.ports.vector import Quantization
+        from caiplatform.ports.vector import HnswConfig, Quantization
 
         q = self.quantization
+        h = self.hnsw_config or HnswConfigSpec()
         return rules.IndexSpec(name=self.name, dimensions=self.dimensions, distance=self.distance,
                                on_disk=self.on_disk, payload_on_disk=self.payload_on_disk,
                                quantization=Quantization(q.kind, q.quantile, q.always_ram),
-                               shards=self.shards, replicas=self.replicas)
+                               shards=self.shards, replicas=self.replicas,
+                               hnsw=HnswConfig(h.m, h.ef_construct, h.full_scan_threshold),
+                               indexing_threshold=self.indexing_threshold)
 
 
 class IndexPatch(RequestModel):
@@ -144,6 +178,8 @@ class IndexQuery(RequestModel):
     with_vector: SkipValidation[bool | None] = Field(None, description="default false")
     score_threshold: SkipValidation[float | None] = None
     offset: SkipValidation[int | None] = Field(None, ge=0, description="default 0")
+    params: SkipValidation[SearchParamsSpec | None] = Field(
+        None, description="Qdrant's search params: hnsw_ef, exact (extension)")
 
     @model_validator(mode="before")
     @classmethod
@@ -219,6 +255,12 @@ class Quantization(ResponseModel):
     always_ram: bool
 
 
+class HnswSettings(ResponseModel):
+    m: int | None = None
+    ef_construct: int | None = None
+    full_scan_threshold: int | None = None
+
+
 class Index(ResponseModel):
     name: str
     resource_path: str
@@ -230,6 +272,8 @@ class Index(ResponseModel):
     quantization: Quantization
     shards: int
     replicas: int
+    hnsw_config: HnswSettings | None = Field(None, description="present when create set it")
+    indexing_threshold: int | None = Field(None, description="present when create set it")
     state: Literal["pending", "creating", "ready", "degraded", "conflict", "blocked"]
     ready: bool
     collection_status: str | None = Field(None, description="the engine's own status, once the collection exists")

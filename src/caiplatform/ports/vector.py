@@ -40,6 +40,19 @@ class Quantization:
 
 
 @dataclass(frozen=True)
+class HnswConfig:
+    """Qdrant's `hnsw_config` (each unset field: the engine's default). `m` 0 builds no graph;
+    `full_scan_threshold` is in KB of vectors (Qdrant's unit)."""
+
+    m: int | None = None
+    ef_construct: int | None = None
+    full_scan_threshold: int | None = None
+
+    def is_default(self) -> bool:
+        return self.m is None and self.ef_construct is None and self.full_scan_threshold is None
+
+
+@dataclass(frozen=True)
 class CollectionConfig:
     dimensions: int
     distance: str = "cosine"  # cosine | dot | euclid
@@ -48,6 +61,18 @@ class CollectionConfig:
     quantization: Quantization = field(default_factory=Quantization)
     shards: int = 1
     replicas: int = 1
+    hnsw: HnswConfig = field(default_factory=HnswConfig)
+    # Qdrant's `optimizers_config.indexing_threshold`: KB of unindexed vectors that start an HNSW build
+    # (0: never build one); None: the engine's default
+    indexing_threshold: int | None = None
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """Qdrant's search `params`: `hnsw_ef` the beam (None: the engine's default), `exact` a full scan."""
+
+    hnsw_ef: int | None = None
+    exact: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,8 +162,9 @@ class VectorEngine(ABC):
         with_vector: bool = False,
         score_threshold: float | None = None,
         offset: int = 0,
+        params: SearchParams | None = None,
     ) -> list[ScoredPoint]:
-        """The nearest points, best first; `offset` skips that many of the best."""
+        """The nearest points, best first; `offset` skips that many of the best; `params` as Qdrant's."""
 
     @abstractmethod
     async def scroll(

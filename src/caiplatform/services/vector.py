@@ -41,6 +41,8 @@ from caiplatform.domain.vector import (
     State,
     collection_name,
     collection_prefix,
+    engine_settings_json,
+    engine_settings_of,
     is_index_name,
     parse_query,
     parse_upsert,
@@ -108,6 +110,7 @@ class _Record:
 
     @classmethod
     def of(cls, row: VectorIndex, short: str) -> _Record:
+        hnsw, indexing_threshold = engine_settings_of(row.engine_settings)
         spec = IndexSpec(
             name=row.name,
             dimensions=row.dimensions,
@@ -117,6 +120,8 @@ class _Record:
             quantization=quantization_of(row.quantization),
             shards=row.shards,
             replicas=row.replicas,
+            hnsw=hnsw,
+            indexing_threshold=indexing_threshold,
         )
         return cls(row.id, row.project_id, short, spec, row.collection, row.state, row.message, row.created_at)
 
@@ -176,9 +181,10 @@ class IndexService:
         )
         return grant.project
 
-    async def require_member(self, principal: Principal, project_id: str) -> None:
-        """The member gate alone, so that a route can refuse a stranger before it reads the body."""
-        await self._project(principal, project_id)
+    async def require_member(self, principal: Principal, project_id: str) -> ProjectRef:
+        """The member gate alone, so that a route can refuse a stranger before it reads the body. A data
+        verb's route hands the project it returns to `data`, which then does not read the roles again."""
+        return await self._project(principal, project_id)
 
     async def _record(self, project: ProjectRef, name: str) -> _Record:
         if not is_index_name(name):
@@ -288,8 +294,10 @@ class IndexService:
             return record.index(state=State.DEGRADED, message="its collection is missing from the vector database")
         return record.index(info)
 
-    async def _ready(self, principal: Principal, project_id: str, name: str) -> _Record:
-        project = await self._project(principal, project_id)
+    async def _ready(self, principal: Principal, project_id: str, name: str,
+                     project: ProjectRef | None = None) -> _Record:
+        if project is None:
+            project = await self._project(principal, project_id)
         cached = self._ready_records.get((project.id, name))
         if cached is not None:
             return cached
@@ -332,6 +340,7 @@ class IndexService:
                 quantization=quantization_json(spec.quantization),
                 shards=spec.shards,
                 replicas=spec.replicas,
+                engine_settings=engine_settings_json(spec) or None,
                 state=State.PENDING,
                 message="the collection is being created",
                 created_at=now,
@@ -432,29 +441,33 @@ class IndexService:
     # ------------------------------------------------------------------------------------ data verbs
 
     async def data(
-        self, principal: Principal, project_id: str, name: str, request: vector_models.IndexDataRequest
+        self, principal: Principal, project_id: str, name: str, request: vector_models.IndexDataRequest,
+        *, member_of: ProjectRef | None = None,
     ) -> vector_models.IndexDataResult:
-        """The verb a request model stands for (`POST .../indexes/{name}:{verb}`)."""
+        """The verb a request model stands for (`POST .../indexes/{name}:{verb}`). `member_of`: what
+        `require_member(principal, project_id)` returned for this same request (one roles read, not two)."""
         if isinstance(request, IndexUpsert):
-            return await self.upsert(principal, project_id, name, request)
+            return await self.upsert(principal, project_id, name, request, member_of=member_of)
         if isinstance(request, IndexQuery):
-            return await self.query(principal, project_id, name, request)
+            return await self.query(principal, project_id, name, request, member_of=member_of)
         if isinstance(request, IndexScroll):
-            return await self.scroll(principal, project_id, name, request)
-        return await self.delete_points(principal, project_id, name, request)
+            return await self.scroll(principal, project_id, name, request, member_of=member_of)
+        return await self.delete_points(principal, project_id, name, request, member_of=member_of)
 
     async def upsert(
-        self, principal: Principal, project_id: str, name: str, body: IndexUpsert
+        self, principal: Principal, project_id: str, name: str, body: IndexUpsert,
+        *, member_of: ProjectRef | None = None,
     ) -> vector_models.IndexUpsertResult:
-        record = await self._ready(principal, project_id, name)
+        record = await self._ready(principal, project_id, name, member_of)
         points = parse_upsert(body.as_body(), record.spec.name, record.spec.dimensions, self.max_points)
         await self._data(record, self.engine.upsert(record.collection, points))
         return vector_models.IndexUpsertResult(index=record.spec.name, upserted_count=len(points))
 
     async def query(
-        self, principal: Principal, project_id: str, name: str, body: IndexQuery
+        self, principal: Principal, project_id: str, name: str, body: IndexQuery,
+        *, member_of: ProjectRef | None = None,
     ) -> vector_models.IndexQueryResult:
-        record = await self._ready(principal, project_id, name)
+        record = await self._ready(principal, project_id, name, member_of)
         request = parse_query(body.as_body(), record.spec.name, record.spec.dimensions, self.max_top_k)
         hits = await self._data(
             record,
@@ -468,6 +481,7 @@ class IndexService:
                 with_vector=request.with_vector,
                 score_threshold=request.score_threshold,
                 offset=request.offset,
+                params=request.params,
             )
         )
         # The engine's answer is the platform's own: built without re-validating every coordinate.
@@ -482,9 +496,10 @@ class IndexService:
         return vector_models.IndexQueryResult.model_construct(index=record.spec.name, results=results)
 
     async def scroll(
-        self, principal: Principal, project_id: str, name: str, body: IndexScroll
+        self, principal: Principal, project_id: str, name: str, body: IndexScroll,
+        *, member_of: ProjectRef | None = None,
     ) -> vector_models.IndexScrollResult:
-        record = await self._ready(principal, project_id, name)
+        record = await self._ready(principal, project_id, name, member_of)
         points, next_offset = await self._data(
             record, self.engine.scroll(record.collection, limit=body.limit, offset=body.offset, filter=body.filter)
         )
@@ -497,9 +512,10 @@ class IndexService:
         return vector_models.IndexScrollResult.of(out)
 
     async def delete_points(
-        self, principal: Principal, project_id: str, name: str, body: IndexDeletePoints
+        self, principal: Principal, project_id: str, name: str, body: IndexDeletePoints,
+        *, member_of: ProjectRef | None = None,
     ) -> vector_models.IndexDeletePointsResult:
-        record = await self._ready(principal, project_id, name)
+        record = await self._ready(principal, project_id, name, member_of)
         await self._data(record, self.engine.delete_points(record.collection, ids=body.ids, filter=body.filter))
         out: dict[str, Any] = {"index": record.spec.name, "status": "ok"}
         if body.ids is not None:

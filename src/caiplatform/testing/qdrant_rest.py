@@ -32,7 +32,14 @@ from pydantic import TypeAdapter, ValidationError
 from qdrant_client.http import models
 
 from caiplatform.adapters.edge.vector import EdgeVectorEngine
-from caiplatform.ports.vector import CollectionConfig, Point, Quantization, VectorEngineRejected
+from caiplatform.ports.vector import (
+    CollectionConfig,
+    HnswConfig,
+    Point,
+    Quantization,
+    SearchParams,
+    VectorEngineRejected,
+)
 
 _ROUTE = re.compile(r"^/collections(?:/(?P<name>[^/]+)(?P<rest>/.*)?)?$")
 _DISTANCE = {models.Distance.COSINE: "cosine", models.Distance.DOT: "dot", models.Distance.EUCLID: "euclid"}
@@ -49,6 +56,36 @@ def _body(request: httpx.Request, model: Any) -> Any:
         return TypeAdapter(model).validate_python(json.loads(request.content or b"{}"))
     except (ValidationError, ValueError) as exc:
         raise QdrantError(400, f"Format error in JSON body: {exc}") from None
+
+
+# Qdrant's range validators on these fields (lib/segment/src/types.rs `SearchParams`:
+# `#[validate(range(min = 1))] hnsw_ef`; lib/collection/src/operations/config_diff.rs `HnswConfigDiff`:
+# `range(min = 4)` on ef_construct, `range(min = 10)` on full_scan_threshold; `m`, `indexing_threshold`
+# and the rest are `usize`, so any unsigned integer), reported as its REST API words them:
+# `Validation error in JSON body: [<path>: value <v> invalid, must be <min> or larger]`.
+_MINIMUMS = {("params", "hnsw_ef"): 1, ("hnsw_config", "ef_construct"): 4,
+             ("hnsw_config", "full_scan_threshold"): 10}
+
+
+def _validate_ranges(raw: Any) -> None:
+    if not isinstance(raw, dict):
+        return
+    problems = []
+    for (parent, key), minimum in _MINIMUMS.items():
+        value = (raw.get(parent) or {}).get(key) if isinstance(raw.get(parent), dict) else None
+        if isinstance(value, int) and value < minimum:
+            problems.append(f"{parent}.{key}: value {value} invalid, must be {minimum} or larger")
+    if problems:
+        raise QdrantError(400, f"Validation error in JSON body: [{'; '.join(problems)}]")
+
+
+def _unsigned(model: Any, fields: tuple[str, ...], where: str) -> None:
+    """Qdrant reads these as `usize`: a negative number is a format error before any validation."""
+    for key in fields:
+        value = getattr(model, key, None) if model is not None else None
+        if isinstance(value, int) and value < 0:
+            raise QdrantError(400, f"Format error in JSON body: {where}.{key}: invalid value: integer `{value}`, "
+                                   "expected usize")
 
 
 def _quantization(config: models.QuantizationConfig | None) -> Quantization:
@@ -163,6 +200,10 @@ class QdrantRestFake(httpx.BaseTransport):
 
     def _create(self, request: httpx.Request, name: str) -> bool:
         create = _body(request, models.CreateCollection)
+        _unsigned(create.hnsw_config, ("m", "ef_construct", "full_scan_threshold"), "hnsw_config")
+        _unsigned(create.optimizers_config, ("indexing_threshold",), "optimizers_config")
+        _validate_ranges(json.loads(request.content or b"{}"))
+        hnsw = create.hnsw_config or models.HnswConfigDiff()
         vectors = create.vectors
         if not isinstance(vectors, models.VectorParams):
             raise QdrantError(400, "Wrong input: this fake serves one unnamed dense vector per point")
@@ -170,6 +211,8 @@ class QdrantRestFake(httpx.BaseTransport):
             dimensions=vectors.size, distance=_DISTANCE[vectors.distance], on_disk=bool(vectors.on_disk),
             payload_on_disk=bool(create.on_disk_payload), quantization=_quantization(create.quantization_config),
             shards=create.shard_number or 1, replicas=create.replication_factor or 1,
+            hnsw=HnswConfig(m=hnsw.m, ef_construct=hnsw.ef_construct, full_scan_threshold=hnsw.full_scan_threshold),
+            indexing_threshold=create.optimizers_config.indexing_threshold if create.optimizers_config else None,
         )
         self._call(self.engine.create_collection, name, config)
         return True
@@ -198,7 +241,10 @@ class QdrantRestFake(httpx.BaseTransport):
                     vectors=models.VectorParams(size=config.dimensions, distance=distance, on_disk=config.on_disk),
                     shard_number=config.shards, replication_factor=config.replicas,
                     on_disk_payload=config.payload_on_disk),
-                hnsw_config=models.HnswConfig(m=16, ef_construct=100, full_scan_threshold=10000),
+                hnsw_config=models.HnswConfig(
+                    m=16 if config.hnsw.m is None else config.hnsw.m,
+                    ef_construct=config.hnsw.ef_construct or 100,
+                    full_scan_threshold=config.hnsw.full_scan_threshold or 10000),
                 optimizer_config=models.OptimizersConfig(default_segment_number=0, flush_interval_sec=5),
             ),
         )
@@ -222,13 +268,17 @@ class QdrantRestFake(httpx.BaseTransport):
     def _query(self, request: httpx.Request, name: str) -> Any:
         query = _body(request, models.QueryRequest)
         raw = json.loads(request.content)
+        _unsigned(query.params, ("hnsw_ef",), "params")
+        _validate_ranges(raw)
+        params = None if query.params is None else SearchParams(hnsw_ef=query.params.hnsw_ef,
+                                                                exact=bool(query.params.exact))
         vector = query.query.nearest if isinstance(query.query, models.NearestQuery) else query.query
         if not isinstance(vector, list):
             raise QdrantError(400, "Wrong input: this fake answers nearest-vector queries only")
         found = self._call(
             self.engine.query, name, vector, top_k=query.limit or 10, filter=raw.get("filter"),
             with_payload=bool(query.with_payload), with_vector=bool(query.with_vector),
-            score_threshold=query.score_threshold, offset=query.offset or 0,
+            score_threshold=query.score_threshold, offset=query.offset or 0, params=params,
         )
         points = [models.ScoredPoint(id=p.id, version=0, score=p.score, payload=p.payload, vector=p.vector) for p in found]
         return models.QueryResponse(points=points).model_dump(mode="json", exclude_none=True)

@@ -12,8 +12,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
+from caiplatform import json_input
 from caiplatform.domain.vector import VERBS
-from caiplatform.errors import MethodNotAllowed
+from caiplatform.errors import BadRequest, MethodNotAllowed
 from caiplatform.models.vector import (
     Index,
     IndexCreate,
@@ -34,7 +35,7 @@ from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform_server.app_deps import platform_of, principal_of
 from caiplatform_server.contract import operation, reply
-from caiplatform_server.http import json_body
+from caiplatform_server.http import json_body, read_body
 
 router = APIRouter(tags=["vectordb"])
 
@@ -44,6 +45,22 @@ INDEX = COLLECTION + "/{name}"
 
 def _body_limit(platform: Platform) -> int:
     return platform.settings.vector_max_body_bytes
+
+
+async def _data_body(request: Request, limit: int) -> dict[str, Any]:
+    """`json_body(..., optional=True)` through `json_input.decode_fast`: a 1,000-point upsert is mostly
+    floats, which the standard decoder's per-float hook made the slowest step of the request. Same
+    answers and the same refusals in the same words (`decode_fast` falls back to `decode` to word them)."""
+    raw = await read_body(request, limit)
+    if not raw.strip():
+        return {}
+    try:
+        value = json_input.decode_fast(raw)
+    except json_input.JSONInputError as exc:
+        raise BadRequest(f"invalid JSON body: {exc}") from None
+    if not isinstance(value, dict):
+        raise BadRequest("invalid JSON body: expected a JSON object")
+    return value
 
 
 def _refuse_verb_path(name: str) -> None:
@@ -131,9 +148,9 @@ async def index_data_verb(
     platform: Platform = Depends(platform_of),
 ) -> JSONResponse:
     index_name, _, verb = name.partition(":")
-    await platform.indexes.require_member(principal, project_id)
-    body = data_request(verb or None, await json_body(request, _body_limit(platform), optional=True))
-    return reply(await platform.indexes.data(principal, project_id, index_name, body))
+    member_of = await platform.indexes.require_member(principal, project_id)
+    body = data_request(verb or None, await _data_body(request, _body_limit(platform)))
+    return reply(await platform.indexes.data(principal, project_id, index_name, body, member_of=member_of))
 
 
 @router.get("/v1/projects/{project_id}/vectordb/credentials", summary="The direct engine credential (admin)",

@@ -67,7 +67,12 @@ class IndexBuilder:
     def consider(self, collection: Collection, info: Any) -> None:
         """Start a background build when enough vectors wait outside the index (and none is running)."""
         unindexed_kb = (info.points_count - info.indexed_vectors_count) * collection.config.dimensions * 4 / 1024
-        if collection.building or unindexed_kb < self.settings.threshold_kb:
+        threshold = collection.config.indexing_threshold
+        if threshold is None:
+            threshold = self.settings.threshold_kb
+        if threshold == 0 or collection.config.hnsw.m == 0:  # Qdrant's "never index" settings
+            return
+        if collection.building or unindexed_kb < threshold:
             return
         if time.monotonic() - self._failed_at.get(collection.name, -1e9) < self.settings.retry_seconds:
             return

@@ -35,11 +35,13 @@ from caiplatform.adapters.qdrant.grammar import parse_filter, point_id
 from caiplatform.ports.vector import (
     CollectionConfig,
     CollectionInfo,
+    HnswConfig,
     Point,
     PointId,
     Quantization,
     Record,
     ScoredPoint,
+    SearchParams,
     VectorEngine,
     VectorEngineRejected,
 )
@@ -58,14 +60,21 @@ def _quantization(q: Quantization) -> Any:
     return None
 
 
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
 def edge_config(config: CollectionConfig, index: IndexSettings) -> edge.EdgeConfig:
+    """The shard's settings: the collection's own `hnsw_config`/`indexing_threshold` where create set
+    them, the engine's defaults otherwise."""
+    hnsw = config.hnsw
     return edge.EdgeConfig(
         vectors=edge.EdgeVectorParams(size=config.dimensions, distance=_DISTANCE[config.distance], on_disk=config.on_disk),
         on_disk_payload=config.payload_on_disk,
-        hnsw_config=edge.HnswIndexConfig(m=index.m, ef_construct=index.ef_construct,
-                                         full_scan_threshold=index.full_scan_threshold_kb),
+        hnsw_config=edge.HnswIndexConfig(m=_or(hnsw.m, index.m), ef_construct=_or(hnsw.ef_construct, index.ef_construct),
+                                         full_scan_threshold=_or(hnsw.full_scan_threshold, index.full_scan_threshold_kb)),
         quantization_config=_quantization(config.quantization),
-        optimizers=edge.EdgeOptimizersConfig(indexing_threshold=index.threshold_kb),
+        optimizers=edge.EdgeOptimizersConfig(indexing_threshold=_or(config.indexing_threshold, index.threshold_kb)),
     )
 
 
@@ -110,6 +119,7 @@ class Collection:
 def _config_of(data: dict[str, Any]) -> CollectionConfig:
     data = dict(data)
     data["quantization"] = Quantization(**data.get("quantization", {}))
+    data["hnsw"] = HnswConfig(**(data.get("hnsw") or {}))  # absent in collections written before
     return CollectionConfig(**data)
 
 
@@ -343,6 +353,7 @@ class EdgeVectorEngine(VectorEngine):
         with_vector: bool = False,
         score_threshold: float | None = None,
         offset: int = 0,
+        params: SearchParams | None = None,
     ) -> list[ScoredPoint]:
         collection = await self._get(name)
         dense = checked_vector(vector, collection.config.dimensions).tolist()
@@ -355,7 +366,7 @@ class EdgeVectorEngine(VectorEngine):
             with_payload=with_payload,
             with_vector=with_vector,
             score_threshold=score_threshold,
-            params=edge.SearchParams(exact=parsed is not None, hnsw_ef=max(self.index.ef, top_k + offset)),
+            params=self._search_params(params, filtered=parsed is not None, wanted=top_k + offset),
         )
         found = await self._read(collection, lambda shard: shard.query(request))
         return [
@@ -368,6 +379,13 @@ class EdgeVectorEngine(VectorEngine):
             )
             for p in found
         ]
+
+    def _search_params(self, params: SearchParams | None, *, filtered: bool, wanted: int) -> Any:
+        """The caller's `params` unchanged where given; otherwise the engine's beam (widened to what the
+        query asks for) and an exact search under a filter (the API promises every match up to top_k)."""
+        exact = filtered if params is None or not params.exact else True
+        hnsw_ef = max(self.index.ef, wanted) if params is None or params.hnsw_ef is None else params.hnsw_ef
+        return edge.SearchParams(exact=exact, hnsw_ef=hnsw_ef)
 
     async def scroll(
         self,

@@ -24,6 +24,7 @@ from caiplatform.ports.vector import (
     PointId,
     Record,
     ScoredPoint,
+    SearchParams,
     VectorEngine,
     VectorEngineRejected,
 )
@@ -211,7 +212,9 @@ class InMemoryVectorEngine(VectorEngine):
         with_vector: bool = False,
         score_threshold: float | None = None,
         offset: int = 0,
+        params: SearchParams | None = None,
     ) -> list[ScoredPoint]:
+        # Always an exact scan: `params.exact` is what it does anyway, and `hnsw_ef` has no graph to widen.
         collection = self._get(name)
         query = collection.prepare(vector, stored=False)
         mask = collection.mask(filter)

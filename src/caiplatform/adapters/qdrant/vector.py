@@ -28,6 +28,7 @@ from caiplatform.ports.vector import (
     PointId,
     Record,
     ScoredPoint,
+    SearchParams,
     VectorEngine,
     VectorEngineRejected,
 )
@@ -148,6 +149,11 @@ class QdrantVectorEngine(VectorEngine):
                 replication_factor=config.replicas,
                 on_disk_payload=config.payload_on_disk,
                 quantization_config=_quantization(config),
+                hnsw_config=None if config.hnsw.is_default() else models.HnswConfigDiff(
+                    m=config.hnsw.m, ef_construct=config.hnsw.ef_construct,
+                    full_scan_threshold=config.hnsw.full_scan_threshold),
+                optimizers_config=None if config.indexing_threshold is None
+                else models.OptimizersConfigDiff(indexing_threshold=config.indexing_threshold),
             )
 
         await self._call(create)
@@ -207,8 +213,13 @@ class QdrantVectorEngine(VectorEngine):
         with_vector: bool = False,
         score_threshold: float | None = None,
         offset: int = 0,
+        params: SearchParams | None = None,
     ) -> list[ScoredPoint]:
         query_filter = parse_filter(filter)
+        # Passed through unchanged: the server's defaults apply to what the caller did not set. Local mode
+        # always searches exactly and warns on every query that has them, so it gets none.
+        search_params = None if params is None or self.path is not None else models.SearchParams(
+            hnsw_ef=params.hnsw_ef, exact=params.exact)
         dense = [float(x) for x in vector]
 
         def search(client: QdrantClient) -> list[ScoredPoint]:
@@ -221,6 +232,7 @@ class QdrantVectorEngine(VectorEngine):
                 with_payload=with_payload,
                 with_vectors=with_vector,
                 score_threshold=score_threshold,
+                search_params=search_params,
             ).points
             return [
                 ScoredPoint(

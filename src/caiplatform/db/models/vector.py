@@ -26,6 +26,8 @@ class VectorIndex(Base):
     quantization: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     shards: Mapped[int] = mapped_column(Integer, default=1)
     replicas: Mapped[int] = mapped_column(Integer, default=1)
+    # Qdrant's knobs create set (an extension of document 3): `{hnsw_config?: {...}, indexing_threshold?}`
+    engine_settings: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
     state: Mapped[str] = mapped_column(String(16), default="pending")
     message: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())

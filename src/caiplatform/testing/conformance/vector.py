@@ -16,12 +16,23 @@ from __future__ import annotations
 
 import math
 import secrets
+import time
 import weakref
 from typing import Any
 
+import anyio
+import numpy as np
 import pytest
 
-from caiplatform.ports.vector import CollectionConfig, Point, Quantization, VectorEngine, VectorEngineRejected
+from caiplatform.ports.vector import (
+    CollectionConfig,
+    HnswConfig,
+    Point,
+    Quantization,
+    SearchParams,
+    VectorEngine,
+    VectorEngineRejected,
+)
 
 __all__ = [
     "test_create_list_info_drop",
@@ -38,6 +49,7 @@ __all__ = [
     "test_delete_by_ids_and_by_filter",
     "test_missing_collection_and_wrong_width_are_rejected",
     "test_health",
+    "test_search_params_exact_and_beam",
 ]
 
 notimpl = pytest.mark.notimpl
@@ -373,3 +385,60 @@ async def test_missing_collection_and_wrong_width_are_rejected(engine: VectorEng
 async def test_health(engine: VectorEngine) -> None:
     await engine.health()
     assert engine.service_url()
+
+
+# ------------------------------------------------------------------------------------------ search params
+
+RECALL_POINTS, RECALL_DIMS, RECALL_QUERIES, RECALL_K = 2000, 64, 40, 10
+
+
+async def wait_green(engine: VectorEngine, name: str, ceiling: float = 180.0) -> None:
+    """Until the collection reports green (an engine building its index in the background says yellow)."""
+    deadline = time.monotonic() + ceiling
+    while True:
+        info = await engine.collection_info(name)
+        assert info is not None
+        if info.status == "green":
+            return
+        assert time.monotonic() < deadline, f"{name} still {info.status} after {ceiling} s"
+        await anyio.sleep(0.2)
+
+
+async def _recall(engine: VectorEngine, name: str, rows: np.ndarray, queries: np.ndarray,
+                  params: SearchParams | None) -> float:
+    unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    found = 0
+    for q in queries:
+        truth = set(np.argsort(-(unit @ (q / np.linalg.norm(q))))[:RECALL_K].tolist())
+        hits = await engine.query(name, q.tolist(), top_k=RECALL_K, with_payload=False, params=params)
+        found += len(truth & {int(h.id) for h in hits})
+    return found / (RECALL_K * len(queries))
+
+
+async def test_search_params_exact_and_beam(engine: VectorEngine) -> None:
+    """Qdrant's `params`: on uniform random vectors (the hard case for HNSW) `exact` answers exactly what
+    brute force does, and a wide `hnsw_ef` finds more of the true neighbours than a narrow one where the
+    engine is approximate. The collection asks for a graph at once (`indexing_threshold`, and a
+    `full_scan_threshold` below its size) and a sparse one (`m` 4, `ef_construct` 8), so the graph is
+    what answers an unfiltered query."""
+    rng = np.random.default_rng(35)
+    rows = rng.random((RECALL_POINTS, RECALL_DIMS), dtype=np.float32) - 0.5
+    queries = rng.random((RECALL_QUERIES, RECALL_DIMS), dtype=np.float32) - 0.5
+    name = fresh_name()
+    config = CollectionConfig(dimensions=RECALL_DIMS, hnsw=HnswConfig(m=4, ef_construct=8, full_scan_threshold=10),
+                              indexing_threshold=100)
+    await engine.create_collection(name, config)
+    try:
+        for start in range(0, RECALL_POINTS, 500):
+            await engine.upsert(name, [Point(start + i, row.tolist()) for i, row in enumerate(rows[start:start + 500])])
+        await wait_green(engine, name)
+        exact = await _recall(engine, name, rows, queries, SearchParams(exact=True))
+        narrow = await _recall(engine, name, rows, queries, SearchParams(hnsw_ef=10))
+        wide = await _recall(engine, name, rows, queries, SearchParams(hnsw_ef=1000))
+        assert exact == 1.0
+        if narrow < 1.0:  # an approximate engine: the beam must matter
+            assert wide >= narrow + 0.1, (narrow, wide)
+        else:  # an exact engine ignores the beam
+            assert wide == 1.0
+    finally:
+        await engine.drop_collection(name)
