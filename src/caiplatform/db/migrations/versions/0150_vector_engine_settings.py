@@ -1,16 +1,16 @@
 """vector_indexes: engine_settings, the Qdrant knobs an index was created with (hnsw_config,
 indexing_threshold); NULL for every index created before, which keeps the engine's defaults
 
-Revision ID: 0130_vector_engine_settings
-Revises: 0120_agents_name_index
+Revision ID: 0150_vector_engine_settings
+Revises: 0140_agent_secrets_sealed
 Create Date: 2026-12-01 21:40:00
 """
 import sqlalchemy as sa
 from alembic import op
 
 
-revision = '0130_vector_engine_settings'
-down_revision = '0120_agents_name_index'
+revision = '0150_vector_engine_settings'
+down_revision = '0140_agent_secrets_sealed'
 branch_labels = None
 depends_on = None
 
