@@ -15,10 +15,9 @@ framework's input.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
-
-from collections import OrderedDict
 
 from caiplatform.ports.sessions import SessionHead, SessionStore
 from caiplatform.turns.base import StreamLine, TurnResult, TurnRunner

@@ -129,22 +129,25 @@ class SQLiteSessionStore(SessionStore):
             "SELECT user_id, event_count, preview, state, created FROM cai_sessions WHERE agent=? AND session_id=?",
             (agent, session_id),
         ).fetchone()
+        merged: dict[str, Any] = {}
         if row is None:
             conn.execute(
                 "INSERT INTO cai_sessions (agent, session_id, user_id, created, last_update) VALUES (?,?,?,?,?)",
                 (agent, session_id, user_id, now, now),
             )
-            count, preview, merged, created = 0, "", {}, now
+            count, preview, created = 0, "", now
         else:
             if row[0] != user_id:
                 raise Conflict(other_user_message(session_id))
-            count, preview, merged, created = row[1], row[2], (json.loads(row[3]) if state else None), row[4]
+            count, preview, created = row[1], row[2], row[4]
+            if state:
+                merged = json.loads(row[3])
         conn.executemany(
             "INSERT INTO cai_session_events (agent, session_id, seq, body) VALUES (?,?,?,?)",
             [(agent, session_id, count + i, json.dumps(e)) for i, e in enumerate(events)],
         )
         if state:
-            merged = {**(merged or {}), **state}
+            merged.update(state)
             conn.execute("UPDATE cai_sessions SET state=? WHERE agent=? AND session_id=?",
                          (json.dumps(merged), agent, session_id))
         conn.execute(
