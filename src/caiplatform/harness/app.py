@@ -262,7 +262,7 @@ def create_harness_app(env: Mapping[str, str]) -> ASGIApp:
         if not (isinstance(memories, list) and all(isinstance(m, str) for m in memories)):
             memories = None
         # Claims the session for this user before anything is sent (409 when it is someone else's).
-        await harness.store.ensure(harness.agent, ids.user_id, ids.session_id)
+        await harness.store.claim(harness.agent, ids.user_id, ids.session_id)
         return message, ids, (body if harness.is_function else None), memories
 
     async def invoke(request: Request) -> Response:

@@ -98,6 +98,23 @@ class Session:
         }
 
 
+@dataclass(frozen=True)
+class SessionHead:
+    """A session without its events: who owns it, when it was created, how many events it holds.
+
+    `(created, event_count)` is the transcript's version: a caller that holds state derived from the
+    transcript (the harness's live LangGraph state) compares it to know whether anyone else wrote.
+    """
+
+    user_id: str
+    created: datetime
+    event_count: int
+
+    @property
+    def version(self) -> tuple[datetime, int]:
+        return (self.created, self.event_count)
+
+
 def check_limit(limit: int) -> None:
     if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
         raise BadRequest(PAGE_SIZE_MESSAGE)
@@ -181,6 +198,23 @@ class SessionStore(abc.ABC):
             if again is None or again.user_id != user_id:
                 raise
             return again
+
+    async def claim(self, agent: str, user_id: str, session_id: str) -> SessionHead:
+        """`ensure` without reading the events: what a turn needs before it runs.
+
+        Adapters override it with a read of the session's row alone (the default reads the whole session).
+        """
+        session = await self.ensure(agent, user_id, session_id)
+        return SessionHead(session.user_id, session.created, len(session.events))
+
+    async def extend(self, agent: str, user_id: str, session_id: str, events: Sequence[dict[str, Any]]) -> SessionHead:
+        """`append` that does not read the transcript back: the head after the write.
+
+        A turn appends its events with this, so its cost does not depend on the session's length.
+        Adapters override it (the default reads the whole session back).
+        """
+        session = await self.append(agent, user_id, session_id, events)
+        return SessionHead(session.user_id, session.created, len(session.events))
 
     async def aclose(self) -> None:
         return None

@@ -213,6 +213,10 @@ class TurnRunner:
     # An allocation of a turn failed (a MemoryError); under a memory rlimit that is the sandbox's limit,
     # and the harness ends the instance as the kernel ends a container (docs/decisions/sandbox.md).
     out_of_memory: bool = False
+    # True when the runner keeps each session's framework state between turns (LangGraph's checkpointer
+    # installed by the runner): the conversation layer then hands it the transcript only when that state
+    # is not held (`holds_session`) or is behind the transcript, and calls `forget_session` first.
+    keeps_session_state: bool = False
 
     def __init__(self, *, agent: str = "agent", clock: Clock | None = None):
         self.agent = agent
@@ -263,6 +267,14 @@ class TurnRunner:
                     *, body: dict[str, Any] | None = None) -> TurnContext:
         """A context to pass to `run`/`stream` when the caller wants the turn's events afterwards."""
         return self._context(message, session_id, user_id, history, body)
+
+    def holds_session(self, session_id: str) -> bool:
+        """Whether the runner holds the session's framework state (only with `keeps_session_state`)."""
+        return False
+
+    def forget_session(self, session_id: str) -> None:
+        """Drop the session's framework state; the next turn rebuilds it from the transcript."""
+        return None
 
     async def aclose(self) -> None:
         return None

@@ -1,9 +1,13 @@
 """LangGraph: `graph.py` holds a compiled `graph` whose state is the messages state.
 
 The turn sends `{"messages": [HumanMessage(message)]}` with `thread_id` = session id, so the graph's
-checkpointer carries the conversation. A graph compiled without a checkpointer gets an in-process one;
-when the checkpointer has nothing for a session (a fresh instance after scale to zero, another replica)
-the conversation is seeded from the stored transcript, so a session continues anywhere.
+checkpointer carries the conversation. A graph compiled without a checkpointer gets the runner's own
+`SessionSaver` (`caiplatform.turns.session_saver`: the latest state of at most `CAI_LIVE_SESSIONS`
+sessions, kept by reference, least recently used out); the conversation layer then hands the runner the
+transcript only when that state is missing or behind the transcript (a fresh instance after scale to
+zero, an evicted session, another replica that served a turn), so a turn's cost does not grow with the
+session and a session continues anywhere. A graph compiled with its own checkpointer keeps it: the
+transcript is read each turn and seeds the conversation when that checkpointer has nothing for it.
 
 Streaming uses `stream_mode=["messages", "updates"]`: text and reasoning deltas come from the
 `messages` stream (token-sized when the model streams, a whole message otherwise), tool calls and tool
@@ -99,14 +103,24 @@ def history_messages(events: Sequence[dict[str, Any]]) -> list[Any]:
 class LangGraphRunner(TurnRunner):
     framework = "langgraph"
 
-    def __init__(self, graph: Any, **kwargs: Any):
+    def __init__(self, graph: Any, *, live_sessions: int | None = None, **kwargs: Any):
         _require()
         super().__init__(**kwargs)
+        self.saver: Any = None
         if getattr(graph, "checkpointer", None) in (None, False):
-            from langgraph.checkpoint.memory import InMemorySaver
+            from caiplatform.turns.session_saver import SessionSaver, max_live_sessions
 
-            graph.checkpointer = InMemorySaver()
+            self.saver = SessionSaver(live_sessions or max_live_sessions())
+            graph.checkpointer = self.saver
+            self.keeps_session_state = True
         self.graph = graph
+
+    def holds_session(self, session_id: str) -> bool:
+        return self.saver is not None and self.saver.holds(session_id)
+
+    def forget_session(self, session_id: str) -> None:
+        if self.saver is not None:
+            self.saver.delete_thread(session_id)
 
     @classmethod
     def from_dir(cls, code_dir: str | Path, **kwargs: Any) -> LangGraphRunner:

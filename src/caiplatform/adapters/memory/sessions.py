@@ -12,6 +12,7 @@ from caiplatform.errors import Conflict
 from caiplatform.ports.sessions import (
     Listing,
     Session,
+    SessionHead,
     SessionStore,
     SessionSummary,
     UserSummary,
@@ -55,6 +56,30 @@ class InMemorySessionStore(SessionStore):
             session.state.update(state or {})
             session.last_update = now
             return copy.deepcopy(session)
+
+    async def claim(self, agent: str, user_id: str, session_id: str) -> SessionHead:
+        async with self._lock:
+            session = self._sessions.get((agent, session_id))
+            if session is None:
+                now = self.clock.now()
+                session = Session(agent, user_id, session_id, now, now, [], {})
+                self._sessions[(agent, session_id)] = session
+            elif session.user_id != user_id:
+                raise Conflict(other_user_message(session_id))
+            return SessionHead(session.user_id, session.created, len(session.events))
+
+    async def extend(self, agent: str, user_id: str, session_id: str, events: Sequence[dict[str, Any]]) -> SessionHead:
+        async with self._lock:
+            now = self.clock.now()
+            session = self._sessions.get((agent, session_id))
+            if session is None:
+                session = Session(agent, user_id, session_id, now, now, [], {})
+                self._sessions[(agent, session_id)] = session
+            elif session.user_id != user_id:
+                raise Conflict(other_user_message(session_id))
+            session.events.extend(copy.deepcopy(list(events)))
+            session.last_update = now
+            return SessionHead(session.user_id, session.created, len(session.events))
 
     async def list_users(self, agent: str, *, offset: int = 0, limit: int = 50) -> Listing[UserSummary]:
         check_limit(limit)

@@ -29,6 +29,7 @@ from caiplatform.errors import Conflict, NotFound
 from caiplatform.ports.sessions import (
     Listing,
     Session,
+    SessionHead,
     SessionStore,
     SessionSummary,
     UserSummary,
@@ -63,7 +64,7 @@ local k = tonumber(ARGV[6])
 for i = 1, k do
   redis.call('HSET', KEYS[6], ARGV[7 + n + 2 * i - 1], ARGV[7 + n + 2 * i])
 end
-return 1
+return {redis.call('HGET', KEYS[1], 'event_count'), redis.call('HGET', KEYS[1], 'created')}
 """
 
 # KEYS: s, e, st, u, ls   ARGV: base ("<prefix>:<agent>:"), session id
@@ -119,7 +120,7 @@ class RedisSessionStore(SessionStore):
         b = self._base(agent)
         return [f"{b}s:{session_id}", f"{b}e:{session_id}", f"{b}u", f"{b}us:{user_id}", f"{b}ls", f"{b}st:{session_id}"]
 
-    async def _write(self, agent, user_id, session_id, events, state, must_create: bool) -> None:
+    async def _write(self, agent, user_id, session_id, events, state, must_create: bool) -> SessionHead:
         now = _us(self.clock.now())
         encoded = [json.dumps(e) for e in events]
         pairs: list[str] = []
@@ -128,13 +129,14 @@ class RedisSessionStore(SessionStore):
         args = [user_id, now, preview_of(events), "1" if must_create else "0", len(encoded), len(pairs) // 2,
                 session_id, *encoded, *pairs]
         try:
-            await self._append_script(keys=self._keys(agent, session_id, user_id), args=args)
+            count, created = await self._append_script(keys=self._keys(agent, session_id, user_id), args=args)
         except ResponseError as exc:
             if "CAI_EXISTS" in str(exc):
                 raise Conflict(f"session {session_id} already exists") from None
             if "CAI_OTHER_USER" in str(exc):
                 raise Conflict(other_user_message(session_id)) from None
             raise
+        return SessionHead(user_id, _dt(created), int(count))
 
     async def create(self, agent: str, user_id: str, session_id: str, *, state: dict[str, Any] | None = None) -> Session:
         await self._write(agent, user_id, session_id, [], state, True)
@@ -158,6 +160,23 @@ class RedisSessionStore(SessionStore):
                      state: dict[str, Any] | None = None) -> Session:
         await self._write(agent, user_id, session_id, list(events), state, False)
         return await self._written(agent, session_id)
+
+    async def claim(self, agent: str, user_id: str, session_id: str) -> SessionHead:
+        key = f"{self._base(agent)}s:{session_id}"
+        for _ in range(2):
+            owner, created, count = await self.client.hmget(key, "user_id", "created", "event_count")
+            if owner is not None:
+                if owner != user_id:
+                    raise Conflict(other_user_message(session_id))
+                return SessionHead(owner, _dt(created), int(count or 0))
+            try:
+                return await self._write(agent, user_id, session_id, [], None, True)
+            except Conflict:
+                continue  # created by someone else in between: read it again
+        raise Conflict(other_user_message(session_id))
+
+    async def extend(self, agent: str, user_id: str, session_id: str, events: Sequence[dict[str, Any]]) -> SessionHead:
+        return await self._write(agent, user_id, session_id, list(events), None, False)
 
     async def _written(self, agent: str, session_id: str) -> Session:
         """The session just written; `NotFound` when a delete removed it in between."""

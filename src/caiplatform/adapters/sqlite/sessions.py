@@ -21,6 +21,7 @@ from caiplatform.errors import Conflict
 from caiplatform.ports.sessions import (
     Listing,
     Session,
+    SessionHead,
     SessionStore,
     SessionSummary,
     UserSummary,
@@ -121,34 +122,65 @@ class SQLiteSessionStore(SessionStore):
 
         return self._tx(body)
 
+    def _write_events(self, conn, agent, user_id, session_id, events, state) -> SessionHead:
+        """Append `events` after the last stored one; reads the session's row, never its events."""
+        now = _us(self.clock.now())
+        row = conn.execute(
+            "SELECT user_id, event_count, preview, state, created FROM cai_sessions WHERE agent=? AND session_id=?",
+            (agent, session_id),
+        ).fetchone()
+        merged: dict[str, Any] = {}
+        if row is None:
+            conn.execute(
+                "INSERT INTO cai_sessions (agent, session_id, user_id, created, last_update) VALUES (?,?,?,?,?)",
+                (agent, session_id, user_id, now, now),
+            )
+            count, preview, created = 0, "", now
+        else:
+            if row[0] != user_id:
+                raise Conflict(other_user_message(session_id))
+            count, preview, created = row[1], row[2], row[4]
+            if state:
+                merged = json.loads(row[3])
+        conn.executemany(
+            "INSERT INTO cai_session_events (agent, session_id, seq, body) VALUES (?,?,?,?)",
+            [(agent, session_id, count + i, json.dumps(e)) for i, e in enumerate(events)],
+        )
+        if state:
+            merged.update(state)
+            conn.execute("UPDATE cai_sessions SET state=? WHERE agent=? AND session_id=?",
+                         (json.dumps(merged), agent, session_id))
+        conn.execute(
+            "UPDATE cai_sessions SET last_update=?, event_count=?, preview=? WHERE agent=? AND session_id=?",
+            (now, count + len(events), preview or preview_of(events), agent, session_id),
+        )
+        return SessionHead(user_id, _dt(created), count + len(events))
+
     def _append(self, agent, user_id, session_id, events, state):
+        def body(conn):
+            self._write_events(conn, agent, user_id, session_id, events, state)
+            return self._load(conn, agent, session_id)
+
+        return self._tx(body)
+
+    def _extend(self, agent, user_id, session_id, events):
+        return self._tx(lambda conn: self._write_events(conn, agent, user_id, session_id, events, None))
+
+    def _claim(self, agent, user_id, session_id):
         now = _us(self.clock.now())
 
         def body(conn):
-            row = conn.execute(
-                "SELECT user_id, event_count, preview, state FROM cai_sessions WHERE agent=? AND session_id=?",
-                (agent, session_id),
-            ).fetchone()
+            row = conn.execute("SELECT user_id, created, event_count FROM cai_sessions WHERE agent=? AND session_id=?",
+                               (agent, session_id)).fetchone()
             if row is None:
                 conn.execute(
                     "INSERT INTO cai_sessions (agent, session_id, user_id, created, last_update) VALUES (?,?,?,?,?)",
                     (agent, session_id, user_id, now, now),
                 )
-                count, preview, merged = 0, "", {}
-            else:
-                if row[0] != user_id:
-                    raise Conflict(other_user_message(session_id))
-                count, preview, merged = row[1], row[2], json.loads(row[3])
-            conn.executemany(
-                "INSERT INTO cai_session_events (agent, session_id, seq, body) VALUES (?,?,?,?)",
-                [(agent, session_id, count + i, json.dumps(e)) for i, e in enumerate(events)],
-            )
-            merged.update(state or {})
-            conn.execute(
-                "UPDATE cai_sessions SET last_update=?, event_count=?, preview=?, state=? WHERE agent=? AND session_id=?",
-                (now, count + len(events), preview or preview_of(events), json.dumps(merged), agent, session_id),
-            )
-            return self._load(conn, agent, session_id)
+                return SessionHead(user_id, _dt(now), 0)
+            if row[0] != user_id:
+                raise Conflict(other_user_message(session_id))
+            return SessionHead(row[0], _dt(row[1]), row[2])
 
         return self._tx(body)
 
@@ -188,6 +220,12 @@ class SQLiteSessionStore(SessionStore):
     async def append(self, agent: str, user_id: str, session_id: str, events: Sequence[dict[str, Any]], *,
                      state: dict[str, Any] | None = None) -> Session:
         return await self._call(self._append, agent, user_id, session_id, list(events), state)
+
+    async def claim(self, agent: str, user_id: str, session_id: str) -> SessionHead:
+        return await self._call(self._claim, agent, user_id, session_id)
+
+    async def extend(self, agent: str, user_id: str, session_id: str, events: Sequence[dict[str, Any]]) -> SessionHead:
+        return await self._call(self._extend, agent, user_id, session_id, list(events))
 
     async def list_users(self, agent: str, *, offset: int = 0, limit: int = 50) -> Listing[UserSummary]:
         check_limit(limit)

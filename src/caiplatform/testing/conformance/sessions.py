@@ -212,3 +212,38 @@ async def test_concurrent_appends_lose_nothing(session_store):
         assert texts[texts.index(f"m{i}") + 1] == f"n{i}"
     summary = (await session_store.list_sessions("bot", "u1")).items[0]
     assert summary.event_count == 40
+
+
+async def test_claim_creates_refuses_others_and_does_not_touch(session_store):
+    head = await session_store.claim("bot", "u1", "c1")
+    assert (head.user_id, head.event_count) == ("u1", 0)
+    created = await session_store.get("bot", "c1")
+    assert created is not None and created.user_id == "u1" and created.events == []
+    assert head.created == created.created
+    with pytest.raises(Conflict):
+        await session_store.claim("bot", "u2", "c1")
+    await session_store.append("bot", "u1", "c1", [_user(session_store, "one")])
+    before = await session_store.get("bot", "c1")
+    session_store.clock.advance(5)
+    again = await session_store.claim("bot", "u1", "c1")
+    assert (again.event_count, again.created, again.version) == (1, before.created, (before.created, 1))
+    assert (await session_store.get("bot", "c1")).last_update == before.last_update  # a claim is a read
+
+
+async def test_extend_appends_like_append_and_answers_the_head(session_store):
+    head = await session_store.extend("bot", "u1", "x1", [_user(session_store, "one")])
+    assert (head.user_id, head.event_count) == ("u1", 1)
+    session_store.clock.advance(3)
+    turn = _agent_turn(session_store, "two")
+    head = await session_store.extend("bot", "u1", "x1", turn)
+    assert head.event_count == 5
+    stored = await session_store.get("bot", "x1")
+    assert head.created == stored.created and stored.last_update > stored.created
+    assert [e["content"]["parts"][0].get("text") for e in stored.events][0] == "one"
+    assert stored.events[1:] == turn
+    summary = (await session_store.list_sessions("bot", "u1")).items[0]
+    assert (summary.event_count, summary.preview) == (5, "one")
+    with pytest.raises(Conflict):
+        await session_store.extend("bot", "u2", "x1", [_user(session_store, "theirs")])
+    assert len((await session_store.get("bot", "x1")).events) == 5
+
