@@ -38,6 +38,16 @@ class InMemorySessionStore(SessionStore):
             self._sessions[(agent, session_id)] = session
             return copy.deepcopy(session)
 
+    def _owned(self, agent: str, user_id: str, session_id: str, now: Any) -> Session:
+        """The session, made (empty, created `now`) when it is new; `Conflict` when another user's."""
+        session = self._sessions.get((agent, session_id))
+        if session is None:
+            session = Session(agent, user_id, session_id, now, now, [], {})
+            self._sessions[(agent, session_id)] = session
+        elif session.user_id != user_id:
+            raise Conflict(other_user_message(session_id))
+        return session
+
     async def get(self, agent: str, session_id: str) -> Session | None:
         session = self._sessions.get((agent, session_id))
         return copy.deepcopy(session) if session else None
@@ -46,12 +56,7 @@ class InMemorySessionStore(SessionStore):
                      state: dict[str, Any] | None = None) -> Session:
         async with self._lock:
             now = self.clock.now()
-            session = self._sessions.get((agent, session_id))
-            if session is None:
-                session = Session(agent, user_id, session_id, now, now, [], {})
-                self._sessions[(agent, session_id)] = session
-            elif session.user_id != user_id:
-                raise Conflict(other_user_message(session_id))
+            session = self._owned(agent, user_id, session_id, now)
             session.events.extend(copy.deepcopy(list(events)))
             session.state.update(state or {})
             session.last_update = now
@@ -59,24 +64,13 @@ class InMemorySessionStore(SessionStore):
 
     async def claim(self, agent: str, user_id: str, session_id: str) -> SessionHead:
         async with self._lock:
-            session = self._sessions.get((agent, session_id))
-            if session is None:
-                now = self.clock.now()
-                session = Session(agent, user_id, session_id, now, now, [], {})
-                self._sessions[(agent, session_id)] = session
-            elif session.user_id != user_id:
-                raise Conflict(other_user_message(session_id))
+            session = self._owned(agent, user_id, session_id, self.clock.now())
             return SessionHead(session.user_id, session.created, len(session.events))
 
     async def extend(self, agent: str, user_id: str, session_id: str, events: Sequence[dict[str, Any]]) -> SessionHead:
         async with self._lock:
             now = self.clock.now()
-            session = self._sessions.get((agent, session_id))
-            if session is None:
-                session = Session(agent, user_id, session_id, now, now, [], {})
-                self._sessions[(agent, session_id)] = session
-            elif session.user_id != user_id:
-                raise Conflict(other_user_message(session_id))
+            session = self._owned(agent, user_id, session_id, now)
             session.events.extend(copy.deepcopy(list(events)))
             session.last_update = now
             return SessionHead(session.user_id, session.created, len(session.events))
