@@ -164,11 +164,15 @@ FOLLOW = {"name": "follow", "in": "query", "required": False, "schema": {"type":
           "description": "Keep tailing."}
 
 
+def _follow(request: Request) -> bool:
+    return request.query_params.get("follow", "").lower() in ("1", "true", "yes")
+
+
 @router.get(A + "/logs", summary="Live logs of the newest instance (text/plain)",
             **op(content_type="text/plain", query=[FOLLOW], errors=OWNER))
 async def logs(name: str, request: Request, principal: Principal = Depends(principal_of),
                platform: Platform = Depends(platform_of)) -> StreamingResponse:
-    follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
+    follow = _follow(request)
     lines = await platform.agents.logs(principal, name, project_param(request), follow=follow)
     return StreamingResponse(lines, media_type="text/plain; charset=utf-8")
 
@@ -177,7 +181,7 @@ async def logs(name: str, request: Request, principal: Principal = Depends(princ
             **op(content_type="text/plain", query=[FOLLOW], errors=OWNER))
 async def build_log(name: str, request: Request, principal: Principal = Depends(principal_of),
                     platform: Platform = Depends(platform_of)) -> StreamingResponse:
-    follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
+    follow = _follow(request)
     lines = await platform.agents.build_log(principal, name, project_param(request), follow=follow)
     return StreamingResponse(lines, media_type="text/plain; charset=utf-8")
 

@@ -32,6 +32,16 @@ async def _stream(kit, suffix: str = "t", **kw) -> StreamConfig:
     return config
 
 
+async def _pull_at_least(b, stream: str, consumer: str, count: int) -> list:
+    """Pull (10 at a time, 1 s each) until `count` messages came; an empty pull before that fails."""
+    got = await b.pull(stream, consumer, 10, 1.0)
+    while len(got) < count:
+        more = await b.pull(stream, consumer, 10, 1.0)
+        assert more, "messages went missing"
+        got += more
+    return got
+
+
 def _msgs(*texts: str, key: str | None = None) -> list[OutgoingMessage]:
     return [OutgoingMessage(t.encode(), {"n": t}, key) for t in texts]
 
@@ -42,11 +52,7 @@ async def test_publish_pull_ack_roundtrip(broker_kit):
     await b.create_consumer(ConsumerConfig(s.name, "c1", ack_wait=5))
     seqs = await b.publish(s.name, s.subject, _msgs("a", "b", "c", key="k"))
     assert seqs == sorted(seqs) and len(set(seqs)) == 3
-    got = await b.pull(s.name, "c1", 10, 1.0)
-    while len(got) < 3:
-        more = await b.pull(s.name, "c1", 10, 1.0)
-        assert more, "messages went missing"
-        got += more
+    got = await _pull_at_least(b, s.name, "c1", 3)
     assert [d.data for d in got] == [b"a", b"b", b"c"]
     assert [d.sequence for d in got] == seqs
     assert got[0].attributes == {"n": "a"} and got[0].key == "k" and got[0].delivery_count == 1
@@ -295,11 +301,7 @@ async def test_a_message_id_is_stored_once_within_the_duplicate_window(broker_ki
     first = await b.publish(s.name, s.subject, batch("a", "b"))
     again = await b.publish(s.name, s.subject, batch("a", "b", "c"))
     assert again[:2] == first and again[2] > first[1]
-    got = await b.pull(s.name, "c1", 10, 1.0)
-    while len(got) < 3:
-        more = await b.pull(s.name, "c1", 10, 1.0)
-        assert more, "messages went missing"
-        got += more
+    got = await _pull_at_least(b, s.name, "c1", 3)
     assert [d.data for d in got] == [b"a", b"b", b"c"]
     await b.ack([d.token for d in got])
     assert await b.pull(s.name, "c1", 10, 0.2) == []  # nothing twice
