@@ -38,7 +38,7 @@ export DEBIAN_FRONTEND=noninteractive
 install() { "${as_root[@]}" apt-get install -y -q --no-install-recommends "${packages[@]}"; }
 # A machine whose package lists were never fetched needs an update first.
 install >/dev/null || { "${as_root[@]}" apt-get update -q >/dev/null && install >/dev/null; }
-for tool in go ruby bundle node npm chromium pasta nft; do
+for tool in go ruby bundle node npm chromium; do
   command -v "$tool" >/dev/null || { echo "toolchains: $tool is still missing after the install" >&2; exit 1; }
 done
 echo "toolchains: installed ${packages[*]}"
