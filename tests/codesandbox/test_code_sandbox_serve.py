@@ -362,6 +362,7 @@ print("found:", found)
 def test_a_snippet_cannot_read_the_agents_environment_or_files_the_platforms_or_another_snippets(server):
     probe = ISOLATION_PROBE.replace("DATA", str(server.data_dir)).replace("PORT", str(server.server.port))
     for _ in range(2):  # the second finds nothing the first left
+        poll_warm(server, 1)  # the pool-exhaustion test before may have left none warm yet (its wait is short)
         status, body = server.run({"code": probe})
         assert status == 200 and body["exit_code"] == 0, body
         assert body["stdout"] == "found: []\n", body
