@@ -175,7 +175,9 @@ def test_postgresql_restarted_requests_fail_cleanly_and_the_pool_recovers(cluste
             assert answer.status_code == 503, answer.text
             assert answer.json()["error"] == "the platform database is unavailable; try again shortly"
             assert answer.json()["request_id"] == answer.headers["x-request-id"]
-        assert time.monotonic() - started < 10  # failing, not hanging
+        # Failing, not hanging: each answer comes at once on an idle machine (about 20 ms); a hang would run
+        # into the client's 30 s. CI saw 11 s for the two on a machine loaded by the other workers.
+        assert time.monotonic() - started < 25
         assert httpx.get(f"{base}/healthz").status_code == 503
         assert httpx.get(f"{base}/livez").status_code == 200
 
