@@ -80,8 +80,8 @@ async def _replicas(request, tmp_path):
     locks = PostgresWorkLocks(url, "conformance")
     supervisor = ProcessSupervisor(tmp_path / "run")
     adapter = Seeding(db, locks, tmp_path / "data", supervisor=supervisor, replica_id="conformance")
-    # Not started: its rounds would run in this fixture's event loop, not the test's (the anyio runner's);
-    # one replica runs what it creates and does the rest within the calls themselves.
+    # Not started: no follower rounds in the background; one replica runs what it creates and does the rest
+    # within the calls themselves.
     try:
         yield adapter
     finally:

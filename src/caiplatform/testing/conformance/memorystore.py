@@ -8,6 +8,11 @@ Use it from a test module that defines a `provisioner` fixture (an adapter that 
 Clients connect with redis-py using the handed-out URI over RESP2 (so `AUTH` is a real command that
 every adapter has to answer). Every test uses its own random project id, so suites may run in parallel
 against one adapter.
+
+The tests are plain `async def` tests, for pytest-asyncio (`asyncio_mode = "auto"`) to run in the event loop of
+the `provisioner` fixture: an adapter owns tasks and server processes bound to the loop that made them, and
+a test run in another loop (anyio's runner, with `pytest.mark.anyio`) left a launch task that its fixture's
+loop could never finish cancelling (a teardown hung until pytest-timeout).
 """
 
 from __future__ import annotations
@@ -116,7 +121,6 @@ async def provisioned(p: MemoryStoreProvisioner, **kw):
     return s, pw, inst
 
 
-@pytest.mark.anyio
 async def test_create_starts_provisioning_then_ready(provisioner):
     s = spec()
     created = await provisioner.create(s, password())
@@ -141,7 +145,6 @@ async def test_create_starts_provisioning_then_ready(provisioner):
     await provisioner.delete(s.project_id, s.name)
 
 
-@pytest.mark.anyio
 async def test_create_duplicate_name_conflicts(provisioner):
     s = spec()
     await provisioner.create(s, password())
@@ -154,7 +157,6 @@ async def test_create_duplicate_name_conflicts(provisioner):
     await provisioner.delete(other.project_id, other.name)
 
 
-@pytest.mark.anyio
 async def test_list_is_sorted_and_scoped_to_project(provisioner):
     project = str(uuid.uuid4())
     names = ["zeta", "alpha", "mid"]
@@ -169,7 +171,6 @@ async def test_list_is_sorted_and_scoped_to_project(provisioner):
 
 
 @notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
-@pytest.mark.anyio
 async def test_uri_connects_writes_and_reads(provisioner):
     s, pw, inst = await provisioned(provisioner)
     c = client(inst, pw)
@@ -183,7 +184,6 @@ async def test_uri_connects_writes_and_reads(provisioner):
 
 
 @notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
-@pytest.mark.anyio
 async def test_wrong_password_is_refused(provisioner):
     s, pw, inst = await provisioned(provisioner)
     assert refused(inst, "not-the-password")
@@ -193,7 +193,6 @@ async def test_wrong_password_is_refused(provisioner):
 
 @notimpl(["memory"], reason="fakeredis runs commands of a connection that never sent AUTH")
 @notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
-@pytest.mark.anyio
 async def test_unauthenticated_commands_are_refused(provisioner):
     s, pw, inst = await provisioned(provisioner)
     assert refused(inst, None)
@@ -201,7 +200,6 @@ async def test_unauthenticated_commands_are_refused(provisioner):
 
 
 @notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
-@pytest.mark.anyio
 async def test_rotation_keeps_old_password_until_restart(provisioner):
     s, old, inst = await provisioned(provisioner)
     c = client(inst, old)
@@ -224,7 +222,6 @@ async def test_rotation_keeps_old_password_until_restart(provisioner):
 
 
 @notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
-@pytest.mark.anyio
 async def test_persistence_survives_restart(provisioner):
     s, pw, inst = await provisioned(provisioner, persistence_enabled=True)
     c = client(inst, pw)
@@ -241,7 +238,6 @@ async def test_persistence_survives_restart(provisioner):
 
 
 @notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
-@pytest.mark.anyio
 async def test_without_persistence_restart_starts_empty(provisioner):
     s, pw, inst = await provisioned(provisioner, persistence_enabled=False)
     c = client(inst, pw)
@@ -258,7 +254,6 @@ async def test_without_persistence_restart_starts_empty(provisioner):
 
 
 @notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
-@pytest.mark.anyio
 @pytest.mark.parametrize("size_class", ["small", "medium", "large"])
 async def test_info_reports_size_class_cap_and_policy(provisioner, size_class):
     s, pw, inst = await provisioned(provisioner, size_class=size_class, maxmemory_policy="allkeys-lru")
@@ -272,7 +267,6 @@ async def test_info_reports_size_class_cap_and_policy(provisioner, size_class):
 
 
 @notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
-@pytest.mark.anyio
 async def test_info_counts_keys(provisioner):
     s, pw, inst = await provisioned(provisioner)
     stats = stats_from_info(s, await provisioner.info(s.project_id, s.name))
@@ -289,7 +283,6 @@ async def test_info_counts_keys(provisioner):
 
 @notimpl(["memory"], reason="fakeredis keeps no keyspace hit/miss counters, so hit_rate is always omitted")
 @notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
-@pytest.mark.anyio
 async def test_info_hit_rate_after_lookup(provisioner):
     s, pw, inst = await provisioned(provisioner)
     stats = stats_from_info(s, await provisioner.info(s.project_id, s.name))
@@ -308,7 +301,6 @@ async def test_info_hit_rate_after_lookup(provisioner):
 
 @notimpl(["memory"], reason="fakeredis reports no used_memory, so used_memory_pct is omitted")
 @notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
-@pytest.mark.anyio
 async def test_info_used_memory_pct(provisioner):
     s, pw, inst = await provisioned(provisioner)
     stats = stats_from_info(s, await provisioner.info(s.project_id, s.name))
@@ -320,7 +312,6 @@ async def test_info_used_memory_pct(provisioner):
 
 @notimpl(["memory"], reason="fakeredis does not enforce maxmemory")
 @notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
-@pytest.mark.anyio
 async def test_eviction_policy_is_enforced(provisioner):
     import redis
 
@@ -337,7 +328,6 @@ async def test_eviction_policy_is_enforced(provisioner):
 
 
 @notimpl(["kubernetes"], reason="clients reach Valkey at its Service address inside the cluster; the API emulator runs no pods")
-@pytest.mark.anyio
 async def test_delete_destroys_instance_and_data(provisioner):
     import redis
 
@@ -365,7 +355,6 @@ async def test_delete_destroys_instance_and_data(provisioner):
     await provisioner.delete(s.project_id, s.name)
 
 
-@pytest.mark.anyio
 async def test_health_checks_pass(provisioner):
     checks = await provisioner.health()
     assert set(checks) >= {"kubernetes", "memorystore_crd"}
