@@ -11,6 +11,7 @@ Engines that run as child processes only exist after `await platform.start()`; `
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
@@ -462,17 +463,50 @@ class Platform:
         if self._started:
             return
         self._started = True
-        if self.mode != "memory":
-            await self._start_engines()
+        # Three lines at once, so a restart costs about its longest one rather than their sum
+        # (docs/performance.md, "Restart"): the workloads that were running come back (each instance imports
+        # its framework in a process of its own), the engines start (child processes, each waiting for its
+        # health check), and the vector engine is imported and opened (in a worker thread). Neither of the
+        # first and the last needs an engine; what follows the engines waits for the workloads too.
+        workloads = asyncio.create_task(self._start_workloads(), name="start-workloads")
+        vector = asyncio.create_task(self._start_vector(), name="start-vector")
+        try:
+            if self.mode != "memory":
+                await self._start_engines()
+            await workloads
+            await self._start_the_rest()
+            await vector
+        except BaseException:
+            for task in (workloads, vector):
+                task.cancel()
+            await asyncio.gather(workloads, vector, return_exceptions=True)
+            raise
+        from caiplatform.startup import announce_engines
+
+        announce_engines(self)
+
+    async def _start_workloads(self) -> None:
+        # Server mode: every agent's Valkey user for its sessions, before any instance signs in with it (a
+        # Valkey without persistence that restarted lost them).
+        await self.agents.ensure_session_users()
+        # Workloads: a restart serves the recorded revisions again (min_scale instances come back warm, and
+        # the instances that ran at the stop).
+        await self.runtime.start()
+
+    async def _start_vector(self) -> None:
+        """Vector indexes: open the engine, finish the collection creations a previous run left pending. The
+        engine's module (Qdrant's client and models) is imported in a worker thread, off the event loop."""
+        indexes = await asyncio.to_thread(lambda: self.indexes)
+        await indexes.engine.start()
+        self._closers.append(indexes.engine.close)
+        self._closers.append(indexes.wait_reconciled)
+        await indexes.start()
+
+    async def _start_the_rest(self) -> None:
         await self.projects.provision_unrecorded()  # the bootstrap default project, interrupted creates
         # Memory stores: a platform restart restarts every recorded instance with its data.
         await self.memorystores.provisioner.start()
         self._closers.append(self.memorystores.provisioner.close)
-        # Server mode: every agent's Valkey user for its sessions, before any instance signs in with it (a
-        # Valkey without persistence that restarted lost them).
-        await self.agents.ensure_session_users()
-        # Workloads: a restart serves the recorded revisions again (min_scale instances come back warm).
-        await self.runtime.start()
         self.agents.locks = self.work_locks
         await self.agents.start()
         self._closers.append(self.agents.close)
@@ -485,11 +519,6 @@ class Platform:
             self._closers.append(follower.close)
         if self.mode != "memory" and (self.on_cluster or self.sandbox_status()["status"] in ("on", "off")):
             self.code_sandbox.pool.start()  # warm sandboxes (or pods) ready before the first snippet
-        # Vector indexes: open the engine, finish the collection creations a previous run left pending.
-        await self.indexes.engine.start()
-        self._closers.append(self.indexes.engine.close)
-        self._closers.append(self.indexes.wait_reconciled)
-        await self.indexes.start()
         await self._start_messaging()
         await self._start_serverless()
         # MCP servers: serve every ready server again, resume unfinished builds; stop builds on close.
@@ -506,14 +535,11 @@ class Platform:
             self._closers.append(mcp_follower.close)
         else:
             await self.mcp.resume()
-        from caiplatform.startup import announce_engines
-
-        announce_engines(self)
 
     async def _start_engines(self) -> None:
-        """Engines of the embedded default, or clients of the configured ones."""
-        await self._start_embedded_openbao()
-        await self._start_embedded_nats()
+        """Engines of the embedded default, or clients of the configured ones: both child processes start
+        at once (each waits for its own health check)."""
+        await asyncio.gather(self._start_embedded_openbao(), self._start_embedded_nats())
 
     async def aclose(self) -> None:
         for closer in reversed(self._closers):

@@ -89,7 +89,13 @@ async def test_restart_serves_the_same_revisions_and_split(tmp_path):
         status = await second.status(ref)
         assert status is not None
         assert [r.name for r in status.revisions] == [f"{ref.name}-00002", f"{ref.name}-00001"]
-        assert all(r.ready and r.replicas == 0 for r in status.revisions)
+        assert all(r.ready for r in status.revisions)
+
+        async def rewarmed() -> bool:  # the routed revision had an instance at the stop; the other gets none
+            replicas = {r.name: r.replicas for r in (await second.status(ref)).revisions}
+            return replicas == {f"{ref.name}-00001": 1, f"{ref.name}-00002": 0}
+
+        await until(rewarmed)
         body = await call(second, ref, "/whoami")
         assert body["greeting"] == "one"  # the pin survived
         assert (await call(second, ref, "/env/API_KEY"))["value"] == "k1"
@@ -118,6 +124,53 @@ async def test_min_scale_instances_come_back_after_restart(tmp_path):
         await until(warm)
     finally:
         await second.close()
+
+
+async def test_only_what_ran_at_the_stop_comes_back_warm_and_only_once(tmp_path):
+    """A revision nobody called before the stop stays cold; one that ran comes back warm after a clean
+    stop, and a start after that run's crash (no clean stop) restores nothing."""
+    called, idle = workload(), workload()
+    first = LocalProcessRuntime(tmp_path, images=tiny_images, idle_seconds=30)
+    await first.start()
+    try:
+        for ref in (called, idle):
+            await first.apply(revision(ref, 1))
+            await ready(first, ref, f"{ref.name}-00001")
+
+        async def idle_is_cold() -> bool:
+            return (await first.status(idle)).revisions[0].replicas == 0
+
+        first.idle_seconds = 0  # the instance the readiness proof started stops at the next pass
+        await until(idle_is_cold)
+        first.idle_seconds = 30
+        await call(first, called, "/whoami")
+    finally:
+        await first.close()
+
+    async def replicas(runtime: LocalProcessRuntime, ref) -> int:
+        return (await runtime.status(ref)).revisions[0].replicas
+
+    second = LocalProcessRuntime(tmp_path, images=tiny_images, idle_seconds=30)
+    await second.start()
+    try:
+        async def called_is_warm() -> bool:
+            return await replicas(second, called) == 1
+
+        await until(called_is_warm)
+        assert await replicas(second, idle) == 0
+    finally:
+        # A crash: the instances die with the run, and nothing records them.
+        second._closed = True
+        for task in list(second._tasks) + ([second._housekeeper] if second._housekeeper else []):
+            task.cancel()
+        await second.supervisor.stop_all()
+    third = LocalProcessRuntime(tmp_path, images=tiny_images, idle_seconds=30)
+    await third.start()
+    try:
+        assert not any(task.get_name().startswith("rewarm-") for task in third._tasks)
+        assert await replicas(third, called) == 0
+    finally:
+        await third.close()
 
 
 async def test_processes_of_a_crashed_run_are_reaped(tmp_path):

@@ -22,9 +22,11 @@ State in `<data-dir>/runtime/`:
     logs/<key>/<pod>.log          what each instance wrote (stdout and stderr together)
     history/<key>.jsonl           persisted log lines, `LOG_RETENTION` long (default 14 days)
     home/<key>/                   the workload's HOME
+    warm.json                     the revisions that had instances at the last stop (read once by `start()`)
 
 A restarted platform loads the workloads and serves the same revisions (instances start on demand;
-`min_scale` ones come back warm). Processes a crashed run left behind are reaped through the
+`min_scale` ones come back warm, and so do the instances that were running when the platform stopped,
+as a cluster's pods outlive a restart of its control plane: `warm.json`, written by `close()`). Processes a crashed run left behind are reaped through the
 supervisor's records before anything starts.
 """
 
@@ -99,6 +101,8 @@ class _Process:
 # probe that sees it ready (half this on average). A refused loopback connection costs well under a
 # millisecond, so 40 probes a second while an instance imports its framework cost little.
 INSTANCE_PROBE_SECONDS = 0.025
+# Instances restored after a restart that start at the same time (each imports its framework: two cores).
+WARM_STARTS_AT_ONCE = 2
 
 
 class LocalProcessRuntime(InstanceRuntime):
@@ -154,9 +158,61 @@ class LocalProcessRuntime(InstanceRuntime):
                 for revision in workload.revisions.values():
                     if revision.state == "unknown":  # it was starting when the previous run ended
                         self._spawn(self._prove_ready(workload, revision), f"ready-{revision.name}")
+            self._rewarm(self._take_warm_record())
         await super().start()
 
+    def _take_warm_record(self) -> list[tuple[str, str, int]]:
+        """What `close()` recorded as running, most recently used first; the record is used once (a run
+        that crashes after this start restores nothing it did not itself record)."""
+        path = self.root / "warm.json"
+        try:
+            entries = json.loads(path.read_text())
+            path.unlink()
+            return [(str(e["workload"]), str(e["revision"]), int(e["instances"])) for e in entries]
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+
+    def _rewarm(self, entries: list[tuple[str, str, int]]) -> None:
+        """Start again, in the background, the instances a revision had when the platform stopped, if it is
+        still ready and routed: a restart does not make the next invoke of a busy agent a cold start. They
+        start WARM_STARTS_AT_ONCE at a time (the server's own start shares the machine) and stop after the
+        usual idle time if nobody calls them. One still waiting for its turn is not counted as starting, so an
+        invoke that comes first starts its own instance at once instead of waiting behind the queue."""
+        gate = asyncio.Semaphore(WARM_STARTS_AT_ONCE)
+        for key, name, count in entries:
+            workload = self._workloads.get(key)
+            revision = workload.revisions.get(name) if workload is not None else None
+            if workload is None or revision is None or revision.state != "ready" or name not in workload.routed():
+                continue
+            want = min(count, revision.ceiling)
+            for _ in range(want):
+                self._spawn(self._warm_gated(gate, workload, revision, want), f"rewarm-{name}")
+
+    async def _warm_gated(self, gate: asyncio.Semaphore, workload: Workload, revision: Revision, want: int) -> None:
+        async with gate:
+            if self._closed or revision.state != "ready" or len(revision.instances) + revision.starting >= want:
+                return  # an invoke already started what it needed
+            revision.starting += 1
+            await self._warm(workload, revision)
+
+    def _record_warm(self) -> None:
+        """Which revisions have instances now (most recently used first), for the next start."""
+        running = [
+            (max(i.last_used for i in live), workload.ref.key, revision.name, len(live))
+            for workload in self._workloads.values()
+            for revision in workload.revisions.values()
+            if (live := [i for i in revision.instances if not i.stopping])
+        ]
+        entries = [{"workload": key, "revision": name, "instances": count}
+                   for _, key, name, count in sorted(running, reverse=True)]
+        path = self.root / "warm.json"
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(entries))
+
     async def close(self) -> None:
+        if self._loaded and not self._closed:
+            self._record_warm()
         await super().close()
         if self._own_supervisor:
             await self.supervisor.stop_all()
