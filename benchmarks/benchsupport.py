@@ -49,6 +49,49 @@ def report(*rows: Row) -> None:
                 out.write(json.dumps(asdict(row)) + "\n")
 
 
+def line_chart_svg(path: Path, title: str, x_label: str, points: Sequence[int], series: dict[str, list[float]],
+                   *, log_x: bool = False) -> Path:
+    """A line chart without matplotlib (the machine may not have it): `points` against each series, in
+    milliseconds (the values are seconds)."""
+    import math
+
+    width, height, left, bottom, top, right = 640, 360, 60, 40, 30, 130
+    top_ms = max(max(v) for v in series.values()) * 1000 * 1.15 or 1
+    last = max(points)
+
+    def x_of(p: int) -> float:
+        share = (math.log10(p) / math.log10(last) if last > 1 else 0) if log_x else p / last
+        return left + (width - left - right) * share
+
+    def y(seconds: float) -> float:
+        return height - bottom - (height - bottom - top) * (seconds * 1000 / top_ms)
+
+    xs = {p: x_of(p) for p in points}
+    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+             f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
+             f'<text x="{left}" y="18">{title}</text>',
+             f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="black"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="black"/>']
+    for p, x in xs.items():
+        parts.append(f'<text x="{x:.0f}" y="{height - bottom + 16}" text-anchor="middle">{p}</text>')
+    parts.append(f'<text x="{(width - right + left) / 2:.0f}" y="{height - 6}" text-anchor="middle">{x_label}</text>')
+    for i in range(5):
+        value = top_ms * i / 4
+        yy = height - bottom - (height - bottom - top) * i / 4
+        parts.append(f'<text x="{left - 6}" y="{yy + 4:.0f}" text-anchor="end">{value:.0f} ms</text>')
+    for i, (name, values) in enumerate(series.items()):
+        color = colors[i % len(colors)]
+        line = " ".join(f"{xs[p]:.1f},{y(v):.1f}" for p, v in zip(points, values, strict=True))
+        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{line}"/>')
+        for p, v in zip(points, values, strict=True):
+            parts.append(f'<circle cx="{xs[p]:.1f}" cy="{y(v):.1f}" r="3" fill="{color}"/>')
+        parts.append(f'<text x="{width - right + 10}" y="{top + 16 * i + 10}" fill="{color}">{name}</text>')
+    parts.append("</svg>\n")
+    path.write_text("\n".join(parts))
+    return path
+
+
 def percentile(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]

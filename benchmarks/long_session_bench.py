@@ -27,7 +27,7 @@ import uuid
 from pathlib import Path
 
 import httpx
-from benchsupport import QUICK, Row, ms, percentile, report, signed_ms
+from benchsupport import QUICK, Row, line_chart_svg, ms, percentile, report, signed_ms
 from served import INTERNAL_TOKEN, served
 
 AGENT = "echo"
@@ -94,40 +94,8 @@ def save_plot(points: list[int], series: dict[str, list[float]]) -> Path:
 
 def save_svg(points: list[int], series: dict[str, list[float]]) -> Path:
     """A line chart without matplotlib: turn (log scale) against p50 per turn."""
-    import math
-
-    width, height, left, bottom, top, right = 640, 360, 60, 40, 30, 130
-    top_ms = max(max(v) for v in series.values()) * 1000 * 1.15 or 1
-    xs = {p: left + (width - left - right) * (math.log10(p) / math.log10(max(points)) if max(points) > 1 else 0)
-          for p in points}
-
-    def y(seconds: float) -> float:
-        return height - bottom - (height - bottom - top) * (seconds * 1000 / top_ms)
-
-    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-             f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
-             f'<text x="{left}" y="18">Buffered invoke, echo LangGraph agent, one session: p50 per turn</text>',
-             f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="black"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="black"/>']
-    for p, x in xs.items():
-        parts.append(f'<text x="{x:.0f}" y="{height - bottom + 16}" text-anchor="middle">{p}</text>')
-    parts.append(f'<text x="{(width - right + left) / 2:.0f}" y="{height - 6}" text-anchor="middle">turn (log scale)</text>')
-    for i in range(5):
-        value = top_ms * i / 4
-        yy = height - bottom - (height - bottom - top) * i / 4
-        parts.append(f'<text x="{left - 6}" y="{yy + 4:.0f}" text-anchor="end">{value:.0f} ms</text>')
-    for i, (name, values) in enumerate(series.items()):
-        color = colors[i % len(colors)]
-        line = " ".join(f"{xs[p]:.1f},{y(v):.1f}" for p, v in zip(points, values, strict=True))
-        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{line}"/>')
-        for p, v in zip(points, values, strict=True):
-            parts.append(f'<circle cx="{xs[p]:.1f}" cy="{y(v):.1f}" r="3" fill="{color}"/>')
-        parts.append(f'<text x="{width - right + 10}" y="{top + 16 * i + 10}" fill="{color}">{name}</text>')
-    parts.append("</svg>\n")
-    path = DOCS / "long_session.svg"
-    path.write_text("\n".join(parts))
-    return path
+    return line_chart_svg(DOCS / "long_session.svg", "Buffered invoke, echo LangGraph agent, one session: p50 per turn",
+                          "turn (log scale)", points, series, log_x=True)
 
 
 async def main(turns: int, width: int) -> None:
