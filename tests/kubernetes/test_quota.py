@@ -131,3 +131,45 @@ async def test_what_a_controller_creates_meets_the_quota_too():
                                         "requested: pods=1, used: pods=1, limited: pods=1")
         assert len([1 for n_s, _, _ in live(cluster.emulator, "pods") if n_s == ns]) == 1
         await kube.close()
+
+
+async def test_a_memory_store_over_the_projects_services_quota_is_a_clear_502(tmp_path):
+    """Document 3: an upstream cluster failure of a memory store's create is 502 `could not create the
+    memorystore: ...`; over the project's services quota, what follows is the cluster's reason, in one line
+    (not the client's dump of the HTTP exchange), and the create leaves nothing behind."""
+    from caiplatform.platform import Platform
+    from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD, asgi_client, login
+    from tests.settings_support import settings_for
+
+    with emulated_cluster() as cluster:
+        settings = settings_for(CAI_ADMIN_EMAIL=ADMIN_EMAIL, CAI_ADMIN_PASSWORD=ADMIN_PASSWORD, CAI_RUNTIME="kubernetes",
+                                CAI_KUBE_API_URL=cluster.settings.host, CAI_BUILD_CONTEXT_DIR=str(tmp_path / "build-context"))
+        async with Platform.embedded(tmp_path / "data", settings) as platform, asgi_client(platform) as client:
+            headers = await login(client)
+            r = await client.post("/v1/projects", json={"slug": "full", "name": "Full"}, headers=headers)
+            assert r.status_code == 201 and "warning" not in r.json(), r.text
+            project = r.json()["project"]
+            (quota,) = [o for _, _, o in live(cluster.emulator, "resourcequotas")
+                        if o.raw["metadata"]["labels"].get("caiplatform.dev/project") == project["id"]]
+            ns = quota.raw["metadata"]["namespace"]
+            # The operator lowers the project's services quota to what it already holds: none.
+            quota.patch({"spec": {"hard": {"services": "1"}}})
+            kube = KubeClient(cluster.settings)
+            await kube.call(kube.core.create_namespaced_service, ns, {
+                "apiVersion": "v1", "kind": "Service", "metadata": {"name": "other"}, "spec": {"ports": [{"port": 80}]}})
+            await kube.wait_for(kube.core.list_namespaced_resource_quota, ns, QUOTA_NAME,
+                                lambda q: q["status"]["used"].get("services") == "1" and q["status"]["hard"]["services"] == "1",
+                                timeout=20)
+
+            r = await client.post(f"/v1/projects/{project['id']}/memorystores", json={"name": "cache"}, headers=headers)
+            assert r.status_code == 502, r.text
+            assert r.json()["error"] == (
+                'could not create the memorystore: services "ms-cache" is forbidden: exceeded quota: cai-quota, '
+                "requested: services=1, used: services=1, limited: services=1")
+            left = [(plural, n) for plural in ("secrets", "services", "statefulsets")
+                    for n_s, n, _ in live(cluster.emulator, plural, "apps" if plural == "statefulsets" else "")
+                    if n_s == ns and n.startswith("ms-cache")]
+            assert left == []
+            r = await client.get(f"/v1/projects/{project['id']}/memorystores/cache", headers=headers)
+            assert r.status_code == 404
+            await kube.close()
