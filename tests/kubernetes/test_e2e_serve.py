@@ -25,7 +25,13 @@ from caiplatform.testing.kube_cluster import EmulatedCluster, emulated_cluster
 from caiplatform.testing.kube_emulator import snapshot
 from caiplatform.testing.kube_schemas import audit
 from caiplatform.testing.serve import ServeProcess
-from tests.conformance.kube_support import OPT_IN, ROLE, cluster_serve_env, real_cluster, real_cluster_settings
+from tests.conformance.kube_support import (
+    OPT_IN,
+    ROLE,
+    cluster_serve_env,
+    real_cluster,
+    real_cluster_settings,
+)
 
 from ..examples_support import example_tarball
 

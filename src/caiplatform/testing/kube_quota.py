@@ -53,7 +53,7 @@ def _containers(pod: Mapping[str, Any], key: str = "containers") -> list[dict[st
 def with_defaults(pod: Mapping[str, Any], limit_ranges: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The pod as it is stored: requests defaulted from its own limits (`SetDefaults_Pod`), then what the
     namespace's LimitRanges give containers that set neither (`LimitRanger`)."""
-    pod = copy.deepcopy(dict(pod))
+    stored: dict[str, Any] = copy.deepcopy(dict(pod))
     defaults: dict[str, dict[str, str]] = {"limits": {}, "requests": {}}
     for limit_range in limit_ranges:
         for item in (limit_range.get("spec") or {}).get("limits") or []:
@@ -63,7 +63,7 @@ def with_defaults(pod: Mapping[str, Any], limit_ranges: Iterable[Mapping[str, An
                 for resource, value in (item.get("defaultRequest") or {}).items():
                     defaults["requests"].setdefault(resource, str(value))
     for key in ("initContainers", "containers"):
-        for container in _containers(pod, key):
+        for container in _containers(stored, key):
             resources = container.setdefault("resources", {})
             limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
             for resource, value in limits.items():
@@ -76,7 +76,7 @@ def with_defaults(pod: Mapping[str, Any], limit_ranges: Iterable[Mapping[str, An
                 resources["limits"] = limits
             if requests:
                 resources["requests"] = requests
-    return pod
+    return stored
 
 
 def _compute(requests: Mapping[str, Any], limits: Mapping[str, Any]) -> dict[str, int]:
