@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -42,6 +42,36 @@ def build_context_dir(default: Path) -> Path:
     return Path(os.environ["CAI_BUILD_CONTEXT_DIR"]) if real_cluster() else default
 
 
+#: Why the real-cluster runs do not run here: they are opt-in (docs/kubernetes.md).
+OPT_IN = ("opt-in: set CAI_TEST_KUBECONFIG (and CAI_BUILD_CONTEXT_DIR, the build-context volume the cluster's "
+          "build Jobs mount) to run against a real cluster; docs/kubernetes.md")
+
+
+def cluster_serve_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What `caiplatform serve` is given, beyond its own environment, to run the HTTP scenario
+    (tests/kubernetes/test_e2e_serve.py) on the real cluster of `CAI_TEST_KUBECONFIG`: that kubeconfig as its
+    `CAI_KUBECONFIG`, and the build-context directory its build Jobs share. The images, the registry and its
+    push settings are the platform's own variables, which the process inherits (`CAI_HARNESS_IMAGE`,
+    `CAI_REGISTRY_HOST`, `CAI_BUILD_PUSH_SECRET`, ...); `CAI_KUBE_API_URL` must be left out (it would win
+    over the kubeconfig)."""
+    kubeconfig = environ.get("CAI_TEST_KUBECONFIG")
+    if not kubeconfig:
+        raise LookupError(OPT_IN)
+    context_dir = environ.get("CAI_BUILD_CONTEXT_DIR")
+    if not context_dir:
+        raise LookupError("CAI_BUILD_CONTEXT_DIR must name the build-context volume the cluster's build Jobs mount "
+                          "(a directory of the test's own would build nothing the Jobs can read)")
+    return {"CAI_RUNTIME": "kubernetes", "CAI_KUBECONFIG": kubeconfig, "CAI_BUILD_CONTEXT_DIR": context_dir}
+
+
+def real_cluster_settings(environ: Mapping[str, str]) -> ClusterSettings:
+    """How the test itself reads that cluster (the same kubeconfig, context and namespaces as the server)."""
+    from caiplatform.adapters.kubernetes.client import cluster_settings
+    from caiplatform.settings import Settings
+
+    return replace(cluster_settings(Settings()), kubeconfig=environ["CAI_TEST_KUBECONFIG"], host=None)
+
+
 @dataclass
 class Cluster:
     settings: ClusterSettings
@@ -50,12 +80,8 @@ class Cluster:
 
 @contextlib.asynccontextmanager
 async def cluster() -> AsyncIterator[Cluster]:
-    kubeconfig = os.environ.get("CAI_TEST_KUBECONFIG")
-    if kubeconfig:
-        from caiplatform.adapters.kubernetes.client import cluster_settings
-        from caiplatform.settings import Settings
-
-        yield Cluster(replace(cluster_settings(Settings()), kubeconfig=kubeconfig, host=None))
+    if real_cluster():
+        yield Cluster(real_cluster_settings(os.environ))
         return
     from caiplatform.testing.kube_cluster import emulated_cluster
     from caiplatform.testing.kube_schemas import audit

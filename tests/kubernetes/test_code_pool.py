@@ -38,7 +38,7 @@ def cluster():
 async def pool_on(cluster, **options):
     pods = CodePods(cluster.emulator)
     kubelet = asyncio.ensure_future(pods.run())
-    pool = KubernetesWarmPool(cluster.settings, CODE, transport=pods, poll_seconds=0.02, **options)
+    pool = KubernetesWarmPool(cluster.settings, CODE, transport=pods, **options)
     try:
         yield pool, pods
     finally:
@@ -127,6 +127,30 @@ async def test_no_warm_pod_within_the_wait_is_the_503(cluster):
     audit(cluster.emulator, cluster.calls(), ROLE)
 
 
+async def test_a_starting_pod_is_awaited_by_a_watch_not_by_polling(cluster):
+    """Issue 36: the pool lists the new pod once, then watches it from the list's resourceVersion until it
+    is ready (no read every half second while an image pulls)."""
+    async with pool_on(cluster, size=1) as (pool, pods):
+        pods.hold_ready = True
+        pool.start()
+        await until(lambda: len(sandbox_pods(cluster)) == 1)
+        (name,) = sandbox_pods(cluster)
+
+        def calls(watching: bool) -> list:
+            return [r for r in list(cluster.emulator) if r.resource is not None and r.resource.plural == "pods"
+                    and ((r.params or {}).get("watch") == "true") == watching
+                    and (r.name == name or (r.params or {}).get("fieldSelector") == f"metadata.name={name}")]
+
+        await until(lambda: calls(watching=True))
+        reads_while_starting = len(calls(watching=False))
+        pods.hold_ready = False
+        await until(lambda: pool.describe()["warm"] == 1)
+        (watch, *_) = calls(watching=True)
+        assert watch.params.get("resourceVersion")  # from the list's version
+        assert reads_while_starting == 1  # the one list; nothing more until the watch said it was ready
+    audit(cluster.emulator, cluster.calls(), ROLE)
+
+
 async def test_sandboxed_tool_calls_are_a_clear_503_on_a_cluster():
     from caiplatform.codesandbox.tool_calls import ToolCallService
 
@@ -169,7 +193,7 @@ async def test_a_crashed_replicas_warm_pods_are_swept_once_its_lease_runs_out(cl
     end): another pool deletes them once their owner's lease has run out, never while it is renewed."""
     pods = CodePods(cluster.emulator)
     kubelet = asyncio.ensure_future(pods.run())
-    crashed = KubernetesWarmPool(cluster.settings, CODE, transport=pods, poll_seconds=0.02, size=2, lease_seconds=1)
+    crashed = KubernetesWarmPool(cluster.settings, CODE, transport=pods, size=2, lease_seconds=1)
     try:
         crashed.start()
         await until(lambda: crashed.describe()["warm"] == 2)

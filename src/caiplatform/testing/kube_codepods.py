@@ -30,6 +30,14 @@ PART_LABEL = "caiplatform.dev/part"
 OOM_MARKER = "# kube-test: oom"
 
 
+def container_status(pod: dict[str, Any], ready: bool, state: dict[str, Any]) -> dict[str, Any]:
+    """The sandbox container's status with every field the kubelet always sets (`V1ContainerStatus`
+    requires `image`, `imageID` and `restartCount`: a client reading the pod as its model refuses less)."""
+    image = pod["spec"]["containers"][0]["image"]
+    return {"name": "sandbox", "ready": ready, "restartCount": 0, "image": image,
+            "imageID": f"{image}@sha256:{'0' * 64}", "state": state}
+
+
 class CodePods(httpx.AsyncBaseTransport):
     def __init__(self, emulator: FilteringEmulator):
         self.k = emulator
@@ -57,7 +65,7 @@ class CodePods(httpx.AsyncBaseTransport):
             self.addresses[ip] = (ns or "", name)
             pod.patch({"status": {"phase": "Running", "podIP": ip,
                                   "conditions": [{"type": "Ready", "status": "True"}],
-                                  "containerStatuses": [{"name": "sandbox", "ready": True, "state": {"running": {}}}]}})
+                                  "containerStatuses": [container_status(pod.raw, True, {"running": {}})]}})
 
     async def run(self, period: float = 0.02) -> None:
         while True:
@@ -88,13 +96,13 @@ class CodePods(httpx.AsyncBaseTransport):
         self.runs.append({"pod": pod.raw["metadata"]["name"], "request": body})
         snippet = next((f for f in body.get("files") or [] if f["path"].startswith(".cai/")), None)
         if snippet and OOM_MARKER in base64.b64decode(snippet["content_base64"]).decode():
-            pod.patch({"status": {"phase": "Failed", "containerStatuses": [{"name": "sandbox", "ready": False, "state": {
-                "terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}})
+            pod.patch({"status": {"phase": "Failed", "containerStatuses": [container_status(pod.raw, False, {
+                "terminated": {"exitCode": 137, "reason": "OOMKilled"}})]}})
             raise httpx.RemoteProtocolError("the pod's container was killed", request=request)
         work = self._work / ip
         work.mkdir(parents=True, exist_ok=True)
         request_body = {**body, "argv": [sys.executable if a == "python" else a for a in body["argv"]]}  # the image's
         answer = await asyncio.to_thread(run_request, work, request_body)
-        pod.patch({"status": {"phase": "Succeeded", "containerStatuses": [{"name": "sandbox", "ready": False, "state": {
-            "terminated": {"exitCode": 0, "reason": "Completed"}}}]}})
+        pod.patch({"status": {"phase": "Succeeded", "containerStatuses": [container_status(pod.raw, False, {
+            "terminated": {"exitCode": 0, "reason": "Completed"}})]}})
         return httpx.Response(200, json=answer)

@@ -6,7 +6,10 @@ readiness from its container, status traffic, URLs, scale: `min-scale` pods whil
 otherwise, plus the Deployment and two Services Knative makes per revision), the Job controller (a build
 Job succeeds, or fails when its source says so), the StatefulSet controller (ready after a moment, again
 after a restart), the garbage collector (what a Knative Service or a StatefulSet owns goes with it) and
-the ResourceQuota controller (`status.used` counts pods, services and deployments). `DataPlane` stands in
+the ResourceQuota controller (`status.used` recounted from what is stored: pods with their requests and
+limits, services, claims, deployments). What these controllers create through a cluster's API (a
+revision's Deployment, Services and pods, a StatefulSet's claims) meets quota admission first: a refused
+pod makes its revision not ready with the API server's message. `DataPlane` stands in
 for Knative's request path with in-process tiny apps; nothing else runs, so logs of a live process and
 autoscaling are not emulated.
 """
@@ -21,7 +24,9 @@ from typing import Any
 
 import httpx
 
+from caiplatform.quantity import format_quantity
 from caiplatform.testing.kube_emulator import FilteringEmulator, live, now
+from caiplatform.testing.kube_quota import COUNTED, total_usage
 
 
 class ControllerDouble:
@@ -41,6 +46,15 @@ class ControllerDouble:
     # -- helpers ------------------------------------------------------------------------------------
     def _put(self, resource: str, namespace: str | None, name: str, body: dict[str, Any]) -> None:
         self.k.objects[resource, namespace, name] = body
+
+    def _create(self, resource: str, namespace: str, name: str, body: dict[str, Any]) -> str | None:
+        """Create what a controller creates through the API: quota admission first (None when admitted,
+        else the API server's refusal, and nothing is created)."""
+        group, _, plural = resource.rpartition("/")
+        refused = self.k.admit_controller_write(plural, group.rpartition("/")[0], namespace, body)
+        if refused is None:
+            self._put(resource, namespace, name, body)
+        return refused
 
     def _patch(self, obj: Any, changes: dict[str, Any]) -> None:
         merged = dict(obj.raw)
@@ -134,22 +148,38 @@ class ControllerDouble:
     def _run_revision(self, ns: str, name: str, revision: Any, replicas: int) -> None:
         labels = {"serving.knative.dev/revision": name,
                   "serving.knative.dev/service": revision.raw["metadata"]["labels"]["serving.knative.dev/service"]}
+        refused = None
         if not [1 for dns, n, _ in live(self.k, "deployments", "apps") if dns == ns and n == f"{name}-deployment"]:
-            self._put("apps/v1/deployments", ns, f"{name}-deployment", {"metadata": {"name": f"{name}-deployment",
-                      "namespace": ns, "labels": labels}, "spec": {"replicas": replicas}})
+            refused = self._create("apps/v1/deployments", ns, f"{name}-deployment", {"metadata": {
+                "name": f"{name}-deployment", "namespace": ns, "labels": labels}, "spec": {"replicas": replicas}})
             for service in (name, f"{name}-private"):
-                self._put("v1/services", ns, service, {"metadata": {"name": service, "namespace": ns, "labels": labels}})
+                if refused is None and not [1 for sns, n, _ in live(self.k, "services") if sns == ns and n == service]:
+                    refused = self._create("v1/services", ns, service, {"metadata": {"name": service, "namespace": ns,
+                                                                                      "labels": labels}})
         pods = sorted(n for pns, n, o in live(self.k, "pods") if pns == ns
                       and (o.raw["metadata"].get("labels") or {}).get("serving.knative.dev/revision") == name)
-        for index in range(len(pods), replicas):
+        for index in range(len(pods), replicas if refused is None else 0):
             pod = f"{name}-deployment-{index:05d}"
-            # Knative gives a revision's pods the revision's labels (the template's, then its own).
+            # Knative gives a revision's pods the revision's labels (the template's, then its own), and its
+            # container's resources.
             pod_labels = {**(revision.raw["metadata"].get("labels") or {}), **labels}
-            self._put("v1/pods", ns, pod, {"metadata": {"name": pod, "namespace": ns, "labels": pod_labels,
-                      "creationTimestamp": now()}, "status": {"phase": "Running"}})
+            containers = [{"name": c.get("name") or "user-container", "image": c.get("image"),
+                           "resources": dict(c.get("resources") or {})} for c in revision.raw["spec"]["containers"]]
+            refused = self._create("v1/pods", ns, pod, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": pod, "namespace": ns, "labels": pod_labels, "creationTimestamp": now()},
+                "spec": {"containers": containers}, "status": {"phase": "Running"}})
+            if refused is not None:
+                break
         for pod in pods[replicas:]:
             self.k.objects["v1/pods", ns, pod].delete()
-        self._patch(revision, {"status": {**revision.raw["status"], "actualReplicas": replicas}})
+        status = {**revision.raw["status"], "actualReplicas": min(replicas, len(pods)) if refused else replicas}
+        if refused is not None:
+            # The ReplicaSet's `ReplicaFailure` (reason FailedCreate, the API server's message), which Knative
+            # makes the revision's (knative/serving `pkg/apis/serving/k8s_lifecycle.go`
+            # `TransformDeploymentStatus`, `PropagateDeploymentStatus`): the revision is not ready. A refused
+            # Deployment or Service is shown the same way here (Knative reports those as events and retries).
+            status["conditions"] = [{"type": "Ready", "status": "False", "reason": "FailedCreate", "message": refused}]
+        self._patch(revision, {"status": status})
 
     # -- Jobs, StatefulSets, quota ------------------------------------------------------------------
     def _jobs(self) -> None:
@@ -179,12 +209,16 @@ class ControllerDouble:
 
     def _statefulsets(self) -> None:
         for ns, name, obj in live(self.k, "statefulsets", "apps"):
+            refused = None
             for claim in obj.raw["spec"].get("volumeClaimTemplates") or []:  # one replica: ordinal 0
                 claim_name = f"{claim['metadata']['name']}-{name}-0"
                 if not [1 for cns, n, _ in live(self.k, "persistentvolumeclaims") if cns == ns and n == claim_name]:
-                    self._put("v1/persistentvolumeclaims", ns, claim_name, {
+                    refused = refused or self._create("v1/persistentvolumeclaims", ns or "", claim_name, {
                         "metadata": {"name": claim_name, "namespace": ns, "labels": claim["metadata"].get("labels") or {}},
                         "spec": claim["spec"], "status": {"phase": "Bound"}})
+            if refused is not None:  # the StatefulSet controller records the refusal and makes no pod
+                self._patch(obj, {"status": {"replicas": 0, "readyReplicas": 0}})
+                continue
             restarted = (obj.raw["spec"]["template"]["metadata"].get("annotations") or {}).get(
                 "kubectl.kubernetes.io/restartedAt", "")
             status = obj.raw.get("status") or {}
@@ -195,12 +229,14 @@ class ControllerDouble:
                                              "observedRestart": restarted}})
 
     def _quota(self) -> None:
+        """The quota controller: `status.hard` from the spec, `status.used` recounted from what is stored
+        (`kube_quota.total_usage`: pods with their requests and limits, services, claims, Deployments)."""
+        counted = [(plural, group) for plural, group in COUNTED if (plural, group) != ("secrets", "")]
         for ns, _, quota in live(self.k, "resourcequotas"):
-            used = {"pods": sum(1 for pns, _, _ in live(self.k, "pods") if pns == ns),
-                    "services": sum(1 for sns, _, _ in live(self.k, "services") if sns == ns),
-                    "count/deployments.apps": sum(1 for dns, _, _ in live(self.k, "deployments", "apps") if dns == ns)}
+            used = total_usage((plural, group, o.raw) for plural, group in counted
+                               for ons, _, o in live(self.k, plural, group) if ons == ns)
             hard = quota.raw.get("spec", {}).get("hard") or {}
-            status = {"hard": dict(hard), "used": {r: str(used.get(r, 0)) for r in hard}}
+            status = {"hard": dict(hard), "used": {r: format_quantity(r, used.get(r, 0)) for r in hard}}
             if quota.raw.get("status") != status:
                 quota.patch({"status": None})
                 quota.patch({"status": status})

@@ -27,8 +27,11 @@ the tests work around here (so the adapters stay written for a real cluster):
   `oldest_watchable` is answered with a `410 Gone` event, as an API server answers a compacted one.
 - kmock validates nothing: `FilteringEmulator` refuses what the API server and Knative's webhook refuse
   (`caiplatform.testing.kube_admission`: object metadata, names per kind, Knative's pod-spec fields and
-  revision names, Pod Security "restricted"), and `caiplatform.testing.kube_schemas` checks every object
-  against the schemas.
+  revision names, Pod Security "restricted"; `caiplatform.testing.kube_quota`: a LimitRange's defaults and
+  ResourceQuota admission, with `status.used` kept), and `caiplatform.testing.kube_schemas` checks every
+  object against the schemas. The controller double's own pods, Deployments, Services and claims meet
+  the same quota admission (`admit_controller_write`), as a cluster's controllers create them through the
+  API.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from kmock._internal import parsing
 from kmock._internal.k8s import KubernetesError
 
 from caiplatform.testing.kube_admission import DEFAULT_KNATIVE_FEATURES, Refused, admit, merge_patch
+from caiplatform.testing.kube_quota import charge, with_defaults
 
 RESOURCES = (
     "v1/namespaces", "v1/pods", "v1/services", "v1/secrets", "v1/resourcequotas", "v1/limitranges",
@@ -207,6 +211,12 @@ class FilteringEmulator(kmock.KubernetesEmulator):
             namespace = request.namespace
         else:
             return
+        if request.action == kmock.action.CREATE and plural == "pods" and group == "" and namespace:
+            # LimitRanger is a mutating plugin: it runs before the validating ones (Pod Security, quota),
+            # and the pod is stored with what it filled in.
+            defaulted = with_defaults(obj, [o.raw for o in self._in_namespace("limitranges", "", namespace)])
+            obj.clear()
+            obj.update(defaulted)
         labels: dict[str, str] = {}
         if plural == "pods" and namespace:
             for (res, _ns, name), candidate in snapshot(self):
@@ -214,9 +224,39 @@ class FilteringEmulator(kmock.KubernetesEmulator):
                     labels = (candidate.raw.get("metadata") or {}).get("labels") or {}
         try:
             admit(plural, group, obj, old, namespace_labels=labels, knative_features=self.knative_features)
+            if request.action == kmock.action.CREATE and namespace:
+                self._charge(plural, group, namespace, obj)
         except Refused as exc:
             self.refusals.append((exc.status, exc.message))
             raise KubernetesError(status=exc.status, reason=exc.reason, message=exc.message, details={}) from None
+
+    def _in_namespace(self, plural: str, group: str, namespace: str) -> list[Any]:
+        return [obj for ns, _, obj in live(self, plural, group) if ns == namespace]
+
+    def _charge(self, plural: str, group: str, namespace: str, obj: dict[str, Any]) -> None:
+        """ResourceQuota admission (`kube_quota.charge`): refuse, or count `obj` in its quotas' `status.used`
+        before it is stored, as the plugin does."""
+        for name, used in charge(plural, group, obj, [o.raw for o in self._in_namespace("resourcequotas", "", namespace)]).items():
+            for quota in self._in_namespace("resourcequotas", "", namespace):
+                if quota.raw["metadata"]["name"] == name:
+                    quota.patch({"status": {"used": used}})
+
+    def admit_controller_write(self, plural: str, group: str, namespace: str, obj: dict[str, Any]) -> str | None:
+        """What a controller's create of `obj` meets at quota admission (the controller double writes
+        objects directly, but a cluster's controllers create pods, Deployments, Services and claims through
+        the API): None when admitted (and counted), else the API server's message, also kept in
+        `refusals`. A pod gets its LimitRange defaults in place."""
+        if plural == "pods" and group == "":
+            defaulted = with_defaults(obj, [o.raw for o in self._in_namespace("limitranges", "", namespace)])
+            obj.clear()
+            obj.update(defaulted)
+        try:
+            self._charge(plural, group, namespace, obj)
+        except Refused as exc:
+            if not self.refusals or self.refusals[-1] != (exc.status, exc.message):  # controllers retry each pass
+                self.refusals.append((exc.status, exc.message))
+            return exc.message
+        return None
 
     async def _serve_list(self, request):  # type: ignore[no-untyped-def]
         body = await super()._serve_list(request)

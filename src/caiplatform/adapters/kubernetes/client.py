@@ -65,6 +65,10 @@ def api_message(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+class ClusterRefused(RuntimeError):
+    """A call the API server refused, said in its own words (`api_message`: its `Status.message`)."""
+
+
 @dataclass(frozen=True)
 class ClusterSettings:
     """Where the cluster is and what the adapters run on it (from `caiplatform.settings.Settings`)."""

@@ -87,16 +87,14 @@ class KubernetesWarmPool(BasePool[PodSandbox]):
     def __init__(self, settings: ClusterSettings, limits: SandboxLimits, *, namespace: str = "caiplatform-sandbox",
                  image: str | None = None, size: int | None = None, wait_seconds: float | None = None,
                  network: bool = False, gvisor: bool = False, name: str = "code",
-                 transport: httpx.AsyncBaseTransport | None = None, poll_seconds: float = 0.5,
-                 ready_seconds: float = READY_SECONDS, kube: KubeClient | None = None,
-                 lease_seconds: float = LEASE_SECONDS):
+                 transport: httpx.AsyncBaseTransport | None = None, ready_seconds: float = READY_SECONDS,
+                 kube: KubeClient | None = None, lease_seconds: float = LEASE_SECONDS):
         super().__init__(limits, name=name, size=size, wait_seconds=wait_seconds, network=network)
         self.settings = settings
         self.kube = kube or KubeClient(settings)
         self.namespace = namespace
         self.image = image or settings.harness_image
         self.runtime_class = "gvisor" if gvisor else None
-        self.poll_seconds = poll_seconds
         self.ready_seconds = ready_seconds
         self.http = httpx.AsyncClient(transport=transport, timeout=30)
         self.owner = f"{socket.gethostname()[:30]}-{os.getpid()}-{secrets.token_hex(3)}".lower().replace("_", "-")
@@ -300,20 +298,20 @@ class KubernetesWarmPool(BasePool[PodSandbox]):
     async def _start_one(self) -> PodSandbox:
         name = f"{self.name}-sandbox-{secrets.token_hex(5)}"
         await self.kube.call(self.kube.core.create_namespaced_pod, self.namespace, self.pod(name))
-        deadline = time.monotonic() + self.ready_seconds
         try:
-            while True:
-                pod = await self.kube.get(self.kube.core.read_namespaced_pod, name, self.namespace)
-                status = (pod or {}).get("status") or {}
-                if pod is None or status.get("phase") in ("Succeeded", "Failed"):
-                    raise RuntimeError(f"sandbox pod {name} ended before it was used: {status.get('reason') or 'gone'}")
-                ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-                if ready and status.get("podIP"):
-                    log.debug("%s sandbox pool: %s is warm", self.name, name)
-                    return PodSandbox(name, status["podIP"], self)
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"sandbox pod {name} was not ready within {self.ready_seconds:.0f} s")
-                await asyncio.sleep(self.poll_seconds)
+            # Listed once, then watched from the list's version until it is ready or ended (no polling).
+            pod = await self.kube.wait_for(self.kube.core.list_namespaced_pod, self.namespace, name, _settled,
+                                           self.ready_seconds)
+            status = pod.get("status") or {}
+            if status.get("phase") in ("Succeeded", "Failed"):
+                raise RuntimeError(f"sandbox pod {name} ended before it was used: {status.get('reason') or 'ended'}")
+            log.debug("%s sandbox pool: %s is warm", self.name, name)
+            return PodSandbox(name, status["podIP"], self)
+        except TimeoutError:
+            await self.delete_pod(name)
+            raise RuntimeError(f"sandbox pod {name} was not ready within {self.ready_seconds:.0f} s") from None
+        except LookupError:
+            raise RuntimeError(f"sandbox pod {name} ended before it was used: gone") from None
         except BaseException:
             await self.delete_pod(name)
             raise
@@ -326,6 +324,15 @@ class KubernetesWarmPool(BasePool[PodSandbox]):
             return True
         log.warning("%s sandbox pool: pod %s went away while warm; replaced", self.name, sandbox.id)
         return False
+
+
+def _settled(pod: dict[str, Any]) -> bool:
+    """A pod that is ready (with its address), or that ended before it was."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return True
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return ready and bool(status.get("podIP"))
 
 
 def _timestamp(value: Any) -> datetime | None:

@@ -12,15 +12,19 @@ annotations keep the spec and the creation time; the provisioner finds instances
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+from kubernetes.client import ApiException
+
 from caiplatform.adapters.kubernetes.client import (
     MERGE_PATCH,
     PART_LABEL,
     PROJECT_LABEL,
+    ClusterRefused,
     ClusterSettings,
     KubeClient,
     api_message,
@@ -146,13 +150,22 @@ class ValkeyStatefulSetProvisioner(MemoryStoreProvisioner):
         ns, core, now = namespace_of(spec), self.kube.core, self.clock.now().astimezone(UTC)
         name = object_name(spec.name)
         await self.kube.ensure_namespace(ns, spec.project_id)
-        await self.kube.create_or_patch(partial(core.create_namespaced_secret, ns),
-                                        partial(core.patch_namespaced_secret, spec.credential_secret, ns),
-                                        secret_manifest(spec, password))
-        await self.kube.create_or_patch(partial(core.create_namespaced_service, ns),
-                                        partial(core.patch_namespaced_service, name, ns), service_manifest(spec))
-        manifest = statefulset_manifest(spec, self.kube.settings.valkey_image, now)
-        await self.kube.call(self.kube.apps.create_namespaced_stateful_set, ns, manifest)
+        try:
+            await self.kube.create_or_patch(partial(core.create_namespaced_secret, ns),
+                                            partial(core.patch_namespaced_secret, spec.credential_secret, ns),
+                                            secret_manifest(spec, password))
+            await self.kube.create_or_patch(partial(core.create_namespaced_service, ns),
+                                            partial(core.patch_namespaced_service, name, ns), service_manifest(spec))
+            manifest = statefulset_manifest(spec, self.kube.settings.valkey_image, now)
+            await self.kube.call(self.kube.apps.create_namespaced_stateful_set, ns, manifest)
+        except ApiException as exc:
+            # Refused (the project's quota, say): nothing of the instance stays, and the caller reads the
+            # API server's own reason, not the client's dump of the exchange.
+            for delete, target in ((core.delete_namespaced_service, name),
+                                   (core.delete_namespaced_secret, spec.credential_secret)):
+                with contextlib.suppress(Exception):
+                    await self.kube.delete(delete, target, ns)
+            raise ClusterRefused(api_message(exc)) from exc
         return Instance(spec=spec, created_at=now, state=State.PROVISIONING, host=f"{name}.{ns}.svc.cluster.local",
                         port=PORT, credential_ready=True, message="the server is starting")
 
