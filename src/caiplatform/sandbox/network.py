@@ -327,8 +327,10 @@ class Network:
             self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             pidfile = self.run_dir / f"{os.getpid()}-{fd}-{time.monotonic_ns()}.pid"
             netns.pidfile = pidfile
-            argv = [self.pasta, "--runas", "0", "--config-net", "--no-map-gw", "-q",
-                    *[arg for port in policy.forwarded() for arg in ("-T", str(port))],
+            # `-T none` when no port is forwarded: pasta's default is `-T auto`, every port bound on host
+            # loopback (the engines' too), rescanned while it runs.
+            forwards = [arg for port in policy.forwarded() for arg in ("-T", str(port))] or ["-T", "none"]
+            argv = [self.pasta, "--runas", "0", "--config-net", "--no-map-gw", "-q", *forwards,
                     "-u", "none", "-U", "none", "-t", "none",
                     "--netns", f"/proc/self/fd/{fd}", "--netns-only", "-P", str(pidfile)]
             done = subprocess.run(argv, pass_fds=(fd,), capture_output=True, timeout=SETUP_TIMEOUT_SECONDS,
