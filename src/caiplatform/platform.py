@@ -468,6 +468,7 @@ class Platform:
         # Memory stores: a platform restart restarts every recorded instance with its data.
         await self.memorystores.provisioner.start()
         self._closers.append(self.memorystores.provisioner.close)
+        self._start_memorystore_reach()
         # Server mode: every agent's Valkey user for its sessions, before any instance signs in with it (a
         # Valkey without persistence that restarted lost them).
         await self.agents.ensure_session_users()
@@ -509,6 +510,21 @@ class Platform:
         from caiplatform.startup import announce_engines
 
         announce_engines(self)
+
+    def _start_memorystore_reach(self) -> None:
+        """Workloads in network namespaces of their own reach their project's memory stores, live
+        (services/memorystore_reach.py); on the host's network or a cluster they need nothing of it."""
+        if self.mode == "memory" or self.on_cluster or not self.sandbox.enabled or not self.sandbox.network.isolated:
+            return
+        from caiplatform.adapters.local.runtime import LocalProcessRuntime
+        from caiplatform.services.memorystore_reach import MemoryStoreReach
+
+        reach = MemoryStoreReach(self.memorystores.provisioner, self.sandbox.network.bridges)
+        self.memorystores.on_change = reach.changed
+        if isinstance(self.runtime, LocalProcessRuntime):
+            self.runtime.before_run = reach.changed
+        reach.start()
+        self._closers.append(reach.close)
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones."""

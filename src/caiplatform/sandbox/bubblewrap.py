@@ -85,6 +85,8 @@ class Confinement:
     own_network: bool = True
     # A directory bound writable at SOCKET_DIR inside: where the harness listens (a Unix socket).
     socket_dir: Path | None = None
+    # The project whose published endpoints (its memory stores) the run reaches, live (sandbox/bridge.py).
+    project: str | None = None
 
 
 @dataclass
@@ -407,7 +409,7 @@ class Sandbox:
             return None
         try:
             self.check_network()
-            return self.network.create(self.network.policy(confinement.forward))
+            return self.network.create(self.network.policy(confinement.forward), group=confinement.project)
         except (SandboxUnavailable, NetworkUnavailable) as exc:
             if group is not None:
                 group.remove()

@@ -110,8 +110,19 @@ class MemoryStoreService:
         # None leaves it to the next restart of the platform (or `restart()`).
         self._rotation_restart_delay = rotation_restart_delay
         self._restarts: set[asyncio.Task[None]] = set()
+        # Told of each project whose stores came, went or moved (their workloads' network follows:
+        # services/memorystore_reach.py); None where workloads reach stores without it.
+        self.on_change: Callable[[str], Awaitable[None]] | None = None
 
     # ------------------------------------------------------------------------------------ helpers
+
+    async def _changed(self, project_id: str) -> None:
+        if self.on_change is None:
+            return
+        try:
+            await self.on_change(project_id)
+        except Exception:  # noqa: BLE001 - the periodic round of the hook's owner tries again
+            log.warning("the workloads of %s were not told of its memory stores", project_id, exc_info=True)
 
     async def _project(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef:
         if not principal.authenticated:
@@ -191,6 +202,7 @@ class MemoryStoreService:
             raise
         except Exception as exc:  # an engine or cluster failure
             raise BadGateway(f"could not create the memorystore: {exc}") from exc
+        await self._changed(project.id)
         await self._audit(project.id, principal, "memorystore.create", spec.name,
                           {"size_class": spec.size_class, "persistence": spec.persistence_enabled})
         return views.MemoryStoreCreated.of({
@@ -252,6 +264,7 @@ class MemoryStoreService:
             raise
         except Exception as exc:
             raise BadGateway(f"could not delete the memorystore: {exc}") from exc
+        await self._changed(project_id)
         if deleted is None:
             raise NotFound(NOT_FOUND)
         await self._audit(project_id, principal, "memorystore.delete", name)
@@ -294,6 +307,7 @@ class MemoryStoreService:
             await self.provisioner.restart(project_id, name)
         except Exception:  # noqa: BLE001 - the instance may be gone; the next restart applies it anyway
             log.warning("restart after credential rotation of %s failed", name, exc_info=True)
+        await self._changed(project_id)
 
     async def wait_restarts(self) -> None:
         """Wait for restarts scheduled by rotations (tests, shutdown)."""
@@ -309,6 +323,7 @@ class MemoryStoreService:
             raise
         except Exception as exc:
             raise BadGateway(f"could not restart the memorystore: {exc}") from exc
+        await self._changed(project.id)
         await self._audit(project.id, principal, "memorystore.restart", name)
         return views.MemoryStore.of(instance.to_json())
 

@@ -39,7 +39,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -128,6 +128,9 @@ class LocalProcessRuntime(InstanceRuntime):
         self._last_compaction = 0.0
         # Instance logs still being copied into the history, by process name.
         self._pending: dict[str, tuple[WorkloadRef, str, str, _Process]] = {}
+        # Awaited with a project's id before an instance of it starts: what its network reaches besides its
+        # given ports is made known first (its memory stores, services/memorystore_reach.py).
+        self.before_run: Callable[[str], Awaitable[None]] | None = None
         # Recorded workloads are known at once (reads work before `start()`); instances wait for it.
         self._load()
 
@@ -250,6 +253,8 @@ class LocalProcessRuntime(InstanceRuntime):
             argv = [sys.executable, "-I", RELAY, socket_inside, str(port), "--", *argv]
         cwd = Path(image.env["CAI_CODE_DIR"]) if image is not None and "CAI_CODE_DIR" in image.env else home
         health = _HttpHealth(transport) if built_here else None
+        if self.before_run is not None:
+            await self.before_run(workload.ref.project_id)
         begun = time.perf_counter()
         process = _Process(name=f"{PROCESS_PREFIX}{key}-{pod.rsplit('-', 1)[-1]}-{revision.spec.generation}", log_path=log_path)
         self._ingest_later(workload.ref, revision.name, pod, process)
@@ -269,7 +274,7 @@ class LocalProcessRuntime(InstanceRuntime):
                 confinement=Confinement(
                     read_only=_image_paths(image), writable=(home, *state),
                     limits=workload_limits(spec.resources.limits), label=process.name,
-                    forward=_reachable_ports(env), socket_dir=sockets,
+                    forward=_reachable_ports(env), socket_dir=sockets, project=workload.ref.project_id,
                 ),
             ))
         except ProcessStartError as exc:
