@@ -252,6 +252,7 @@ class Platform:
             mcp_host = self.registry.load("mcp_host", "local")(
                 self.data_dir, supervisor=self.supervisor, registry_host=self.settings.registry_host, hosts=self.hosts,
                 sandbox=self.sandbox,
+                model_env={"MODEL_BASE_URL": self.settings.model_base_url, "EMBED_BASE_URL": self.settings.embed_base_url},
             )
         self.mcp = McpServerService(
             self.db, self.access, self.audit, self.clock, self.pager, mcp_host, api_url=self.settings.base_url or "",
@@ -516,6 +517,7 @@ class Platform:
         (services/memorystore_reach.py); on the host's network or a cluster they need nothing of it."""
         if self.mode == "memory" or self.on_cluster or not self.sandbox.enabled or not self.sandbox.network.isolated:
             return
+        from caiplatform.adapters.local.mcp_host import LocalMcpHost
         from caiplatform.adapters.local.runtime import LocalProcessRuntime
         from caiplatform.services.memorystore_reach import MemoryStoreReach
 
@@ -523,6 +525,8 @@ class Platform:
         self.memorystores.on_change = reach.changed
         if isinstance(self.runtime, LocalProcessRuntime):
             self.runtime.before_run = reach.changed
+        if isinstance(self.mcp.host, LocalMcpHost):
+            self.mcp.host.before_run = reach.changed
         reach.start()
         self._closers.append(reach.close)
 

@@ -41,7 +41,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -133,6 +133,17 @@ def loopback_ports(urls: Iterable[str | None]) -> tuple[int, ...]:
             with contextlib.suppress(ValueError):
                 ports.add(parts.port or {"https": 443, "redis": 6379, "rediss": 6379}.get(parts.scheme, 80))
     return tuple(sorted(ports))
+
+
+def given_ports(env: Mapping[str, str]) -> tuple[int, ...]:
+    """The host loopback ports a workload's variables name (an instance's, a hosted MCP server's): the
+    platform API, the code sandbox, the model and embedding endpoints, and a session store on the
+    machine's Valkey (server mode: an agent's sessions live there, under its project's prefix)."""
+    urls = [env.get(name) for name in ("CAI_API_URL", "SANDBOX_URL", "MODEL_BASE_URL", "EMBED_BASE_URL")]
+    store = env.get("CAI_SESSION_STORE") or ""
+    if store.startswith(("redis://", "rediss://")):
+        urls.append(store)
+    return loopback_ports(urls)
 
 
 @dataclass(frozen=True)
