@@ -111,18 +111,14 @@ class MemoryStoreService:
         self._rotation_restart_delay = rotation_restart_delay
         self._restarts: set[asyncio.Task[None]] = set()
         # Told of each project whose stores came, went or moved (their workloads' network follows:
-        # services/memorystore_reach.py); None where workloads reach stores without it.
+        # services/memorystore_reach.py, whose hook never raises); None where workloads need no telling.
         self.on_change: Callable[[str], Awaitable[None]] | None = None
 
     # ------------------------------------------------------------------------------------ helpers
 
     async def _changed(self, project_id: str) -> None:
-        if self.on_change is None:
-            return
-        try:
+        if self.on_change is not None:
             await self.on_change(project_id)
-        except Exception:  # noqa: BLE001 - the periodic round of the hook's owner tries again
-            log.warning("the workloads of %s were not told of its memory stores", project_id, exc_info=True)
 
     async def _project(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef:
         if not principal.authenticated:

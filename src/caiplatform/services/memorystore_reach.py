@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 
 from caiplatform.ports.memorystore import MemoryStoreProvisioner
 from caiplatform.sandbox.bridge import Bridges, Endpoint
 from caiplatform.services.periodic import PeriodicWork
 
 INTERVAL_SECONDS = 5.0
+log = logging.getLogger(__name__)
 
 
 def _on_this_machine(host: str) -> bool:
@@ -45,8 +47,12 @@ class MemoryStoreReach(PeriodicWork):
         return {(i.host, i.port) for i in await self.provisioner.list(project_id) if _on_this_machine(i.host)}
 
     async def changed(self, project_id: str) -> None:
-        """The project's workloads reach exactly its stores of now (listeners opened and closed)."""
-        await asyncio.wrap_future(self.bridges.publish(project_id, await self.endpoints(project_id)))
+        """The project's workloads reach exactly its stores of now (listeners opened and closed). Never
+        raises: a store request or a workload start is not failed for it; the next round tries again."""
+        try:
+            await asyncio.wrap_future(self.bridges.publish(project_id, await self.endpoints(project_id)))
+        except Exception:  # noqa: BLE001 - logged; `round` repairs it within INTERVAL_SECONDS
+            log.warning("the workloads of %s were not told of its memory stores", project_id, exc_info=True)
 
     async def round(self) -> None:
         for project_id in sorted(self.bridges.groups()):
