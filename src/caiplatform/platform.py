@@ -253,6 +253,7 @@ class Platform:
             mcp_host = self.registry.load("mcp_host", "local")(
                 self.data_dir, supervisor=self.supervisor, registry_host=self.settings.registry_host, hosts=self.hosts,
                 sandbox=self.sandbox,
+                model_env={"MODEL_BASE_URL": self.settings.model_base_url, "EMBED_BASE_URL": self.settings.embed_base_url},
             )
         self.mcp = McpServerService(
             self.db, self.access, self.audit, self.clock, self.pager, mcp_host, api_url=self.settings.base_url or "",
@@ -486,6 +487,8 @@ class Platform:
         announce_engines(self)
 
     async def _start_workloads(self) -> None:
+        # Before any instance starts: its project's memory stores are reachable in its network namespace.
+        self._start_memorystore_reach()
         # Server mode: every agent's Valkey user for its sessions, before any instance signs in with it (a
         # Valkey without persistence that restarted lost them).
         await self.agents.ensure_session_users()
@@ -535,6 +538,24 @@ class Platform:
             self._closers.append(mcp_follower.close)
         else:
             await self.mcp.resume()
+
+    def _start_memorystore_reach(self) -> None:
+        """Workloads in network namespaces of their own reach their project's memory stores, live
+        (services/memorystore_reach.py); on the host's network or a cluster they need nothing of it."""
+        if self.mode == "memory" or self.on_cluster or not self.sandbox.enabled or not self.sandbox.network.isolated:
+            return
+        from caiplatform.adapters.local.mcp_host import LocalMcpHost
+        from caiplatform.adapters.local.runtime import LocalProcessRuntime
+        from caiplatform.services.memorystore_reach import MemoryStoreReach
+
+        reach = MemoryStoreReach(self.memorystores.provisioner, self.sandbox.network.bridges)
+        self.memorystores.on_change = reach.changed
+        if isinstance(self.runtime, LocalProcessRuntime):
+            self.runtime.before_run = reach.changed
+        if isinstance(self.mcp.host, LocalMcpHost):
+            self.mcp.host.before_run = reach.changed
+        reach.start()
+        self._closers.append(reach.close)
 
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones: both child processes start

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, unquote
 
 
 async def _nothing() -> None:
@@ -24,6 +25,38 @@ class Upstream:
     timeout_seconds: float = 300.0
     # An in-process upstream (the in-memory runtime's `Endpoint.transport`, an httpx transport).
     transport: Any = None
+
+
+#: The address of a server the platform reaches by a Unix socket (a hosted MCP server in its own network):
+#: `http+unix://<socket path, percent-encoded>/<path>`, the form `requests-unixsocket` and Docker's clients use.
+UNIX_SCHEME = "http+unix://"
+#: The Host of requests sent over such a socket (the server is named by its socket, not by a host): loopback
+#: with a port, which an MCP server's DNS-rebinding guard admits (`localhost:*`).
+UNIX_ORIGIN = "http://localhost:8080"
+
+
+def unix_url(socket_path: str, path: str = "") -> str:
+    return UNIX_SCHEME + quote(socket_path, safe="") + path
+
+
+def unix_socket_of(url: str) -> tuple[str, str] | None:
+    """(socket path, the same URL over `UNIX_ORIGIN`) of a `unix_url`; None for any other URL."""
+    if not url.startswith(UNIX_SCHEME):
+        return None
+    encoded, _, rest = url[len(UNIX_SCHEME):].partition("/")
+    return unquote(encoded), UNIX_ORIGIN + ("/" + rest if rest else "")
+
+
+def upstream_at(base_url: str) -> Upstream:
+    """The upstream of a base URL: plain HTTP, or a `unix_url` (a transport over its socket, new per use:
+    the proxy closes the client it makes over an upstream's transport)."""
+    unix = unix_socket_of(base_url)
+    if unix is None:
+        return Upstream(base_url)
+    import httpx
+
+    socket_path, origin = unix
+    return Upstream(origin, transport=httpx.AsyncHTTPTransport(uds=socket_path))
 
 
 UpstreamFactory = Callable[[], Awaitable[Upstream]]

@@ -28,7 +28,7 @@ from caiplatform.models.health import Liveness, PlatformHealth
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.redaction import one_line
-from caiplatform.routing import HostRouter, Upstream
+from caiplatform.routing import HostRouter, Upstream, upstream_at
 from caiplatform.services.mcp import MCP_ROUTE_PREFIX
 from caiplatform_server.checks_first import checked_first
 from caiplatform_server.contract import ANONYMOUS, openapi_document, operation, reply
@@ -329,7 +329,7 @@ class _FixedUpstream:
         base = self.base
 
         async def upstream() -> Upstream:
-            return Upstream(base)
+            return upstream_at(base)
 
         return upstream
 

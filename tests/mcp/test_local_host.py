@@ -10,9 +10,9 @@ import pytest
 from caiplatform.adapters.local.mcp_host import LocalMcpHost
 from caiplatform.mcp.source import image_digest
 from caiplatform.ports.mcp_host import McpBuild, McpBuildError, McpDeployment, McpServeError
-from caiplatform.routing import HostRouter
+from caiplatform.routing import HostRouter, Upstream, unix_url
 from caiplatform.supervisor import ProcessSupervisor
-from caiplatform.testing.mcp import mcp_client, text_of
+from caiplatform.testing.mcp import http_to, mcp_client, text_of
 
 ADD = '''
 from caiplatform.mcp import tool
@@ -39,6 +39,17 @@ def env(name: str) -> str:
 '''
 
 TOKEN = "cai_mcp_" + "ab" * 32
+
+
+async def _answers(upstream: Upstream) -> set[str]:
+    """The tools the server behind an apps host's upstream lists (which version it routes to)."""
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2025-06-18"}
+    async with httpx.AsyncClient(transport=upstream.transport) as http:
+        answer = await http.post(upstream.base_url + "/mcp", json=ping, headers=headers)
+    assert answer.status_code == 200, answer.text
+    return {tool["name"] for tool in answer.json()["result"]["tools"]}
 
 
 def tools(**handlers: str) -> list[dict]:
@@ -96,11 +107,13 @@ async def test_serve_replace_rollback_and_remove(host, monkeypatch):
     monkeypatch.setenv("CAI_SESSION_KEY", "platform-secret-that-tools-must-not-see")
     v1 = await host.build(build_of(1, tools(add=ADD, env=ENV)))
     url1 = await host.serve(deployment(v1, 1, expose="apps"))
-    assert url1.startswith("http://127.0.0.1:") and url1.endswith("/mcp")
-    async with httpx.AsyncClient() as http:
-        assert (await http.get(url1.removesuffix("/mcp") + "/healthz")).json() == {"status": "ok"}
-        assert (await http.post(url1, json={})).status_code == 401
-        wrong = await http.post(url1, json={}, headers={"Authorization": "Bearer cai_mcp_" + "00" * 32})
+    # Reached by a Unix socket bound into its sandbox (a network of its own: no port to connect to).
+    assert url1 == unix_url(str(host.serving("p-1", "calc").socket), "/mcp")
+    http, over = http_to(url1)
+    async with http:
+        assert (await http.get(over.removesuffix("/mcp") + "/healthz")).json() == {"status": "ok"}
+        assert (await http.post(over, json={})).status_code == 401
+        wrong = await http.post(over, json={}, headers={"Authorization": "Bearer cai_mcp_" + "00" * 32})
         assert wrong.status_code == 401
     async with mcp_client(url1, TOKEN) as client:
         listed = {t.name: t for t in (await client.list_tools()).tools}
@@ -118,7 +131,7 @@ async def test_serve_replace_rollback_and_remove(host, monkeypatch):
 
     # expose: apps registers the host name with the platform's router.
     factory = host.hosts.lookup("calc-abc123.apps.localhost")
-    assert factory is not None and (await factory()).base_url == url1.removesuffix("/mcp")
+    assert factory is not None and await _answers(await factory()) == {"add", "env"}
 
     # A new version replaces the old process once it is healthy.
     old = host.serving("p-1", "calc").process
@@ -128,9 +141,10 @@ async def test_serve_replace_rollback_and_remove(host, monkeypatch):
     async with mcp_client(url2, TOKEN) as client:
         assert {t.name for t in (await client.list_tools()).tools} == {"add"}
     with pytest.raises(httpx.HTTPError):
-        async with httpx.AsyncClient() as http:
-            await http.get(url1.removesuffix("/mcp") + "/healthz")
-    assert (await host.hosts.lookup("calc-abc123.apps.localhost")()).base_url == url2.removesuffix("/mcp")
+        http, over = http_to(url1)
+        async with http:
+            await http.get(over.removesuffix("/mcp") + "/healthz")
+    assert await _answers(await host.hosts.lookup("calc-abc123.apps.localhost")()) == {"add"}
 
     # Rolling back re-serves the recorded image: no build.
     builds = host.builds
@@ -143,8 +157,9 @@ async def test_serve_replace_rollback_and_remove(host, monkeypatch):
     shutil.rmtree(host.image_dir(v2.digest))
     with pytest.raises(McpServeError, match="publish again"):
         await host.serve(deployment(v2, 2))
-    async with httpx.AsyncClient() as http:
-        assert (await http.get(url3.removesuffix("/mcp") + "/healthz")).status_code == 200
+    http, over = http_to(url3)
+    async with http:
+        assert (await http.get(over.removesuffix("/mcp") + "/healthz")).status_code == 200
 
     process = host.serving("p-1", "calc").process
     await host.remove("p-1", "calc")

@@ -9,7 +9,7 @@ from caiplatform.db.models import ApiKey, Project
 from caiplatform.models.mcp import McpServerCreate, McpToolPublish
 from caiplatform.platform import Platform
 from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
-from caiplatform.testing.mcp import mcp_client, text_of
+from caiplatform.testing.mcp import http_to, mcp_client, text_of
 
 ADD = '''
 from caiplatform.mcp import tool
@@ -42,7 +42,8 @@ async def test_ready_servers_are_served_again_after_a_restart(tmp_path, settings
             assert text_of(await client.call_tool("add", {"a": 1})) == "3"
         first_url = server.url
     # The platform stopped its server processes.
-    async with httpx.AsyncClient() as http:
+    http, first_url = http_to(first_url)
+    async with http:
         try:
             await http.get(first_url.removesuffix("/mcp") + "/healthz", timeout=2)
             raise AssertionError("the MCP server outlived its platform")
@@ -89,9 +90,10 @@ async def test_deleting_a_project_stops_its_servers(tmp_path, settings, openbao)
 
         assert platform.mcp.host.serving(project.id, "calc") is None
         assert platform.supervisor().get(process) is None
-        async with httpx.AsyncClient() as http:
+        http, url = http_to(server.url)
+        async with http:
             try:
-                await http.get(server.url.removesuffix("/mcp") + "/healthz", timeout=2)
+                await http.get(url.removesuffix("/mcp") + "/healthz", timeout=2)
                 raise AssertionError("the MCP server outlived its project")
             except httpx.HTTPError:
                 pass

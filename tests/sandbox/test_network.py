@@ -84,6 +84,25 @@ def test_a_namespace_reaches_its_forwarded_port_and_no_other_port_of_host_loopba
 
 
 @pytest.mark.process
+def test_a_namespace_given_no_port_reaches_no_port_of_host_loopback():
+    """pasta's own default is `-T auto` (every port bound on host loopback): a build step, given no port,
+    reached PostgreSQL, Valkey and NATS that way."""
+    network = Network()
+    if network.problem():
+        pytest.fail(network.problem())
+    server, port = _listener()
+    netns = network.create(network.policy())
+    try:
+        probe = "import socket, sys\nsocket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3)"
+        done = subprocess.run([*netns.enter_argv(), sys.executable, "-c", probe, str(port)],
+                              pass_fds=(netns.fd,), capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode != 0 and "ConnectionRefusedError" in done.stderr, done
+    finally:
+        netns.close()
+        server.close()
+
+
+@pytest.mark.process
 def test_a_sandboxed_run_gets_its_own_namespace_and_it_is_gone_with_the_run(tmp_path):
     sandbox = Sandbox(network=Network())
     sandbox.check()

@@ -1,6 +1,7 @@
 """The process a hosted MCP server version runs: every `tools/<name>.py` served over streamable HTTP.
 
-`python -m caiplatform.mcp.server --source DIR --port N` serves MCP at `/mcp` and an open `GET /healthz`.
+`python -m caiplatform.mcp.server --source DIR --port N` (or `--socket PATH`) serves MCP at `/mcp` and an open
+`GET /healthz`.
 Every other request must carry `Authorization: Bearer <CAI_MCP_AUTH_TOKEN>`. Parameter schemas are
 inferred by the `mcp` package from each function's signature; the description is the docstring unless
 the tool record set one.
@@ -236,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", default=".")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8080")))
+    parser.add_argument("--socket", default=None, help="listen on this Unix socket instead of host:port")
     parser.add_argument("--name", default=None, help="the server name clients see")
     parser.add_argument("--version", default="", help="the version clients see")
     parser.add_argument("--check", action="store_true", help="load every tool and infer its schema, then exit")
@@ -252,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         print("CAI_MCP_AUTH_TOKEN is not set; refusing to serve an unauthenticated MCP server", file=sys.stderr)
         return 2
     app = build_app(Path(args.source), token, name=args.name, version=args.version)
-    serving.run(app, host=args.host, port=args.port, timeout_keep_alive=REQUEST_TIMEOUT_SECONDS, log_level="warning")
+    serving.run(app, host=args.host, port=args.port, timeout_keep_alive=REQUEST_TIMEOUT_SECONDS, log_level="warning",
+                uds=args.socket)
     return 0
 
 

@@ -81,10 +81,10 @@ class Confinement:
     # -- the per-run network (caiplatform.sandbox.network) --
     # Host loopback ports the run may reach (`127.0.0.1:<port>` inside): the platform API, the model.
     forward: tuple[int, ...] = ()
-    # False: the host's network even when the sandbox isolates runs (MCP servers, still reached on a port).
-    own_network: bool = True
     # A directory bound writable at SOCKET_DIR inside: where the harness listens (a Unix socket).
     socket_dir: Path | None = None
+    # The project whose published endpoints (its memory stores) the run reaches, live (sandbox/bridge.py).
+    project: str | None = None
 
 
 @dataclass
@@ -403,11 +403,11 @@ class Sandbox:
 
     def _own_network(self, confinement: Confinement, group: CgroupSet | None) -> Netns | None:
         """The run's network namespace (None: `--unshare-net`'s loopback only, or the host's)."""
-        if not confinement.network or not confinement.own_network or not self.network.isolated:
+        if not confinement.network or not self.network.isolated:
             return None
         try:
             self.check_network()
-            return self.network.create(self.network.policy(confinement.forward))
+            return self.network.create(self.network.policy(confinement.forward), group=confinement.project)
         except (SandboxUnavailable, NetworkUnavailable) as exc:
             if group is not None:
                 group.remove()

@@ -7,6 +7,9 @@ Its only way out is Debian's `pasta` (the `passt` package), user-mode networking
   API of `CAI_API_URL`, the model endpoint of `MODEL_BASE_URL`/`EMBED_BASE_URL`, and loopback entries of
   the operator's `CAI_SANDBOX_ALLOW`) and no other port of host loopback (`pasta -T <port>`, `--no-map-gw`:
   the gateway address is not the host);
+- the addresses of its project's memory stores, as the memory-store API reports them, opened and closed
+  while it runs: the platform listens on them inside the namespace and copies to the store
+  (`caiplatform.sandbox.bridge`; pasta's forwards are fixed once it starts);
 - other addresses are connected to from the host by pasta, which is the public internet only: the
   namespace's own nftables rules, made by the platform and applied from the host before the process
   starts, reject loopback, link-local (169.254.0.0/16, the cloud metadata address), private and
@@ -38,10 +41,12 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from caiplatform.sandbox.bridge import Bridges
 
 MODES = ("isolated", "host")
 EGRESS = ("public", "none")
@@ -130,6 +135,17 @@ def loopback_ports(urls: Iterable[str | None]) -> tuple[int, ...]:
     return tuple(sorted(ports))
 
 
+def given_ports(env: Mapping[str, str]) -> tuple[int, ...]:
+    """The host loopback ports a workload's variables name (an instance's, a hosted MCP server's): the
+    platform API, the code sandbox, the model and embedding endpoints, and a session store on the
+    machine's Valkey (server mode: an agent's sessions live there, under its project's prefix)."""
+    urls = [env.get(name) for name in ("CAI_API_URL", "SANDBOX_URL", "MODEL_BASE_URL", "EMBED_BASE_URL")]
+    store = env.get("CAI_SESSION_STORE") or ""
+    if store.startswith(("redis://", "rediss://")):
+        urls.append(store)
+    return loopback_ports(urls)
+
+
 @dataclass(frozen=True)
 class Policy:
     """What one run may reach: host loopback ports (forwarded), public addresses or none, and more."""
@@ -210,6 +226,8 @@ class Netns:
     pasta_pid: int | None = None
     pidfile: Path | None = None
     setup_ms: float = 0.0
+    # Run before the descriptor closes: the platform's bridges into it (caiplatform.sandbox.bridge).
+    on_close: list[Callable[[], None]] = field(default_factory=list)
     _closed: bool = field(default=False, repr=False)
 
     def enter_argv(self) -> list[str]:
@@ -221,6 +239,9 @@ class Netns:
         if self._closed:
             return
         self._closed = True
+        for callback in self.on_close:
+            with contextlib.suppress(Exception):
+                callback()
         if self.pasta_pid is not None:
             _stop(self.pasta_pid)
         if self.pidfile is not None:
@@ -264,6 +285,8 @@ class Network:
         self._lock = threading.RLock()  # problem() makes a namespace, which sweeps first
         self._problem: str | None = None
         self._swept = False
+        # What runs of a group (a project) reach besides their policy, opened and closed live.
+        self.bridges = Bridges()
 
     @property
     def isolated(self) -> bool:
@@ -315,8 +338,9 @@ class Network:
             with contextlib.suppress(OSError):
                 pidfile.unlink()
 
-    def create(self, policy: Policy) -> Netns:
-        """A new network namespace with pasta and the policy's rules in place."""
+    def create(self, policy: Policy, group: str | None = None) -> Netns:
+        """A new network namespace with pasta and the policy's rules in place, and the endpoints published
+        for `group` (its project's memory stores) listening in it."""
         if self.pasta is None or self.nft is None or self.nsenter is None or self.unshare is None:
             raise NetworkUnavailable("pasta, nft, nsenter or unshare is not installed")
         self.sweep()
@@ -327,8 +351,10 @@ class Network:
             self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             pidfile = self.run_dir / f"{os.getpid()}-{fd}-{time.monotonic_ns()}.pid"
             netns.pidfile = pidfile
-            argv = [self.pasta, "--runas", "0", "--config-net", "--no-map-gw", "-q",
-                    *[arg for port in policy.forwarded() for arg in ("-T", str(port))],
+            # `-T none` when no port is forwarded: pasta's default is `-T auto`, every port bound on host
+            # loopback (the engines' too), rescanned while it runs.
+            forwards = [arg for port in policy.forwarded() for arg in ("-T", str(port))] or ["-T", "none"]
+            argv = [self.pasta, "--runas", "0", "--config-net", "--no-map-gw", "-q", *forwards,
                     "-u", "none", "-U", "none", "-t", "none",
                     "--netns", f"/proc/self/fd/{fd}", "--netns-only", "-P", str(pidfile)]
             done = subprocess.run(argv, pass_fds=(fd,), capture_output=True, timeout=SETUP_TIMEOUT_SECONDS,
@@ -342,6 +368,9 @@ class Network:
                                    timeout=SETUP_TIMEOUT_SECONDS, env={"PATH": os.defpath}, check=False)
             if rules.returncode != 0:
                 raise NetworkUnavailable(f"nft could not apply the sandbox's rules: {_last_line(rules.stderr, rules.returncode)}")
+            if group is not None:
+                run = self.bridges.attach(fd, group)
+                netns.on_close.append(lambda: self.bridges.detach(run))
         except (OSError, subprocess.SubprocessError) as exc:
             netns.close()
             raise NetworkUnavailable(f"the per-workload network could not be made: {exc}") from None

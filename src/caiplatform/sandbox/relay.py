@@ -35,9 +35,11 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         pass
 
 
-async def _handle(port: int, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+async def splice(host: str, port: int, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+    """Copy one accepted connection to `host:port` and back until both sides are done (also the platform's
+    bridges into a run's network, caiplatform.sandbox.bridge)."""
     try:
-        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", port)
+        upstream_reader, upstream_writer = await asyncio.open_connection(host, port)
     except OSError:
         client_writer.close()
         return
@@ -80,7 +82,7 @@ async def main(path: str, port: int, argv: list[str]) -> int:
     listener.bind(path + ".new")  # renamed into place once listening: a connection never finds it half-made
     listener.listen(128)
     os.rename(path + ".new", path)
-    server = await asyncio.start_unix_server(lambda r, w: _handle(port, r, w), sock=listener)
+    server = await asyncio.start_unix_server(lambda r, w: splice("127.0.0.1", port, r, w), sock=listener)
     async with server:
         code = await exited
     return code

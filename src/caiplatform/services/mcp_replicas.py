@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session
 from caiplatform.db import Database
 from caiplatform.db.models import ApiKey, McpServer, McpVersion, Project
 from caiplatform.ports.mcp_host import McpBuild, McpImage
-from caiplatform.routing import Upstream
+from caiplatform.routing import Upstream, upstream_at
 from caiplatform.services.access import ProjectRef
 from caiplatform.services.periodic import PeriodicWork
 from caiplatform.worklocks import held_lock_keys, lock_key
@@ -264,7 +264,7 @@ class McpFollower(PeriodicWork):
             return
 
         async def upstream() -> Upstream:
-            return Upstream(base)
+            return upstream_at(base)
 
         hosts.register(host, upstream)
         self._routes[host] = base

@@ -110,8 +110,15 @@ class MemoryStoreService:
         # None leaves it to the next restart of the platform (or `restart()`).
         self._rotation_restart_delay = rotation_restart_delay
         self._restarts: set[asyncio.Task[None]] = set()
+        # Told of each project whose stores came, went or moved (their workloads' network follows:
+        # services/memorystore_reach.py, whose hook never raises); None where workloads need no telling.
+        self.on_change: Callable[[str], Awaitable[None]] | None = None
 
     # ------------------------------------------------------------------------------------ helpers
+
+    async def _changed(self, project_id: str) -> None:
+        if self.on_change is not None:
+            await self.on_change(project_id)
 
     async def _project(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef:
         if not principal.authenticated:
@@ -191,6 +198,7 @@ class MemoryStoreService:
             raise
         except Exception as exc:  # an engine or cluster failure
             raise BadGateway(f"could not create the memorystore: {exc}") from exc
+        await self._changed(project.id)
         await self._audit(project.id, principal, "memorystore.create", spec.name,
                           {"size_class": spec.size_class, "persistence": spec.persistence_enabled})
         return views.MemoryStoreCreated.of({
@@ -252,6 +260,7 @@ class MemoryStoreService:
             raise
         except Exception as exc:
             raise BadGateway(f"could not delete the memorystore: {exc}") from exc
+        await self._changed(project_id)
         if deleted is None:
             raise NotFound(NOT_FOUND)
         await self._audit(project_id, principal, "memorystore.delete", name)
@@ -294,6 +303,7 @@ class MemoryStoreService:
             await self.provisioner.restart(project_id, name)
         except Exception:  # noqa: BLE001 - the instance may be gone; the next restart applies it anyway
             log.warning("restart after credential rotation of %s failed", name, exc_info=True)
+        await self._changed(project_id)
 
     async def wait_restarts(self) -> None:
         """Wait for restarts scheduled by rotations (tests, shutdown)."""
@@ -309,6 +319,7 @@ class MemoryStoreService:
             raise
         except Exception as exc:
             raise BadGateway(f"could not restart the memorystore: {exc}") from exc
+        await self._changed(project.id)
         await self._audit(project.id, principal, "memorystore.restart", name)
         return views.MemoryStore.of(instance.to_json())
 

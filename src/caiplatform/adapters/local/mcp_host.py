@@ -5,12 +5,17 @@ manifest) and loads it once in a separate interpreter, so an import error or a s
 inference cannot read fails the build instead of the rollout. The same tool set has the same digest, so
 its directory is reused and never rewritten.
 
-Serving starts `python -m caiplatform.mcp.server` on a free loopback port under the platform's
-`ProcessSupervisor` with only the deployment's variables (`inherit_env=False`: the platform's own
-secrets never reach tool code), inside the platform's sandbox (`caiplatform.sandbox`), which shows it its
-tool tree and nothing else of the data directory; the build's load check runs there too. The previous process of that server is stopped only once the new one
-answers `/healthz`, so a failed rollout leaves the old version serving. `expose: apps` servers are also
-registered under `<name>-<project-short>.<apps_domain>` with the platform's host router.
+Serving starts `python -m caiplatform.mcp.server` under the platform's `ProcessSupervisor` with only the
+deployment's variables (`inherit_env=False`: the platform's own secrets never reach tool code), inside the
+platform's sandbox (`caiplatform.sandbox`), which shows it its tool tree and nothing else of the data
+directory; the build's load check runs there too. Like an instance it has a network namespace of its own
+(it reaches the platform API, the model endpoint, its project's memory stores and public addresses, no
+engine and no other port of this machine) and listens on a Unix socket in a directory bound into its
+sandbox alone (`/run/cai/mcp.sock` inside, `caiplatform.sandbox.sockets`): its address is that socket
+(`caiplatform.routing.unix_url`), which the platform's `/mcp/<short>/<name>/mcp` route and an `expose: apps`
+host (`<name>-<project-short>.<apps_domain>`) proxy to; nothing listens on a port. The previous process of
+that server is stopped only once the new one answers `/healthz`, so a failed rollout leaves the old version
+serving.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import secrets
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +44,7 @@ from caiplatform.ports.mcp_host import (
     McpImage,
     McpServeError,
 )
-from caiplatform.routing import HostRouter, Upstream
+from caiplatform.routing import UNIX_ORIGIN, HostRouter, Upstream, unix_url, upstream_at
 from caiplatform.sandbox import (
     Confinement,
     Sandbox,
@@ -48,18 +53,21 @@ from caiplatform.sandbox import (
     shared_sandbox,
     workload_limits,
 )
-from caiplatform.supervisor import ProcessSpec, ProcessStartError, ProcessSupervisor, free_port
+from caiplatform.sandbox.network import given_ports
+from caiplatform.sandbox.sockets import SocketDirs
+from caiplatform.supervisor import ProcessSpec, ProcessStartError, ProcessSupervisor
 
 IMAGES_DIR = "mcp-images"
 BUILD_CHECK_TIMEOUT_SECONDS = 120.0
 # The variables of the platform's own interpreter a tool process needs to start at all.
 PASSTHROUGH_ENV = ("LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR")
+SOCKET_NAME = "mcp.sock"
 
 
 @dataclass
 class _Serving:
     process: str  # supervisor name
-    port: int
+    socket: Path  # where it listens (host path; its directory is bound into its sandbox alone)
     version: int
     digest: str
     host: str | None  # apps host when exposed
@@ -72,8 +80,8 @@ def _package_root() -> str:
 
 
 class LocalMcpHost(McpHost):
-    #: its servers listen on this replica's loopback ports, which change with every version and replica:
-    #: the `url` clients get is the platform's route to the server instead (`services/mcp.platform_route`)
+    #: its servers listen on Unix sockets of this replica, which change with every version and replica: the
+    #: `url` clients get is the platform's route to the server instead (`services/mcp.platform_route`)
     routes_through_platform = True
 
     def __init__(
@@ -86,6 +94,7 @@ class LocalMcpHost(McpHost):
         python: str = sys.executable,
         startup_timeout: float = 60.0,
         sandbox: Sandbox | None = None,
+        model_env: Mapping[str, str | None] | None = None,
     ):
         self.images_dir = Path(data_dir) / IMAGES_DIR
         self.sandbox = sandbox or shared_sandbox()
@@ -99,6 +108,12 @@ class LocalMcpHost(McpHost):
         self._serving: dict[tuple[str, str], _Serving] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._build_lock = asyncio.Lock()
+        self._sockets = SocketDirs()
+        # The model endpoint, as agents get it (`MODEL_BASE_URL`, `EMBED_BASE_URL`): its port is forwarded
+        # into a server's network like the platform API's.
+        self.model_env = {name: url for name, url in (model_env or {}).items() if url}
+        # Awaited with a project's id before a server of it starts (its memory stores become reachable first).
+        self.before_run: Callable[[str], Awaitable[None]] | None = None
 
     @property
     def supervisor(self) -> ProcessSupervisor:
@@ -194,61 +209,72 @@ class LocalMcpHost(McpHost):
         if not (tree / "mcp.json").exists():
             raise McpServeError(f"image {deployment.image.digest} is not in {self.images_dir}; publish again to rebuild it")
         async with self._lock(key):
-            port = free_port()
             name = f"mcp-{deployment.project_short}-{deployment.server}-v{deployment.version}-{secrets.token_hex(3)}"
-            env = self._base_env()
-            env.update(deployment.env)
-            env.update(deployment.secret_env)
+            env = {**self._base_env(), **self.model_env, **deployment.env, **deployment.secret_env}
+            sockets = self._sockets.new()
+            await asyncio.to_thread(self.sandbox.hand_over, [sockets])
+            socket = sockets / SOCKET_NAME
+            if self.before_run is not None:
+                await self.before_run(deployment.project_id)
             spec = ProcessSpec(
                 name=name,
                 argv=[
-                    self.python, "-m", "caiplatform.mcp.server", "--source", str(tree), "--port", str(port),
+                    self.python, "-m", "caiplatform.mcp.server", "--source", str(tree),
+                    "--socket", f"{self.sandbox.socket_dir_inside(sockets)}/{SOCKET_NAME}",
                     "--name", deployment.server, "--version", str(deployment.version),
                 ],
                 env=env,
                 cwd=tree,
-                ports=[port],
-                health=lambda: self._healthy(port),
+                health=lambda: self._healthy(socket),
                 startup_timeout=self.startup_timeout,
                 inherit_env=False,
                 sandbox=self.sandbox,
-                # The host's network: agents and the host proxy reach it on a loopback port (docs/sandbox.md).
-                confinement=dataclasses.replace(self._confinement(tree, name), own_network=False),
+                # A network of its own, as an instance's: the platform reaches it by its socket alone.
+                confinement=dataclasses.replace(self._confinement(tree, name), forward=given_ports(env),
+                                                socket_dir=sockets, project=deployment.project_id),
                 # One log per server across its versions (process names change with every rollout).
                 log_path=self.supervisor.logs_dir / f"mcp-{deployment.project_short}-{deployment.server}.log",
             )
             try:
                 await self.supervisor.start(spec)
             except ProcessStartError as exc:
+                self._sockets.remove(sockets)
                 raise McpServeError(f"version {deployment.version} did not start: {exc}") from exc
             previous = self._serving.get(key)
             host = None
             if deployment.expose == "apps" and self.hosts is not None:
                 host = self.hosts.host_for(deployment.server, deployment.project_short)
                 self.hosts.register(host, self._upstream(key))
-            self._serving[key] = _Serving(name, port, deployment.version, deployment.image.digest, host)
+            self._serving[key] = _Serving(name, socket, deployment.version, deployment.image.digest, host)
             if previous is not None:
                 if previous.host and previous.host != host and self.hosts is not None:
                     self.hosts.unregister(previous.host)
-                await self.supervisor.stop(previous.process)
-            return f"http://127.0.0.1:{port}/mcp"
+                await self._stop(previous)
+            return unix_url(str(socket), "/mcp")
+
+    async def _stop(self, serving: _Serving) -> None:
+        try:
+            await self.supervisor.stop(serving.process)
+        finally:
+            self._sockets.remove(serving.socket.parent)
 
     def _upstream(self, key: tuple[str, str]):  # type: ignore[no-untyped-def]
         async def upstream() -> Upstream:
             serving = self._serving.get(key)
             if serving is None:
                 raise McpServeError("the mcp server is not serving")
-            return Upstream(f"http://127.0.0.1:{serving.port}")
+            return upstream_at(unix_url(str(serving.socket)))
 
         return upstream
 
     @staticmethod
-    async def _healthy(port: int) -> bool:
+    async def _healthy(socket: Path) -> bool:
         try:
-            # Plain HTTP on loopback: no TLS context to build (loading the CA bundle took ~80 ms of the
+            # Plain HTTP over the socket: no TLS context to build (loading the CA bundle took ~80 ms of the
             # event loop per probe, every 100 ms while an instance starts).
-            async with httpx.AsyncClient(timeout=2.0, verify=False, trust_env=False) as client:
-                return (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
+            transport = httpx.AsyncHTTPTransport(uds=str(socket), verify=False)
+            async with httpx.AsyncClient(transport=transport, timeout=2.0, trust_env=False) as client:
+                return (await client.get(f"{UNIX_ORIGIN}/healthz")).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -270,10 +296,11 @@ class LocalMcpHost(McpHost):
             if serving.host and self.hosts is not None:
                 self.hosts.unregister(serving.host)
             with contextlib.suppress(Exception):
-                await self.supervisor.stop(serving.process)
+                await self._stop(serving)
         self._locks.pop(key, None)
 
     async def close(self) -> None:
         """Stop every server process (the platform's supervisor would too; this keeps the map honest)."""
         for project_id, server in list(self._serving):
             await self.remove(project_id, server)
+        self._sockets.close()

@@ -39,9 +39,8 @@ import os
 import secrets
 import shutil
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -73,12 +72,12 @@ from caiplatform.ports.runtime import (
     WorkloadRef,
 )
 from caiplatform.sandbox import Confinement, Sandbox, SandboxUnavailable, shared_sandbox, workload_limits
-from caiplatform.sandbox.network import loopback_ports
+from caiplatform.sandbox.network import given_ports
+from caiplatform.sandbox.sockets import SocketDirs
 from caiplatform.supervisor import ProcessSpec, ProcessStartError, ProcessSupervisor, free_port
 
 RELAY = str(Path(__file__).resolve().parents[2] / "sandbox" / "relay.py")
 SOCKET_NAME = "harness.sock"
-SOCKETS_PREFIX = "cai-run-"
 #: The Host of requests to an instance (it is reached by its socket, not by a name).
 INSTANCE_ORIGIN = "http://harness"
 
@@ -124,14 +123,16 @@ class LocalProcessRuntime(InstanceRuntime):
         )
         self.root = Path(data_dir) / "runtime"
         self.sandbox = sandbox or shared_sandbox()
-        # Instances' socket directories: short paths (a Unix socket path has at most 107 bytes), owner-only.
-        self._sockets_root: Path | None = None
+        self._sockets = SocketDirs()  # instances' socket directories
         self._own_supervisor = supervisor is None
         self.supervisor = supervisor or ProcessSupervisor(self.root / "run", health_interval=INSTANCE_PROBE_SECONDS)
         self._loaded = False
         self._last_compaction = 0.0
         # Instance logs still being copied into the history, by process name.
         self._pending: dict[str, tuple[WorkloadRef, str, str, _Process]] = {}
+        # Awaited with a project's id before an instance of it starts: what its network reaches besides its
+        # given ports is made known first (its memory stores, services/memorystore_reach.py).
+        self.before_run: Callable[[str], Awaitable[None]] | None = None
         # Recorded workloads are known at once (reads work before `start()`); instances wait for it.
         self._load()
 
@@ -216,19 +217,7 @@ class LocalProcessRuntime(InstanceRuntime):
         await super().close()
         if self._own_supervisor:
             await self.supervisor.stop_all()
-        if self._sockets_root is not None:
-            shutil.rmtree(self._sockets_root, ignore_errors=True)
-            self._sockets_root = None
-
-    def _socket_dir(self) -> Path:
-        """A new directory for one instance's socket (the sandbox uid's, bound into that sandbox only)."""
-        if self._sockets_root is None:
-            _sweep_socket_roots()
-            self._sockets_root = Path(tempfile.mkdtemp(prefix=SOCKETS_PREFIX))  # 0700, the server's
-            (self._sockets_root / "owner").write_text(str(os.getpid()))
-        directory = self._sockets_root / secrets.token_hex(6)
-        directory.mkdir(mode=0o700)
-        return directory
+        self._sockets.close()
 
     def _load(self) -> None:
         """The workloads a previous run recorded (synchronous: a few small files)."""
@@ -284,7 +273,7 @@ class LocalProcessRuntime(InstanceRuntime):
         port = free_port()
         home = self.root / "home" / key
         state = [Path(p) for p in spec.state_dirs]
-        sockets = self._socket_dir()
+        sockets = self._sockets.new()
         await asyncio.to_thread(self.sandbox.hand_over, [home, *state, sockets])
         socket_inside = f"{self.sandbox.socket_dir_inside(sockets)}/{SOCKET_NAME}"
         socket_path = str(sockets / SOCKET_NAME)
@@ -306,6 +295,8 @@ class LocalProcessRuntime(InstanceRuntime):
             argv = [sys.executable, "-I", RELAY, socket_inside, str(port), "--", *argv]
         cwd = Path(image.env["CAI_CODE_DIR"]) if image is not None and "CAI_CODE_DIR" in image.env else home
         health = _HttpHealth(transport) if built_here else None
+        if self.before_run is not None:
+            await self.before_run(workload.ref.project_id)
         begun = time.perf_counter()
         process = _Process(name=f"{PROCESS_PREFIX}{key}-{pod.rsplit('-', 1)[-1]}-{revision.spec.generation}", log_path=log_path)
         self._ingest_later(workload.ref, revision.name, pod, process)
@@ -325,7 +316,7 @@ class LocalProcessRuntime(InstanceRuntime):
                 confinement=Confinement(
                     read_only=_image_paths(image), writable=(home, *state),
                     limits=workload_limits(spec.resources.limits), label=process.name,
-                    forward=_reachable_ports(env), socket_dir=sockets,
+                    forward=given_ports(env), socket_dir=sockets, project=workload.ref.project_id,
                 ),
             ))
         except ProcessStartError as exc:
@@ -485,28 +476,6 @@ class LocalProcessRuntime(InstanceRuntime):
 
 
 # ---------------------------------------------------------------------------------------------------
-
-
-def _sweep_socket_roots() -> None:
-    """Remove the socket directories of servers that are gone (a crashed run leaves its directory)."""
-    for root in Path(tempfile.gettempdir()).glob(SOCKETS_PREFIX + "*"):
-        with contextlib.suppress(OSError, ValueError):
-            if root.is_symlink() or root.stat().st_uid != os.geteuid():
-                continue
-            pid = int((root / "owner").read_text().strip())
-            if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
-                shutil.rmtree(root, ignore_errors=True)
-
-
-def _reachable_ports(env: dict[str, str]) -> tuple[int, ...]:
-    """The host loopback ports an instance is given: the platform API, the code sandbox, the model and
-    embedding endpoints, and a session store on the machine's Valkey (server mode: the agent's sessions
-    live there, under its project's prefix)."""
-    urls = [env.get(name) for name in ("CAI_API_URL", "SANDBOX_URL", "MODEL_BASE_URL", "EMBED_BASE_URL")]
-    store = env.get("CAI_SESSION_STORE") or ""
-    if store.startswith(("redis://", "rediss://")):
-        urls.append(store)
-    return loopback_ports(urls)
 
 
 async def _socket_ready(path: str) -> bool:

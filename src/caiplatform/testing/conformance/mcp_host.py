@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import httpx
 import pytest
 
 from caiplatform.mcp.source import image_digest
 from caiplatform.ports.mcp_host import McpBuild, McpBuildError, McpDeployment, McpHost, McpImage
+from caiplatform.testing.mcp import http_to
 
 notimpl = pytest.mark.notimpl
 
@@ -86,9 +86,9 @@ async def test_serve_returns_an_mcp_url_and_remove_is_idempotent(mcp_host: McpHo
 @notimpl(["kubernetes"], reason="the API emulator's data plane answers with the runtime suite's tiny app, not the image's MCP server")
 async def test_the_endpoint_answers_health_openly_and_mcp_only_with_the_token(mcp_host: McpHost):
     image = await mcp_host.build(a_build())
-    url = await mcp_host.serve(a_deployment(image))
+    http, url = http_to(await mcp_host.serve(a_deployment(image)), timeout=10)
     try:
-        async with httpx.AsyncClient(timeout=10) as http:
+        async with http:
             assert (await http.get(url.removesuffix("/mcp") + "/healthz")).status_code == 200
             assert (await http.post(url, json={})).status_code == 401
             ping = {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {}}
