@@ -60,14 +60,16 @@ class PathMap:
     """Rewrites host paths of `places` (and anything below them) into the paths seen inside.
 
     A host path is replaced wherever it starts a path in a string (a whole value, an entry of `PATH`, an
-    `--option=/path`), and only where it ends at a path boundary, so `/data/images/ab` does not rewrite
-    `/data/images/abc`. The longest host path wins (a place inside another is its own)."""
+    `--option=/path`, the path of a `sqlite:////...` URL), and only where it is not part of a longer name, so
+    `/data/images/ab` does not rewrite `/data/images/abc`. The longest host path wins (a place inside another
+    is its own)."""
 
     def __init__(self, places: Iterable[Place]):
         self.places = sorted(((str(Path(os.path.abspath(h))), i) for h, i in places), key=lambda p: -len(p[0]))
         self._inside = dict(self.places)
-        self._pattern = (re.compile("|".join(f"({re.escape(h)})(?=/|$|[^\\w.+-])" for h, _ in self.places))
-                         if self.places else None)
+        # Not inside a longer name on either side (`/mnt/data/x` is not `/data/x`, `/data/xy` not `/data/x`).
+        self._pattern = (re.compile("|".join(f"(?<![\\w.+~-])({re.escape(h)})(?=/|$|[^\\w.+~-])"
+                                             for h, _ in self.places)) if self.places else None)
 
     def text(self, value: str) -> str:
         if self._pattern is None:
