@@ -26,13 +26,11 @@ operator's allowlist; `CAI_SANDBOX_NETWORK=host` keeps the host's (docs/decision
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +42,7 @@ from caiplatform.sandbox.environment import ENV_FILE, LAUNCHER_ENV, loader, memf
 from caiplatform.sandbox.limits import OUT_OF_MEMORY_EXIT, CgroupFactory, CgroupSet, Limits, rlimit_argv
 from caiplatform.sandbox.network import Netns, Network, NetworkUnavailable
 from caiplatform.sandbox.paths import PathMap, Place
+from caiplatform.sandbox.scratch import server_temp_dir
 
 if TYPE_CHECKING:
     from caiplatform.settings import Settings
@@ -58,6 +57,7 @@ SYS_READ_ONLY = ("/sys/devices/system/cpu",)
 LINKED_CONFIG = ("/etc/resolv.conf", "/etc/hosts", "/etc/localtime")
 PROBE_TIMEOUT_SECONDS = 20.0
 SOCKET_DIR = "/run/cai"  # a run's socket directory inside (Confinement.socket_dir)
+LAYERS_PREFIX = "cai-layers-"  # the empty directories overlays are staged on (Sandbox._neutral_mount)
 OFF_VALUES = ("off", "0", "false", "no", "disabled")
 
 
@@ -502,8 +502,7 @@ class Sandbox:
     def _layer_dir(self, name: str) -> Path:
         with self._lock:
             if self._layers is None:
-                self._layers = Path(tempfile.mkdtemp(prefix="cai-layers-"))  # 0700: only the server traverses it
-                atexit.register(shutil.rmtree, self._layers, True)
+                self._layers = server_temp_dir(LAYERS_PREFIX)  # 0700: only the server traverses it
             layer = self._layers / name
             layer.mkdir(exist_ok=True)
             layer.chmod(0o755)  # (the server's umask is 077)

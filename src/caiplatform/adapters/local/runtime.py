@@ -37,7 +37,6 @@ import os
 import secrets
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
@@ -79,6 +78,7 @@ from caiplatform.sandbox import (
     workload_limits,
 )
 from caiplatform.sandbox.network import loopback_ports
+from caiplatform.sandbox.scratch import server_temp_dir
 from caiplatform.supervisor import ProcessSpec, ProcessStartError, ProcessSupervisor, free_port
 
 RELAY = str(Path(__file__).resolve().parents[2] / "sandbox" / "relay.py")
@@ -174,9 +174,7 @@ class LocalProcessRuntime(InstanceRuntime):
     def _socket_dir(self) -> Path:
         """A new directory for one instance's socket (the sandbox uid's, bound into that sandbox only)."""
         if self._sockets_root is None:
-            _sweep_socket_roots()
-            self._sockets_root = Path(tempfile.mkdtemp(prefix=SOCKETS_PREFIX))  # 0700, the server's
-            (self._sockets_root / "owner").write_text(str(os.getpid()))
+            self._sockets_root = server_temp_dir(SOCKETS_PREFIX)  # 0700, the server's
         directory = self._sockets_root / secrets.token_hex(6)
         directory.mkdir(mode=0o700)
         return directory
@@ -438,17 +436,6 @@ class LocalProcessRuntime(InstanceRuntime):
 
 
 # ---------------------------------------------------------------------------------------------------
-
-
-def _sweep_socket_roots() -> None:
-    """Remove the socket directories of servers that are gone (a crashed run leaves its directory)."""
-    for root in Path(tempfile.gettempdir()).glob(SOCKETS_PREFIX + "*"):
-        with contextlib.suppress(OSError, ValueError):
-            if root.is_symlink() or root.stat().st_uid != os.geteuid():
-                continue
-            pid = int((root / "owner").read_text().strip())
-            if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
-                shutil.rmtree(root, ignore_errors=True)
 
 
 def _reachable_ports(env: dict[str, str]) -> tuple[int, ...]:
