@@ -6,7 +6,7 @@ What a sandboxed process sees (docs/sandbox.md):
 - the system directories read-only (`/usr`, `/etc` without the files only root may read, `/opt`), the
   platform's interpreter and package read-only (the harness runs from it);
 - its own code and environment read-only, its own state (a session database, its home) writable, an
-  empty private `/tmp`;
+  empty private `/tmp`, all at fixed paths that name nothing of the data directory (`sandbox/paths.py`);
 - nothing else: no data directory, no database, no keys, no other workload's files.
 
 It starts with none of the workload's variables anywhere before the workload's own program (they are loaded
