@@ -104,7 +104,7 @@ class LocalBuilder(Builder):
                 return replace(self._image(existing, reference), reused=True)
             started = time.monotonic()
             project = request.project_id  # environments and caches are never shared across projects
-            env_key, requirements = await anyio.to_thread.run_sync(requirements_key, source, project, self._seen_at())
+            env_key, requirements = await anyio.to_thread.run_sync(self.environment_key, source, project)
             env_dir = await self._environment(env_key, requirements, source, emit, project)
             emit(f"copying the source into image {digest}")
             location = self.root / hexdigest
@@ -141,6 +141,10 @@ class LocalBuilder(Builder):
         (staging / "image.json").write_text(json.dumps(record, indent=2))
         shutil.rmtree(location, ignore_errors=True)
         os.replace(staging, location)
+
+    def environment_key(self, source: Path, project: str) -> tuple[str, str]:
+        """(key, requirements) of the environment this builder runs `source` in for `project`."""
+        return requirements_key(source, project, self._seen_at())
 
     def _seen_at(self) -> str:
         """Where the workload sees its Python environment: /app/venv in the sandbox (`sandbox/paths.py`),
