@@ -118,7 +118,7 @@ def test_a_cron_tick_fires_once_and_a_killed_replica_s_firing_is_taken_over(clus
                           "WHERE name = 'new-year'"))
     engine.dispose()
     begun = poll(lambda: sink.calls("cron", "begin"), bool, "the missed tick did not fire", timeout=15)
-    owner = cluster.replica_of(begun[0]["home"])
+    owner = cluster.replica_of(begun[0]["instance"])
     kill_replica(owner)
     killed = time.monotonic()
     survivor = next(r for r in cluster.replicas if r is not owner)
