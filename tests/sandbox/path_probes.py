@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 
+from .serve_support import build_step_package
+
 BUILD_MARKER = "PATH-FINDINGS:"
 
 PYTHON_PROBE = r'''
@@ -102,13 +104,7 @@ import sys
 print({BUILD_MARKER!r} + json.dumps(leaks()), file=sys.stderr, flush=True)
 raise SystemExit(1)
 '''
-    return {
-        "main.py": "def handle(event, context):\n    return {}\n",
-        "requirements.txt": "./probepkg\n",
-        "probepkg/pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
-                                   '[project]\nname = "probepkg"\nversion = "1"\n',
-        "probepkg/backend.py": backend,
-    }
+    return build_step_package("probepkg", backend)
 
 
 def node_function(markers: list[str]) -> dict[str, str]:

@@ -14,17 +14,13 @@ import json
 import secrets
 from pathlib import Path
 
-import httpx
 import pytest
 
-from caiplatform.testing.serve import ServeProcess
-
-from ..agents.agents_support import tarball
 from ..serverless.test_serve_e2e import poll
 from . import path_probes
+from .serve_support import SandboxServer
 
 pytestmark = pytest.mark.e2e
-TOKEN = "neutral-paths-automation-token"
 RUNNING = ("python-function", "langgraph", "node-function", "go-function")
 KINDS = (*RUNNING, "build")
 PLACES = ("environment", "working directory", "command line", "mount table", "memory maps")
@@ -35,27 +31,13 @@ WORKLOAD_WRITES = {"app", "state"}  # /home/app, /var/lib/cai/state (its session
 WRITABLE = {**dict.fromkeys(RUNNING, WORKLOAD_WRITES), "build": {"venv", "pip"}}  # /app/venv, /var/cache/cai/pip
 
 
-class Probed:
+class Probed(SandboxServer):
     def __init__(self, root: Path):
         # A distinctive name, so a path shown relative to its file system is still recognised.
-        self.data_dir = root / f"cai-data-{secrets.token_hex(4)}"
+        super().__init__(root / f"cai-data-{secrets.token_hex(4)}")
         self.markers = [str(self.data_dir), self.data_dir.name]
-        self.server = ServeProcess(self.data_dir, env={"CAI_AUTOMATION_TOKEN": TOKEN}).start()
-        self.http = httpx.Client(base_url=self.server.base_url, headers={"Authorization": f"Bearer {TOKEN}"},
-                                 timeout=120)
         self.findings: dict[str, dict] = {}
 
-    def deploy(self, name: str, files: dict[str, str], **fields: str) -> None:
-        response = self.http.post("/v1/agents", params={"project": "default"}, data={"name": name, **fields},
-                                  files={"code": ("code.tar.gz", tarball(files), "application/gzip")})
-        assert response.status_code == 202, response.text
-
-    def settled(self, name: str) -> dict:
-        return poll(lambda: self.http.get(f"/v1/agents/{name}").json(),
-                    lambda v: v.get("state") not in ("building", "deploying"), f"{name} did not settle", timeout=300)
-
-    def invoke(self, name: str, body: dict) -> httpx.Response:
-        return self.http.post(f"/v1/agents/{name}/invoke", json=body)
 
     def named(self, text: str) -> bool:
         return any(marker in text for marker in self.markers)
@@ -71,7 +53,7 @@ def probed(tmp_path_factory):
         p.deploy("gopaths", path_probes.go_function(p.markers), framework="function", runtime="go")
         p.deploy("buildpaths", path_probes.build_step(p.markers), framework="function")
         for name in ("pypaths", "graphpaths", "nodepaths", "gopaths"):
-            agent = p.settled(name)
+            agent = p.settled(name, timeout=300)
             assert agent["ready"], (name, agent["state"], agent.get("message"))
         for kind, name in (("python-function", "pypaths"), ("node-function", "nodepaths"), ("go-function", "gopaths")):
             answer = p.invoke(name, {"action": "probe"})
@@ -85,8 +67,7 @@ def probed(tmp_path_factory):
         p.findings["build"] = json.loads(build["message"].split(path_probes.BUILD_MARKER, 1)[1].splitlines()[0])
         yield p
     finally:
-        p.http.close()
-        p.server.stop()
+        p.close()
 
 
 @pytest.mark.parametrize("place", PLACES)
