@@ -19,7 +19,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from caiplatform.adapters.local.builder import READY_MARKER, LocalBuilder, requirements_key
+from caiplatform.adapters.local.builder import READY_MARKER, LocalBuilder
 from caiplatform.ports.builder import BuildRequest, Image
 from tests.cache_support import shared_cache_dir
 
@@ -55,8 +55,9 @@ def seed_environment(env: Path, data_dir: Path, source: Path, project_id: str) -
     Files are hard-linked (no 800 MB copy) when the two trees share a file system, except what the builder
     rewrites when an environment moves (the scripts naming their interpreter, `pyvenv.cfg`): those are
     fresh files, so neither side can change the other's through a shared inode."""
-    key, requirements = requirements_key(source, project_id)  # as `LocalBuilder.build` keys it
-    target = LocalBuilder(data_dir).envs / key
+    builder = LocalBuilder(data_dir)
+    key, requirements = builder.environment_key(source, project_id)  # as `LocalBuilder.build` keys it
+    target = builder.envs / key
     assert (env / READY_MARKER).read_text() == requirements, "the cached environment has other requirements"
     staging = target.with_name(f"{key}.seeding")
     shutil.rmtree(staging, ignore_errors=True)

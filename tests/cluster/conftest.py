@@ -55,9 +55,11 @@ class Cluster:
     def automation(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {AUTOMATION_TOKEN}"}
 
-    def replica_of(self, path: str) -> ServeProcess:
-        """The replica whose data dir holds `path` (a workload's HOME says where it runs)."""
-        return next(r for r in self.replicas if path.startswith(str(r.data_dir)))
+    def replica_of(self, instance: str) -> ServeProcess:
+        """The replica that ran the sink's `instance`: the one whose data dir holds that instance's home, where
+        it wrote its name (`support.SINK`)."""
+        return next(r for r in self.replicas
+                    if any(instance in p.read_text().split() for p in r.data_dir.glob("runtime/home/*/sink-instances")))
 
     def restart(self, replica: ServeProcess, *, wait: bool = True) -> None:
         """Start a stopped (or killed) replica again on its port and data dir; without `wait` it comes up

@@ -1,9 +1,11 @@
 """What the cluster tests share: `sink`, a Python function (deployed as the agent `sink-fn`: a service may
 not share an agent's name) run as a serverless service on every replica.
 
-It reports each call (`begin` when it starts, `done` when it answers) with its `HOME`, which lies in the
-data dir of the replica whose process runs it, to a collector of the test's on loopback: the workload
-sandbox rightly shows it no file of the test's, while loopback stays reachable.
+It reports each call (`begin` when it starts, `done` when it answers) with the random name of the instance
+that ran it, to a collector of the test's on loopback: the workload sandbox rightly shows it no file of the
+test's, while loopback stays reachable. Each instance also appends its name to a file in its home, which lies in
+the data dir of the replica whose process runs it (`Cluster.replica_of` looks there): inside, a workload sees its
+home at /home/app, no path of the data directory.
 """
 
 from __future__ import annotations
@@ -25,11 +27,15 @@ if TYPE_CHECKING:
 
 SINK = {
     "main.py": (
-        "import json, os, time, urllib.request\n\n\n"
+        "import json, os, time, urllib.request, uuid\n\n"
+        "INSTANCE = uuid.uuid4().hex\n"
+        "if 'SINK_URL' in os.environ:\n"
+        "    with open(os.path.join(os.environ['HOME'], 'sink-instances'), 'a') as fh:\n"
+        "        fh.write(INSTANCE + '\\n')\n\n\n"
         "def _log(event, phase):\n"
         "    if 'SINK_URL' not in os.environ:  # invoked as the function itself, not as the service\n"
         "        return\n"
-        "    line = json.dumps({'id': event.get('id'), 'phase': phase, 'home': os.environ.get('HOME', '')})\n"
+        "    line = json.dumps({'id': event.get('id'), 'phase': phase, 'instance': INSTANCE})\n"
         "    urllib.request.urlopen(urllib.request.Request(os.environ['SINK_URL'], data=line.encode(), method='POST'), timeout=5).read()\n\n\n"
         "def handle(event, context):\n"
         "    _log(event, 'begin')\n"

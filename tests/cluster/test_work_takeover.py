@@ -80,7 +80,7 @@ def test_push_delivery_is_once_per_message_and_survives_a_killed_replica(cluster
          lambda state: state["unacknowledged"] == 0 and state["backlog"] == 0, "not every delivery was acknowledged")
     done = [c["id"] for c in sink.calls(phase="done") if c["id"] in ids]
     assert sorted(done) == sorted(ids)  # each once
-    assert {cluster.replica_of(c["home"]).data_dir for c in sink.calls(phase="done")} == {
+    assert {cluster.replica_of(c["instance"]).data_dir for c in sink.calls(phase="done")} == {
         r.data_dir for r in cluster.replicas}  # both replicas delivered
 
     # Slow messages: kill the replica running one of them; the other delivers it after the ack deadline.
@@ -88,7 +88,7 @@ def test_push_delivery_is_once_per_message_and_survives_a_killed_replica(cluster
     publish(cluster, events, *({"id": i, "sleep": 2} for i in slow))
     begun = poll(lambda: sink.calls(phase="begin"), lambda calls: any(c["id"] in slow for c in calls),
                  "no slow message began")
-    victim = cluster.replica_of(next(c["home"] for c in begun if c["id"] in slow))
+    victim = cluster.replica_of(next(c["instance"] for c in begun if c["id"] in slow))
     kill_replica(victim)
     killed = time.monotonic()
     # Documented bound: one and a half ack deadlines (4 s here: the deadline restarts every 2 s while the
@@ -96,10 +96,10 @@ def test_push_delivery_is_once_per_message_and_survives_a_killed_replica(cluster
     poll(lambda: {c["id"] for c in sink.calls(phase="done")}, lambda got: set(slow) <= got,
          "a message held by the killed replica was not delivered again within the bound", timeout=15)
     print(f"every slow message delivered {time.monotonic() - killed:.1f} s after the kill")
-    cut = [c["id"] for c in begun if c["id"] in slow and cluster.replica_of(c["home"]) is victim]
+    cut = [c["id"] for c in begun if c["id"] in slow and cluster.replica_of(c["instance"]) is victim]
     survivor = next(r for r in cluster.replicas if r is not victim)
     for ident in cut:  # what the killed replica was delivering, the survivor delivered
-        assert [cluster.replica_of(c["home"]) for c in sink.calls(ident, "done")] == [survivor]
+        assert [cluster.replica_of(c["instance"]) for c in sink.calls(ident, "done")] == [survivor]
     cluster.restart(victim, wait=False)
 
 
@@ -118,21 +118,21 @@ def test_a_cron_tick_fires_once_and_a_killed_replica_s_firing_is_taken_over(clus
                           "WHERE name = 'new-year'"))
     engine.dispose()
     begun = poll(lambda: sink.calls("cron", "begin"), bool, "the missed tick did not fire", timeout=15)
-    owner = cluster.replica_of(begun[0]["home"])
+    owner = cluster.replica_of(begun[0]["instance"])
     kill_replica(owner)
     killed = time.monotonic()
     survivor = next(r for r in cluster.replicas if r is not owner)
     # Documented bound: the next scheduler tick (1 s) after PostgreSQL frees the dead replica's lock (at
     # once for a killed process); the slack is for a loaded machine and the target's cold start.
-    poll(lambda: [c for c in sink.calls("cron", "begin") if cluster.replica_of(c["home"]) is survivor], bool,
+    poll(lambda: [c for c in sink.calls("cron", "begin") if cluster.replica_of(c["instance"]) is survivor], bool,
          "the survivor did not fire the tick again within the bound", timeout=10)
-    poll(lambda: [c for c in sink.calls("cron", "done") if cluster.replica_of(c["home"]) is survivor], bool,
+    poll(lambda: [c for c in sink.calls("cron", "done") if cluster.replica_of(c["instance"]) is survivor], bool,
          "the survivor's firing did not finish", timeout=30)
-    assert [cluster.replica_of(c["home"]) for c in sink.calls("cron", "done")] == [survivor]  # the first was cut
+    assert [cluster.replica_of(c["instance"]) for c in sink.calls("cron", "done")] == [survivor]  # the first was cut
     print(f"cron firing taken over and done {time.monotonic() - killed:.1f} s after the kill")
     runs = poll(lambda: cluster.lb.get(f"/v1/projects/{pid}/triggers/new-year", headers=cluster.automation).json()["runs"],
                 lambda runs: runs and runs[0]["status"] != "running", "the run stayed running")
     assert len(runs) == 1 and runs[0]["status"] == "succeeded", runs
     # One firing across both replicas, then the survivor's one after the kill: every firing writes its
     # run row before it calls the target, so a second replica's firing would show here, seconds later.
-    assert [cluster.replica_of(c["home"]) for c in sink.calls("cron", "begin")] == [owner, survivor]
+    assert [cluster.replica_of(c["instance"]) for c in sink.calls("cron", "begin")] == [owner, survivor]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+from .serve_support import build_step_package
+
 # A shared library whose constructor records where it ran: in `outside` (a host path no sandbox sees) when
 # a process outside the sandbox (or before its privileges are dropped) loaded it, in the sandbox's own /tmp
 # when the workload did (so the workload still got its LD_PRELOAD).
@@ -117,10 +119,4 @@ def build_step() -> dict[str, str]:
 print({MARKER!r} + json.dumps(kernel_findings()), file=sys.stderr, flush=True)
 raise SystemExit(1)
 '''
-    return {
-        "main.py": "def handle(event, context):\n    return {}\n",
-        "requirements.txt": "./kernelpkg\n",
-        "kernelpkg/pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
-                                    '[project]\nname = "kernelpkg"\nversion = "1"\n',
-        "kernelpkg/backend.py": backend,
-    }
+    return build_step_package("kernelpkg", backend)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+from .serve_support import build_step_package
+
 PYTHON_CHECKS = r'''
 import glob, json, os, re
 
@@ -155,13 +157,7 @@ import sys
 print({BUILD_MARKER!r} + json.dumps(findings(DATA_DIR, SERVER_PID, OUTSIDE)), file=sys.stderr, flush=True)
 raise SystemExit(1)
 '''
-    return {
-        "main.py": "def handle(event, context):\n    return {}\n",
-        "requirements.txt": "./probepkg\n",
-        "probepkg/pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
-                                   '[project]\nname = "probepkg"\nversion = "1"\n',
-        "probepkg/backend.py": backend,
-    }
+    return build_step_package("probepkg", backend)
 
 
 def node_function(data_dir: str, server_pid: int, outside: str) -> dict[str, str]:

@@ -16,26 +16,20 @@ from pathlib import Path
 import httpx
 import pytest
 
-from caiplatform.testing.serve import ServeProcess
-
-from ..agents.agents_support import tarball
 from ..serverless.test_serve_e2e import poll
 from . import probes
+from .serve_support import SandboxServer
 
 pytestmark = pytest.mark.e2e
-TOKEN = "sandbox-e2e-automation-token"
 KINDS = ("python-function", "node-function", "langgraph", "command", "build", "npm-build")
 
 
-class Hostile:
+class Hostile(SandboxServer):
     """The server, its client and what each kind of workload reached."""
 
     def __init__(self, root: Path):
+        super().__init__(root / "data")
         self.root = root
-        self.data_dir = root / "data"
-        self.server = ServeProcess(self.data_dir, env={"CAI_AUTOMATION_TOKEN": TOKEN}).start()
-        self.http = httpx.Client(base_url=self.server.base_url, headers={"Authorization": f"Bearer {TOKEN}"},
-                                 timeout=120)
         assert self.server.proc is not None
         self.pid = self.server.proc.pid
         self.findings: dict[str, dict] = {}
@@ -45,22 +39,6 @@ class Hostile:
 
     def probe_args(self, kind: str) -> tuple[str, int, str]:
         return str(self.data_dir), self.pid, str(self.outside(kind))
-
-    def deploy(self, name: str, files: dict[str, str], **fields: str) -> None:
-        response = self.http.post("/v1/agents", params={"project": "default"}, data={"name": name, **fields},
-                                  files={"code": ("code.tar.gz", tarball(files), "application/gzip")})
-        assert response.status_code == 202, response.text
-
-    def settled(self, name: str) -> dict:
-        return poll(lambda: self.http.get(f"/v1/agents/{name}").json(),
-                    lambda v: v.get("state") not in ("building", "deploying"), f"{name} did not settle", timeout=240)
-
-    def invoke(self, name: str, body: dict) -> httpx.Response:
-        return self.http.post(f"/v1/agents/{name}/invoke", json=body)
-
-    def close(self) -> None:
-        self.http.close()
-        self.server.stop()
 
 
 @pytest.fixture(scope="module")

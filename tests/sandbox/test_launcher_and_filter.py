@@ -21,14 +21,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from caiplatform.testing.serve import ServeProcess
-
-from ..agents.agents_support import tarball
 from ..serverless.test_serve_e2e import poll
 from . import kernel_probes
+from .serve_support import SandboxServer
 
 pytestmark = pytest.mark.e2e
-TOKEN = "sandbox-e2e-automation-token"
 AGENT_CANARY = "tenant-chose-this-agent-value-5f1c"
 SERVICE_CANARY = "tenant-chose-this-service-value-9b7e"
 
@@ -72,33 +69,17 @@ def holders(value: str) -> list[dict]:
     return found
 
 
-class Server:
+class Server(SandboxServer):
     def __init__(self, root: Path):
+        super().__init__(root / "data")
         self.root = root
-        self.data_dir = root / "data"
-        self.server = ServeProcess(self.data_dir, env={"CAI_AUTOMATION_TOKEN": TOKEN}).start()
-        self.http = httpx.Client(base_url=self.server.base_url, headers={"Authorization": f"Bearer {TOKEN}"},
-                                 timeout=120)
         self.preload_marker = root / "preload-ran-outside"
         self.bash_env_marker = root / "bash-env-ran-outside"
 
-    def deploy(self, name: str, files: dict, **fields: str) -> None:
-        response = self.http.post("/v1/agents", params={"project": "default"}, data={"name": name, **fields},
-                                  files={"code": ("code.tar.gz", tarball(files), "application/gzip")})
-        assert response.status_code == 202, response.text
-
-    def settled(self, name: str) -> dict:
-        return poll(lambda: self.http.get(f"/v1/agents/{name}").json(),
-                    lambda v: v.get("state") not in ("building", "deploying"), f"{name} did not settle", timeout=240)
-
-    def invoke(self, name: str, body: dict) -> dict:
-        answer = self.http.post(f"/v1/agents/{name}/invoke", json=body)
+    def invoke(self, name: str, body: dict) -> dict:  # type: ignore[override]  # (its answer's body)
+        answer = super().invoke(name, body)
         assert answer.status_code == 200, answer.text
         return answer.json()
-
-    def close(self) -> None:
-        self.http.close()
-        self.server.stop()
 
 
 @pytest.fixture(scope="module")

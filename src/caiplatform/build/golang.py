@@ -21,6 +21,7 @@ from pathlib import Path
 
 from caiplatform.build.steps import StepJail, run_step
 from caiplatform.ports.builder import BuildError, BuildLog
+from caiplatform.sandbox import paths
 
 MAIN_TEMPLATE = Path(__file__).with_name("go_function_main.go.tmpl")
 GENERATED_FILE = "zz_caiplatform_main.go"
@@ -61,7 +62,9 @@ async def build_go_function(
         output.parent.mkdir(parents=True, exist_ok=True)
         if jail is not None:
             # In the sandbox: its own build and module caches (the builder's, per project), no home of the server.
-            jail = jail.with_paths(writable=(Path(tmp), output.parent, cache))
+            jail = jail.with_paths(writable=(Path(tmp), output.parent, cache),
+                                   places=((Path(tmp), paths.BUILD), (output.parent, paths.BIN),
+                                           (cache, f"{paths.CACHE}/go")))
             genv.update({"GOCACHE": str(cache / "go-build"), "GOPATH": str(cache / "go"), "HOME": "/tmp"})
         if not (work / "go.mod").is_file():
             await run_step([go, "mod", "init", "function"], "creating go.mod (go mod init)", emit, cwd=work, env=base, set_env=genv, jail=jail)
@@ -82,8 +85,8 @@ async def build_go_function(
         emit("compiling the Go function (go build)")
         await run_step([go, "build", "-trimpath", "-o", str(output), target], "compiling the Go function (go build)",
                        emit, cwd=work, env=base, set_env=genv, jail=jail)
-    await check_handle(output, base, StepJail(jail.sandbox, read_only=(output.parent,)) if jail is not None else None,
-                       set_env=genv)
+    checking = StepJail(jail.sandbox, read_only=(output.parent,), places=((output.parent, paths.BIN),)) if jail else None
+    await check_handle(output, base, checking, set_env=genv)
 
 
 async def check_handle(program: Path, env: Mapping[str, str], jail: StepJail | None = None,

@@ -28,6 +28,7 @@ from pathlib import Path
 from caiplatform.build.golang import BINARY_NAME, build_go_function
 from caiplatform.build.steps import StepJail, run_step
 from caiplatform.ports.builder import BuildError, BuildLog
+from caiplatform.sandbox import paths
 from caiplatform.turns.ruby import bundle_env
 
 
@@ -36,7 +37,7 @@ async def build_function(framework: str, code_dir: Path, bin_dir: Path, emit: Bu
     """`cache_dir`: the builder's own cache (Go's build cache when the process has no home). `jail`: the
     sandbox the steps run in (they run the user's code), writing only the image's source and `bin_dir`."""
     if jail is not None:
-        jail = jail.with_paths(writable=(code_dir,))
+        jail = jail.with_paths(writable=(code_dir,), places=((code_dir, paths.CODE),))
     if framework == "function-go":
         await build_go_function(code_dir, bin_dir / BINARY_NAME, emit, cache_dir=cache_dir, jail=jail)
     elif framework == "function-ruby":

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from caiplatform.ports.builder import BuildError, BuildLog
 from caiplatform.sandbox import Confinement, Launch, Limits, Sandbox, SandboxUnavailable, sandbox_env
+from caiplatform.sandbox.paths import Place
 
 STEP_TIMEOUT_SECONDS = 900.0
 # The server's variables a build step gets, by name (no prefixes: `GO*` passed `GOOGLE_API_KEY`, `NPM_CONFIG_*`
@@ -62,9 +63,14 @@ class StepJail:
     sandbox: Sandbox
     read_only: tuple[Path, ...] = ()
     writable: tuple[Path, ...] = ()
+    # Where the step sees those paths (`sandbox/paths.py`): the code it builds at /app/code, the environment
+    # at /app/venv, ... so that what it writes and prints names no path of the data directory.
+    places: tuple[Place, ...] = ()
 
-    def with_paths(self, *, read_only: tuple[Path, ...] = (), writable: tuple[Path, ...] = ()) -> StepJail:
-        return replace(self, read_only=self.read_only + read_only, writable=self.writable + writable)
+    def with_paths(self, *, read_only: tuple[Path, ...] = (), writable: tuple[Path, ...] = (),
+                   places: tuple[Place, ...] = ()) -> StepJail:
+        return replace(self, read_only=self.read_only + read_only, writable=self.writable + writable,
+                       places=self.places + places)
 
     def environment(self, env: Mapping[str, str], set_env: Mapping[str, str] | None = None) -> dict[str, str]:
         return sandbox_env(build_environment(env, set_env))
@@ -77,8 +83,8 @@ class StepJail:
             self.sandbox.hand_over(self.writable)
             read_only = self.read_only + ((cwd,) if cwd is not None else ())
             return self.sandbox.wrap(argv, Confinement(read_only=read_only, writable=self.writable,
-                                                       limits=BUILD_LIMITS, label="build"), cwd=cwd or Path("/tmp"),
-                                     env=env)
+                                                       places=self.places, limits=BUILD_LIMITS, label="build"),
+                                     cwd=cwd or Path("/tmp"), env=env)
         except SandboxUnavailable as exc:
             raise BuildError(f"{what} was not run: {exc}") from None
 

@@ -28,7 +28,7 @@ from caiplatform.db import Database
 from caiplatform.errors import Forbidden, Unavailable
 from caiplatform.models.agents import SandboxToolAnswer, SandboxToolCall
 from caiplatform.principal import Principal
-from caiplatform.sandbox import Confinement, Sandbox
+from caiplatform.sandbox import Confinement, Sandbox, paths
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +69,10 @@ class ToolCallService:
         name, image, env = await self._agent(principal)
         code_dir = image.env["CAI_CODE_DIR"]
         python = image.command[0] if image.command and Path(image.command[0]).is_absolute() else "python3"
-        paths = [Path(image.location)] if image.location else []
-        if Path(python).is_absolute() and (Path(python).parent.parent / "pyvenv.cfg").is_file():
-            paths.append(Path(python).parent.parent)
+        own = paths.image_places(image.env, image.command)  # its code and environment, at /app/...
         ident = f"tool-{os.getpid()}-{next(self._ids)}"
-        confinement = Confinement(read_only=tuple(paths), limits=sandbox_limits(self.limits), label=ident)
+        confinement = Confinement(read_only=tuple(host for host, _ in own), places=own,
+                                  limits=sandbox_limits(self.limits), label=ident)
         begun = time.monotonic()
         try:
             started = await start_sandbox(self.sandbox, [python, str(TOOL_RUNNER), code_dir], confinement, ident,

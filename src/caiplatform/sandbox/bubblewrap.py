@@ -6,7 +6,7 @@ What a sandboxed process sees (docs/sandbox.md):
 - the system directories read-only (`/usr`, `/etc` without the files only root may read, `/opt`), the
   platform's interpreter and package read-only (the harness runs from it);
 - its own code and environment read-only, its own state (a session database, its home) writable, an
-  empty private `/tmp`;
+  empty private `/tmp`, all at fixed paths that name nothing of the data directory (`sandbox/paths.py`);
 - nothing else: no data directory, no database, no keys, no other workload's files.
 
 It starts with none of the workload's variables anywhere before the workload's own program (they are loaded
@@ -41,6 +41,8 @@ from caiplatform.sandbox import seccomp
 from caiplatform.sandbox.environment import ENV_FILE, LAUNCHER_ENV, loader, memfd
 from caiplatform.sandbox.limits import OUT_OF_MEMORY_EXIT, CgroupFactory, CgroupSet, Limits, rlimit_argv
 from caiplatform.sandbox.network import Netns, Network, NetworkUnavailable
+from caiplatform.sandbox.paths import PathMap, Place
+from caiplatform.sandbox.scratch import server_temp_dir
 
 if TYPE_CHECKING:
     from caiplatform.settings import Settings
@@ -55,6 +57,7 @@ SYS_READ_ONLY = ("/sys/devices/system/cpu",)
 LINKED_CONFIG = ("/etc/resolv.conf", "/etc/hosts", "/etc/localtime")
 PROBE_TIMEOUT_SECONDS = 20.0
 SOCKET_DIR = "/run/cai"  # a run's socket directory inside (Confinement.socket_dir)
+LAYERS_PREFIX = "cai-layers-"  # the empty directories overlays are staged on (Sandbox._neutral_mount)
 OFF_VALUES = ("off", "0", "false", "no", "disabled")
 
 
@@ -64,10 +67,14 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Confinement:
-    """What one sandboxed process may use besides the system: paths (host paths, seen at the same place)."""
+    """What one sandboxed process may use besides the system: paths (host paths, seen at the same place
+    unless `places` puts them elsewhere)."""
 
     read_only: tuple[Path, ...] = ()
     writable: tuple[Path, ...] = ()  # its own state: handed to the sandbox uid
+    # Where some of those paths are seen inside (`sandbox/paths.py`: /app/code, /home/app, ...); the command
+    # line, variables and working directory given to `Sandbox.wrap` are rewritten to match.
+    places: tuple[Place, ...] = ()
     limits: Limits = field(default_factory=Limits)
     label: str = "workload"  # names its cgroup
     # False: a network namespace of its own (loopback only), for code that needs no network at all
@@ -174,6 +181,8 @@ class Sandbox:
         self._cgroups: CgroupFactory | None = None
         self._hidden: list[Path] | None = None
         self._version: tuple[int, ...] | None = None
+        self._layers: Path | None = None  # empty directories an overlay's layers are staged on (`_neutral_mount`)
+        self._overlays: bool | None = None
 
     # -- what the platform needs to see -------------------------------------------------------------
 
@@ -329,6 +338,8 @@ class Sandbox:
             return Launch(list(argv), program=list(argv), env=env)
         if self.bwrap is None:
             raise SandboxUnavailable("bubblewrap (bwrap) is not installed")
+        inside = PathMap(confinement.places)  # the paths the process sees, not the data directory's
+        argv, env, cwd = inside.argv(argv), inside.env(env), Path(inside.path(cwd))
         try:
             load, data = loader(env)
             filters = seccomp.program_fds()
@@ -452,22 +463,73 @@ class Sandbox:
                 wanted[path] = wanted.get(path, False) or writable
         writable_roots = [p for p, w in wanted.items() if w]
         wanted = {p: w for p, w in wanted.items() if w or not any(r in p.parents for r in writable_roots)}
+        places = {Path(os.path.abspath(host)): Path(inside) for host, inside in confinement.places}
         # Outer paths first (a writable one inside a read-only one lands on top of it).
-        binds = sorted(wanted.items(), key=lambda b: (len(b[0].parts), b[1]))
+        binds = sorted(((places.get(p, p), p, w) for p, w in wanted.items()), key=lambda b: (len(b[0].parts), b[2]))
         made: set[Path] = {Path("/")}
         covered = [Path(d) for d in SYSTEM_DIRS]  # exist in the view already (/tmp is an empty tmpfs)
-        for path, writable in binds:
-            for ancestor in reversed(path.parents):
+        for layer, (dest, path, writable) in enumerate(binds):
+            for ancestor in reversed(dest.parents):
                 if ancestor in made or any(ancestor == c or c in ancestor.parents for c in covered):
                     continue
                 args += ["--perms", "0755", "--dir", str(ancestor)]
                 made.add(ancestor)
-            args += ["--bind" if writable else "--ro-bind", str(path.resolve()), str(path)]
-            covered.append(path)
+            if dest != path and not writable and self.overlays():
+                args += self._neutral_mount(path, dest, layer)
+            else:
+                args += ["--bind" if writable else "--ro-bind", str(path.resolve()), str(dest)]
+            covered.append(dest)
         if confinement.socket_dir is not None:  # the harness's socket directory, at a fixed path inside
             args += ["--perms", "0755", "--dir", str(Path(SOCKET_DIR).parent),
                      "--bind", str(confinement.socket_dir), SOCKET_DIR]
         return args
+
+    # -- a read-only place whose mount names no host path --------------------------------------------------
+
+    def _neutral_mount(self, path: Path, dest: Path, layer: int) -> list[str]:
+        """`path` read-only at `dest`, as a read-only overlay of it (and an empty layer) rather than a bind
+        mount: the mount table (`/proc/self/mountinfo`) shows a bind mount's source path on its file system,
+        an overlay only its layers' paths as they were given. bubblewrap resolves an overlay layer's path on
+        the host, so each layer is an empty directory of the server's own (`_layer_dir`) onto which the data
+        directory's path is bound first, in the sandbox's mount namespace only (`/../oldroot` is the host's
+        tree there; bubblewrap unmounts it before the workload starts)."""
+        empty, stage = self._layer_dir("empty"), self._layer_dir(str(layer))
+        # (bubblewrap wants two layers; the last is the top one, whose root gives the mount point its owner
+        # and mode: the workload's own directory's, not the empty one's)
+        return ["--ro-bind", str(path.resolve()), f"/../oldroot{stage}",
+                "--overlay-src", str(empty), "--overlay-src", str(stage), "--ro-overlay", str(dest)]
+
+    def _layer_dir(self, name: str) -> Path:
+        with self._lock:
+            if self._layers is None:
+                self._layers = server_temp_dir(LAYERS_PREFIX)  # 0700: only the server traverses it
+            layer = self._layers / name
+            layer.mkdir(exist_ok=True)
+            layer.chmod(0o755)  # (the server's umask is 077)
+            return layer
+
+    def overlays(self) -> bool:
+        """Whether read-only places may be overlays here (Linux 5.11+ mounts them in a user namespace,
+        bubblewrap 0.8+ makes them); else they are bind mounts, whose source the mount table shows."""
+        with self._lock:
+            if self._overlays is None:
+                self._overlays = self._bwrap_version() >= (0, 8) and self._probe_overlay()
+            return self._overlays
+
+    def _probe_overlay(self) -> bool:
+        true = shutil.which("true") or "/bin/true"
+        probe = Confinement(read_only=(self._layer_dir("probe"),), places=((self._layer_dir("probe"), "/probe"),),
+                            label="probe", network=False)
+        self._overlays = True  # (the probe's own view asks for it)
+        try:
+            launch = self.wrap([true], probe, cwd=Path("/"), cgroup=False)
+            try:
+                return subprocess.run(launch.argv, pass_fds=launch.pass_fds, capture_output=True, check=False,
+                                      timeout=PROBE_TIMEOUT_SECONDS, env=launch.env).returncode == 0
+            finally:
+                launch.close()
+        except (OSError, subprocess.SubprocessError, SandboxUnavailable):
+            return False
 
     def socket_dir_inside(self, host_dir: Path) -> str:
         """Where a run sees its `socket_dir` (the host path when the sandbox is off)."""

@@ -4,17 +4,17 @@ A server in a network namespace of its own listens on no port the host can reach
 socket in a directory made for that one run and bound into its sandbox alone (`Confinement.socket_dir`,
 seen at `/run/cai` inside). The directories live under one owner-only root per server process in the
 system's temporary directory (a Unix socket path has at most 107 bytes, so no data-directory path), named
-`cai-run-*`; a root whose server is gone (a crash) is removed by the next server that makes one.
+`cai-run-*` (`scratch.server_temp_dir`: a root whose server is gone, after a crash, is removed by the next
+server that makes one).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import secrets
 import shutil
-import tempfile
 from pathlib import Path
+
+from caiplatform.sandbox.scratch import server_temp_dir
 
 PREFIX = "cai-run-"
 
@@ -28,9 +28,7 @@ class SocketDirs:
     def new(self) -> Path:
         """A new directory for one run's socket (hand it to the sandbox uid before the run starts)."""
         if self._root is None:
-            sweep()
-            self._root = Path(tempfile.mkdtemp(prefix=PREFIX))  # 0700, the server's
-            (self._root / "owner").write_text(str(os.getpid()))
+            self._root = server_temp_dir(PREFIX)  # 0700, the server's
         directory = self._root / secrets.token_hex(6)
         directory.mkdir(mode=0o700)
         return directory
@@ -44,13 +42,3 @@ class SocketDirs:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
 
-
-def sweep() -> None:
-    """Remove the socket roots of servers that are gone (a crashed run leaves its root behind)."""
-    for root in Path(tempfile.gettempdir()).glob(PREFIX + "*"):
-        with contextlib.suppress(OSError, ValueError):
-            if root.is_symlink() or root.stat().st_uid != os.geteuid():
-                continue
-            pid = int((root / "owner").read_text().strip())
-            if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
-                shutil.rmtree(root, ignore_errors=True)

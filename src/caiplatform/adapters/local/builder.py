@@ -42,7 +42,7 @@ from caiplatform.build.languages import build_function, function_env
 from caiplatform.build.prepare import check_request
 from caiplatform.build.steps import StepJail, run_step
 from caiplatform.ports.builder import Builder, BuildLog, BuildRequest, Image
-from caiplatform.sandbox import Sandbox, shared_sandbox
+from caiplatform.sandbox import Sandbox, paths, shared_sandbox
 
 READY_MARKER = ".cai-ready"
 
@@ -55,9 +55,10 @@ def platform_paths() -> list[str]:
     return [root, *[p for p in sites if p != root]]
 
 
-def requirements_key(source_dir: Path, project: str = "") -> tuple[str, str]:
+def requirements_key(source_dir: Path, project: str = "", seen_at: str = "") -> tuple[str, str]:
     """(hash, normalised requirements text) of the tree's requirements.txt ('' when there is none).
-    `project`: environments are shared within a project only (an install step runs the user's code)."""
+    `project`: environments are shared within a project only (an install step runs the user's code).
+    `seen_at`: the path the environment is built for (its scripts and `pyvenv.cfg` name it)."""
     path = Path(source_dir) / "requirements.txt"
     lines: list[str] = []
     if path.is_file() and not path.is_symlink():
@@ -67,7 +68,7 @@ def requirements_key(source_dir: Path, project: str = "") -> tuple[str, str]:
                 lines.append(line)
     text = "\n".join(lines)
     h = hashlib.sha256()
-    for part in (sys.executable, sys.version, caiplatform.__version__, *platform_paths(), project, text):
+    for part in (sys.executable, sys.version, caiplatform.__version__, *platform_paths(), project, seen_at, text):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:32], text
 
@@ -103,7 +104,7 @@ class LocalBuilder(Builder):
                 return replace(self._image(existing, reference), reused=True)
             started = time.monotonic()
             project = request.project_id  # environments and caches are never shared across projects
-            env_key, requirements = await anyio.to_thread.run_sync(requirements_key, source, project)
+            env_key, requirements = await anyio.to_thread.run_sync(self.environment_key, source, project)
             env_dir = await self._environment(env_key, requirements, source, emit, project)
             emit(f"copying the source into image {digest}")
             location = self.root / hexdigest
@@ -141,6 +142,16 @@ class LocalBuilder(Builder):
         shutil.rmtree(location, ignore_errors=True)
         os.replace(staging, location)
 
+    def environment_key(self, source: Path, project: str) -> tuple[str, str]:
+        """(key, requirements) of the environment this builder runs `source` in for `project`."""
+        return requirements_key(source, project, self._seen_at())
+
+    def _seen_at(self) -> str:
+        """Where the workload sees its Python environment: /app/venv in the sandbox (`sandbox/paths.py`),
+        where the environment is built too, so its scripts and `pyvenv.cfg` name no path of the data
+        directory; its own path without the sandbox."""
+        return paths.VENV if self.sandbox.enabled else ""
+
     def _cache(self, name: str, project: str) -> Path:
         """A package manager's cache, one per project (a build could poison it, or learn from it what
         another project installed)."""
@@ -158,6 +169,8 @@ class LocalBuilder(Builder):
             staging.parent.mkdir(parents=True, exist_ok=True)
             emit("creating the image's Python environment")
             await self._run([self.python, "-m", "venv", "--without-pip", str(staging)], "creating the environment", emit)
+            if self._seen_at():  # made here, used there: its scripts and pyvenv.cfg name where it is used
+                await self._fix_scripts(staging, Path(self._seen_at()), staging)
             purelib = await self._purelib(staging)
             lines = [*platform_paths()[:1], *(f"import site; site.addsitedir({p!r})" for p in platform_paths()[1:])]
             (purelib / "00-caiplatform.pth").write_text("\n".join(lines) + "\n")
@@ -176,14 +189,17 @@ class LocalBuilder(Builder):
                     emit,
                     cwd=source,  # relative paths in requirements.txt are relative to the source
                     jail=StepJail(self.sandbox, read_only=(source,),
-                                  writable=(staging, self._cache("pip-cache", project))),
+                                  writable=(staging, self._cache("pip-cache", project)),
+                                  places=((staging, paths.VENV), (self._cache("pip-cache", project),
+                                                                  f"{paths.CACHE}/pip"), (source, paths.CODE))),
                 )
             (staging / READY_MARKER).write_text(requirements)
             await anyio.to_thread.run_sync(self.sandbox.share, staging)
             shutil.rmtree(env_dir, ignore_errors=True)
             os.replace(staging, env_dir)
-            # A venv's scripts name their interpreter by absolute path: re-point them after the move.
-            await self._fix_scripts(staging, env_dir)
+            # A venv's scripts name their interpreter by absolute path: re-point them after the move (in the
+            # sandbox they name /app/venv already).
+            await self._fix_scripts(staging, env_dir, env_dir)
             return env_dir
 
     async def _purelib(self, env: Path) -> Path:
@@ -196,17 +212,19 @@ class LocalBuilder(Builder):
         return path
 
     @staticmethod
-    async def _fix_scripts(old: Path, new: Path) -> None:
+    async def _fix_scripts(old: Path, new: Path, env_dir: Path) -> None:
+        """Rewrite the environment `env_dir`'s scripts and `pyvenv.cfg` from naming `old` to naming `new`."""
         def fix() -> None:
             old_prefix, new_prefix = str(old).encode(), str(new).encode()
-            for script in (new / "bin").iterdir():
+            for script in (env_dir / "bin").iterdir():
                 if script.is_symlink() or not script.is_file():
                     continue
                 with contextlib.suppress(OSError):
                     data = script.read_bytes()
-                    if data.startswith(b"#!") and old_prefix in data[:4096]:
+                    # the shebang of a script, VIRTUAL_ENV of the activate scripts (text only: no binary changes)
+                    if old_prefix in data and b"\0" not in data:
                         script.write_bytes(data.replace(old_prefix, new_prefix))
-            cfg = new / "pyvenv.cfg"
+            cfg = env_dir / "pyvenv.cfg"
             if cfg.is_file():
                 cfg.write_text(cfg.read_text().replace(str(old), str(new)))
 

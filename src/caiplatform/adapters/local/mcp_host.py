@@ -49,6 +49,7 @@ from caiplatform.sandbox import (
     Confinement,
     Sandbox,
     SandboxUnavailable,
+    paths,
     sandbox_env,
     shared_sandbox,
     workload_limits,
@@ -165,7 +166,7 @@ class LocalMcpHost(McpHost):
         return image
 
     def _confinement(self, tree: Path, label: str) -> Confinement:
-        return Confinement(read_only=(tree,), limits=workload_limits({}), label=label)
+        return Confinement(read_only=(tree,), places=((tree, paths.CODE),), limits=workload_limits({}), label=label)
 
     async def _check_loads(self, tree: Path) -> None:
         argv = [self.python, "-m", "caiplatform.mcp.server", "--source", str(tree), "--check"]

@@ -71,7 +71,14 @@ from caiplatform.ports.runtime import (
     TrafficTarget,
     WorkloadRef,
 )
-from caiplatform.sandbox import Confinement, Sandbox, SandboxUnavailable, shared_sandbox, workload_limits
+from caiplatform.sandbox import (
+    Confinement,
+    Sandbox,
+    SandboxUnavailable,
+    paths,
+    shared_sandbox,
+    workload_limits,
+)
 from caiplatform.sandbox.network import given_ports
 from caiplatform.sandbox.sockets import SocketDirs
 from caiplatform.supervisor import ProcessSpec, ProcessStartError, ProcessSupervisor, free_port
@@ -297,6 +304,7 @@ class LocalProcessRuntime(InstanceRuntime):
         health = _HttpHealth(transport) if built_here else None
         if self.before_run is not None:
             await self.before_run(workload.ref.project_id)
+        own = paths.image_places(image.env, image.command) if image is not None else ()
         begun = time.perf_counter()
         process = _Process(name=f"{PROCESS_PREFIX}{key}-{pod.rsplit('-', 1)[-1]}-{revision.spec.generation}", log_path=log_path)
         self._ingest_later(workload.ref, revision.name, pod, process)
@@ -314,7 +322,8 @@ class LocalProcessRuntime(InstanceRuntime):
                 inherit_env=False,
                 sandbox=self.sandbox,
                 confinement=Confinement(
-                    read_only=_image_paths(image), writable=(home, *state),
+                    read_only=tuple(host for host, _ in own), writable=(home, *state),
+                    places=(*own, (home, paths.HOME), *paths.state_places(state)),
                     limits=workload_limits(spec.resources.limits), label=process.name,
                     forward=given_ports(env), socket_dir=sockets, project=workload.ref.project_id,
                 ),
@@ -506,19 +515,6 @@ class _HttpHealth:
         if response.status_code != 200:
             self.last = f"GET {HEALTH_PATH} answered {response.status_code}: {response.text[:500]}"
         return response.status_code == 200
-
-
-def _image_paths(image: Image | None) -> tuple[Path, ...]:
-    """What of the data directory an instance reads: its image (source, compiled program) and the Python
-    environment its command runs in."""
-    if image is None:
-        return ()
-    paths = [Path(image.location)] if image.location else []
-    if image.command and Path(image.command[0]).is_absolute():
-        environment = Path(image.command[0]).parent.parent
-        if (environment / "pyvenv.cfg").is_file():
-            paths.append(environment)
-    return tuple(paths)
 
 
 def _oom_message(pod: str, spec: RevisionSpec) -> str:
