@@ -208,8 +208,8 @@ async def app(scope, receive, send):
 """
 
 # The floor of a proxied invoke: a bare Starlette route that forwards the body to the harness over one
-# pooled httpx client and streams the answer back, which is what any Python hop in front of the harness
-# costs on this machine.
+# pooled httpx client (on the instance's Unix socket, with its secrets, as the platform reaches it) and
+# streams the answer back, which is what any Python hop in front of the harness costs on this machine.
 PROXY_APP = """
 import os
 
@@ -219,19 +219,26 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-HARNESS = os.environ["BENCH_HARNESS_URL"]
-HEADERS = {"X-CAI-Internal": os.environ["BENCH_INTERNAL_TOKEN"], "Content-Type": "application/json"}
-client = httpx.AsyncClient(timeout=60)
+HARNESS = "http://harness"
+SECRETS = {"X-CAI-Harness-Token": os.environ["BENCH_HARNESS_TOKEN"]}
+if os.environ.get("BENCH_INTERNAL_TOKEN"):
+    SECRETS["X-CAI-Internal"] = os.environ["BENCH_INTERNAL_TOKEN"]
+IDS = ("x-cai-session-id", "x-cai-user-id")
+client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=os.environ["BENCH_HARNESS_SOCKET"]), timeout=60)
+
+
+def headers(request: Request) -> dict[str, str]:
+    return {"Content-Type": "application/json", **{k: v for k, v in request.headers.items() if k in IDS}, **SECRETS}
 
 
 async def invoke(request: Request):
-    answer = await client.post(HARNESS + "/invoke", content=await request.body(), headers=HEADERS)
+    answer = await client.post(HARNESS + "/invoke", content=await request.body(), headers=headers(request))
     return Response(answer.content, status_code=answer.status_code, media_type="application/json")
 
 
 async def stream(request: Request):
     upstream = await client.send(client.build_request("POST", HARNESS + "/invoke/stream",
-                                                      content=await request.body(), headers=HEADERS), stream=True)
+                                                      content=await request.body(), headers=headers(request)), stream=True)
 
     async def lines():
         try:

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import httpx
-from benchsupport import QUICK, Row, descendants, median, report
-from served import served
+from benchsupport import QUICK, Row, median, report
+from served import harness_instances, served
 
 AGENT = "echo"
 TARGET = 1.2
@@ -31,15 +31,10 @@ BODY = {"message": "cold?"}
 
 
 def harness_process(pid: int) -> tuple[list[str], dict[str, str]] | None:
-    for child in descendants(pid):
-        try:
-            argv = [a.decode() for a in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0") if a]
-            raw = Path(f"/proc/{child}/environ").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        # The instance itself, not the sandbox around it (bwrap's argv names the harness too).
-        if "caiplatform.harness" in argv and Path(argv[0]).name != "bwrap":
-            return argv, dict(item.split("=", 1) for item in raw if "=" in item)
+    """The instance's argv and variables, their paths as the host sees them: the imports run on the host, and
+    the sandbox may show the image, the environment and the home at paths of its own (its binds say where)."""
+    for instance in harness_instances(pid):
+        return [instance.host_path(instance.argv[0]), *instance.argv[1:]], instance.host_env()
     return None
 
 

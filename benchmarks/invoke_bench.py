@@ -4,8 +4,8 @@ Starts `caiplatform serve` on the embedded defaults and deploys an echo LangGrap
 returns the message, no model). Then one call of each path in turn, the order rotating, so that machine
 noise hits all paths alike:
 
-- buffered: p50 and p99 latency of `POST /invoke` on the agent's harness directly (its loopback
-  address, the body and headers the platform sends) vs `POST /v1/agents/<name>/invoke` on the platform;
+- buffered: p50 and p99 latency of `POST /invoke` on the agent's harness directly (over its instance's Unix
+  socket, with the body, ids and secrets the platform sends) vs `POST /v1/agents/<name>/invoke` on the platform;
 - streamed: time to the first NDJSON line, directly vs through the platform.
 
 Each call starts a new session on both paths, so the harness does the same work. The added latency is
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -26,24 +27,34 @@ from pathlib import Path
 
 import httpx
 from benchsupport import PROXY_APP, QUICK, Row, bare_app, ms, percentile, report, signed_ms
-from served import INTERNAL_TOKEN, served
+from served import HarnessEndpoint, served
 
 AGENT = "echo"
 BODY = {"message": "hello from the benchmark"}
 TARGET_P50, TARGET_P99, TARGET_TTFL = 0.002, 0.005, 0.002
 
 
-async def buffered(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> float:
+Turn = Callable[[], tuple[bytes, dict[str, str]]]
+
+
+def platform_turn() -> tuple[bytes, dict[str, str]]:
+    """What the benchmark sends the platform: the message alone (the platform mints the ids)."""
+    return json.dumps(BODY).encode(), {"Content-Type": "application/json"}
+
+
+async def buffered(client: httpx.AsyncClient, url: str, turn: Turn) -> float:
+    body, headers = turn()
     start = time.perf_counter()
-    response = await client.post(url, json=BODY, headers=headers)
+    response = await client.post(url, content=body, headers=headers)
     response.raise_for_status()
     return time.perf_counter() - start
 
 
-async def first_line(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> float:
+async def first_line(client: httpx.AsyncClient, url: str, turn: Turn) -> float:
+    body, headers = turn()
     start = time.perf_counter()
     first: float | None = None
-    async with client.stream("POST", url, json=BODY, headers=headers) as response:
+    async with client.stream("POST", url, content=body, headers=headers) as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
             if first is None and line.strip():
@@ -64,23 +75,30 @@ async def alternate(n: int, rounds: int, **paths: Callable[[], Awaitable[float]]
     return out
 
 
-async def measure(base_url: str, harness_port: int, proxy_port: int, requests: int, rounds: int) -> dict[str, list[float]]:
-    direct_url = f"http://127.0.0.1:{harness_port}/invoke"
+async def measure(base_url: str, harness: HarnessEndpoint, proxy_port: int, requests: int, rounds: int) -> dict[str, list[float]]:
+    direct_url = "http://harness/invoke"  # on the instance's socket
     platform_url = f"{base_url}/v1/agents/{AGENT}/invoke"
     proxy_url = f"http://127.0.0.1:{proxy_port}/invoke"
-    internal = {"X-CAI-Internal": INTERNAL_TOKEN}
-    async with httpx.AsyncClient(timeout=60) as client:
+
+    def direct_turn() -> tuple[bytes, dict[str, str]]:  # a new session, its ids minted as the platform does
+        return harness.fresh_turn(BODY["message"])
+
+    def proxy_turn() -> tuple[bytes, dict[str, str]]:  # the same, the proxy adding the instance's secrets
+        body, headers = direct_turn()
+        return body, {k: headers[k] for k in ("Content-Type", "X-CAI-Session-Id", "X-CAI-User-Id")}
+
+    async with httpx.AsyncClient(timeout=60) as client, harness.client() as direct:
         for _ in range(20):  # warm both paths and their connections
-            await buffered(client, direct_url, internal)
-            await buffered(client, platform_url, {})
+            await buffered(direct, direct_url, direct_turn)
+            await buffered(client, platform_url, platform_turn)
         return await alternate(
             requests, rounds,
-            direct=lambda: buffered(client, direct_url, internal),
-            platform=lambda: buffered(client, platform_url, {}),
-            proxy=lambda: buffered(client, proxy_url, {}),
-            direct_ttfl=lambda: first_line(client, direct_url + "/stream", internal),
-            platform_ttfl=lambda: first_line(client, platform_url + "/stream", {}),
-            proxy_ttfl=lambda: first_line(client, proxy_url + "/stream", {}),
+            direct=lambda: buffered(direct, direct_url, direct_turn),
+            platform=lambda: buffered(client, platform_url, platform_turn),
+            proxy=lambda: buffered(client, proxy_url, proxy_turn),
+            direct_ttfl=lambda: first_line(direct, direct_url + "/stream", direct_turn),
+            platform_ttfl=lambda: first_line(client, platform_url + "/stream", platform_turn),
+            proxy_ttfl=lambda: first_line(client, proxy_url + "/stream", proxy_turn),
         )
 
 
@@ -90,11 +108,12 @@ async def main(requests: int, rounds: int) -> None:
         platform.deploy(AGENT)
         platform.wait_ready(AGENT)
         httpx.post(f"{platform.base_url}/v1/agents/{AGENT}/invoke", json=BODY, timeout=300).raise_for_status()
-        port = platform.harness_ports()[AGENT]
+        harness = platform.harness_endpoints()[AGENT]
         proxy, proxy_port = bare_app(Path(tmp), PROXY_APP, "proxy_app", env={
-            "BENCH_HARNESS_URL": f"http://127.0.0.1:{port}", "BENCH_INTERNAL_TOKEN": INTERNAL_TOKEN})
+            "BENCH_HARNESS_SOCKET": harness.socket, "BENCH_HARNESS_TOKEN": harness.token,
+            "BENCH_INTERNAL_TOKEN": harness.internal or ""})
         try:
-            got = await measure(platform.base_url, port, proxy_port, requests, rounds)
+            got = await measure(platform.base_url, harness, proxy_port, requests, rounds)
         finally:
             proxy.stop()
 

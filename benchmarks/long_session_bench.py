@@ -5,8 +5,8 @@ agent. Two sessions grow in lockstep, one turn each in turn (the order alternati
 at the same turn:
 
 - platform: `POST /v1/agents/echo/invoke` on one session;
-- harness: `POST /invoke` on the agent's harness directly (its loopback address, the headers the platform
-  sends) on another session: the baseline at the same turn;
+- harness: `POST /invoke` on the agent's harness directly (over its instance's Unix socket, with the body,
+  ids and secrets the platform sends) on another session: the baseline at the same turn;
 - fresh: the platform path with a new session every call: what a turn costs with no history at all.
 
 At each point (turn 1, 100, 300, 1,000; the quick mode stops at 300) the p50 and p99 of a window of turns
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 from benchsupport import QUICK, Row, line_chart_svg, ms, percentile, report, signed_ms
-from served import INTERNAL_TOKEN, served
+from served import HarnessEndpoint, served
 
 AGENT = "echo"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -42,23 +42,28 @@ async def timed(client: httpx.AsyncClient, url: str, body: dict, headers: dict[s
     return time.perf_counter() - start
 
 
-async def measure(base_url: str, auth: dict[str, str], harness_port: int, turns: int) -> dict[str, list[float]]:
+async def timed_direct(client: httpx.AsyncClient, turn: tuple[bytes, dict[str, str]]) -> float:
+    body, headers = turn
+    start = time.perf_counter()
+    response = await client.post("http://harness/invoke", content=body, headers=headers)
+    response.raise_for_status()
+    return time.perf_counter() - start
+
+
+async def measure(base_url: str, auth: dict[str, str], harness: HarnessEndpoint, turns: int) -> dict[str, list[float]]:
     platform_url = f"{base_url}/v1/agents/{AGENT}/invoke"
-    direct_url = f"http://127.0.0.1:{harness_port}/invoke"
     long_platform, long_direct = f"bench-long-p-{uuid.uuid4().hex[:8]}", f"bench-long-d-{uuid.uuid4().hex[:8]}"
-    direct_headers = {"X-CAI-Internal": INTERNAL_TOKEN, "X-CAI-Session-Id": long_direct, "X-CAI-User-Id": "bench"}
     out: dict[str, list[float]] = {"platform": [], "harness": [], "fresh": []}
-    async with httpx.AsyncClient(timeout=60) as client:
+    async with httpx.AsyncClient(timeout=60) as client, harness.client() as direct:
         for _ in range(10):  # warm the paths and their connections (fresh sessions: the long ones start at turn 1)
             await timed(client, platform_url, {"message": "warm", "session_id": f"w-{uuid.uuid4().hex}",
                                                "user_id": "bench"}, auth)
-            await timed(client, direct_url, {"message": "warm"},
-                        {**direct_headers, "X-CAI-Session-Id": f"w-{uuid.uuid4().hex}"})
+            await timed_direct(direct, harness.turn("warm", f"w-{uuid.uuid4().hex}", "bench"))
         for turn in range(turns):
             calls = [
                 ("platform", lambda t=turn: timed(client, platform_url, {
                     "message": f"turn {t}", "session_id": long_platform, "user_id": "bench"}, auth)),
-                ("harness", lambda t=turn: timed(client, direct_url, {"message": f"turn {t}"}, direct_headers)),
+                ("harness", lambda t=turn: timed_direct(direct, harness.turn(f"turn {t}", long_direct, "bench"))),
                 ("fresh", lambda t=turn: timed(client, platform_url, {
                     "message": f"turn {t}", "session_id": f"f-{uuid.uuid4().hex}", "user_id": "bench"}, auth)),
             ]
@@ -105,8 +110,8 @@ async def main(turns: int, width: int) -> None:
         platform.deploy(AGENT)
         platform.wait_ready(AGENT)
         httpx.post(f"{platform.base_url}/v1/agents/{AGENT}/invoke", json={"message": "hi"}, timeout=300).raise_for_status()
-        port = platform.harness_ports()[AGENT]
-        got = await measure(platform.base_url, platform.auth, port, points[-1] + width - 1)
+        harness = platform.harness_endpoints()[AGENT]
+        got = await measure(platform.base_url, platform.auth, harness, points[-1] + width - 1)
 
     at = {name: windows(values, points, width) for name, values in got.items()}
     print(f"long session: turns 1 to {points[-1] + width - 1} of one session, each point the {width} turns from it; "

@@ -7,15 +7,18 @@ the platform's and the harness's, never a model's.
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
 import httpx
 from benchsupport import descendants
 
+from caiplatform.services import invoke_ids
 from caiplatform.testing.http import ADMIN_EMAIL, ADMIN_PASSWORD
 from caiplatform.testing.serve import ServeProcess
 
@@ -82,20 +85,135 @@ class Served:
                 raise SystemExit(f"agent {name} did not become ready: {body}")
             time.sleep(0.25)
 
-    def harness_ports(self) -> dict[str, int]:
-        """The loopback port of each running harness instance, by agent name (from the instances' own
-        environment, which is how the platform told them where to listen)."""
-        ports: dict[str, int] = {}
-        for pid in descendants(self.pid):
-            try:
-                env = dict(item.split("=", 1) for item in
-                           Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0") if "=" in item)
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
+    def harness_endpoints(self) -> dict[str, HarnessEndpoint]:
+        """How to reach each running harness instance directly, by agent name: what the platform holds for it
+        (`harness_instances`)."""
+        return {instance.agent: instance.endpoint() for instance in harness_instances(self.pid)}
+
+
+# -- the instances, seen from the outside -----------------------------------------------------------------
+#
+# An instance runs in the platform's sandbox (docs/sandbox.md): its own network namespace, reached only
+# through a Unix socket in a directory bound into its sandbox (`/run/cai/harness.sock` inside), with a
+# per-instance secret on every request. The benchmark runs as root beside the server it started, so it
+# finds both as any root process could: the bind from bubblewrap's command line (an ancestor of the
+# instance, `--bind <host dir> /run/cai`) and the variables of the harness process itself (loaded inside
+# the sandbox, `/proc/<pid>/environ`). Nothing in the platform is there for the benchmark.
+
+BIND_OPTIONS = frozenset({"--bind", "--ro-bind", "--dev-bind", "--bind-try", "--ro-bind-try", "--dev-bind-try"})
+
+
+def _argv(pid: int) -> list[str]:
+    return [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
+
+
+def _environ(pid: int) -> dict[str, str]:
+    items = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+    return dict(item.split("=", 1) for item in items if "=" in item)
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _binds(argv: list[str]) -> dict[str, str]:
+    """bubblewrap's binds: the path inside -> the host path."""
+    binds: dict[str, str] = {}
+    args = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    for i, arg in enumerate(args[:-2]):
+        if arg in BIND_OPTIONS:
+            binds[args[i + 2]] = args[i + 1]
+    return binds
+
+
+@dataclass(frozen=True)
+class HarnessEndpoint:
+    """One harness instance as the platform reaches it: its Unix socket (the host's side) and its secrets."""
+
+    socket: str
+    token: str  # CAI_HARNESS_TOKEN, presented in X-CAI-Harness-Token
+    internal: str | None  # the workload's own CAI_INTERNAL_TOKEN, which the platform presents in X-CAI-Internal
+
+    @property
+    def credentials(self) -> dict[str, str]:
+        return {"X-CAI-Harness-Token": self.token, **({"X-CAI-Internal": self.internal} if self.internal else {})}
+
+    def turn(self, message: str, session_id: str, user_id: str) -> tuple[bytes, dict[str, str]]:
+        """The body and headers of a turn as the platform sends them (`InvokeService`: the resolved ids in
+        the body and in `X-CAI-Session-Id` / `X-CAI-User-Id`, the instance's secrets)."""
+        body = json.dumps({"message": message, "session_id": session_id, "user_id": user_id}).encode()
+        return body, {"Content-Type": "application/json", "X-CAI-Session-Id": session_id, "X-CAI-User-Id": user_id,
+                      **self.credentials}
+
+    def fresh_turn(self, message: str) -> tuple[bytes, dict[str, str]]:
+        """A turn on a new session, with the ids the platform mints for an anonymous caller."""
+        ids = invoke_ids.resolve(None, None, authenticated=False)
+        return self.turn(message, ids.session_id, ids.user_id)
+
+    def client(self, timeout: float = 60) -> httpx.AsyncClient:
+        """An httpx client to this instance (URLs `http://harness/...`: the socket gives the way)."""
+        return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=self.socket), timeout=timeout)
+
+
+@dataclass(frozen=True)
+class HarnessInstance:
+    pid: int
+    argv: list[str]
+    env: dict[str, str]
+    binds: dict[str, str]  # its sandbox's binds (inside -> host); empty when it runs unsandboxed
+
+    @property
+    def agent(self) -> str:
+        return self.env["AGENT_NAME"]
+
+    def host_path(self, inside: str) -> str:
+        """Where a path the instance sees is on the host (through the deepest bind that holds it)."""
+        path = PurePosixPath(inside)
+        for target in sorted(self.binds, key=lambda t: len(PurePosixPath(t).parts), reverse=True):
+            if path == PurePosixPath(target) or PurePosixPath(target) in path.parents:
+                return str(PurePosixPath(self.binds[target]) / path.relative_to(target))
+        return inside
+
+    def host_env(self) -> dict[str, str]:
+        """The instance's variables with the paths in them (whole values or `:` lists) as the host sees them."""
+        def mapped(value: str) -> str:
+            parts = value.split(":")
+            if value.startswith("/") and all(p.startswith("/") for p in parts if p):
+                return ":".join(self.host_path(p) if p else p for p in parts)
+            return value
+        return {name: mapped(value) for name, value in self.env.items()}
+
+    def endpoint(self) -> HarnessEndpoint:
+        socket = self.env.get("CAI_HARNESS_SOCKET")
+        if not socket or "CAI_HARNESS_TOKEN" not in self.env:
+            raise SystemExit(f"the harness of {self.agent} (pid {self.pid}) has no socket or no secret in its environment")
+        return HarnessEndpoint(self.host_path(socket), self.env["CAI_HARNESS_TOKEN"], self.env.get("CAI_INTERNAL_TOKEN"))
+
+
+def harness_instances(server_pid: int) -> list[HarnessInstance]:
+    """The harness processes under the server (the instance itself, not the sandbox around it: bubblewrap's
+    argv names the harness too, but its environment is the launcher's), each with its sandbox's binds."""
+    found: list[HarnessInstance] = []
+    for pid in descendants(server_pid):
+        try:
+            argv = _argv(pid)
+            if "caiplatform.harness" not in argv or (argv and Path(argv[0]).name == "bwrap"):
                 continue
-            if b"caiplatform.harness" in argv and "PORT" in env and "AGENT_NAME" in env:
-                ports[env["AGENT_NAME"]] = int(env["PORT"])
-        return ports
+            env = _environ(pid)
+            if "AGENT_NAME" not in env:
+                continue
+            binds: dict[str, str] = {}
+            ancestor = _parent(pid)
+            while ancestor > 1 and ancestor != server_pid:
+                outer = _argv(ancestor)
+                if outer and Path(outer[0]).name == "bwrap":
+                    binds = _binds(outer)
+                    break
+                ancestor = _parent(ancestor)
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        found.append(HarnessInstance(pid, argv, env, binds))
+    return found
 
 
 @contextmanager
