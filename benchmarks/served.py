@@ -117,12 +117,21 @@ def _parent(pid: int) -> int:
 
 
 def _binds(argv: list[str]) -> dict[str, str]:
-    """bubblewrap's binds: the path inside -> the host path."""
+    """bubblewrap's binds: the path inside -> the host path. A read-only overlay (a place whose mount names no
+    host path: `--ro-bind <host> /../oldroot<layer> ... --overlay-src <layer> --ro-overlay <dest>`) counts as
+    a bind of its top layer's host directory."""
     binds: dict[str, str] = {}
+    sources: list[str] = []
     args = argv[1:argv.index("--")] if "--" in argv else argv[1:]
-    for i, arg in enumerate(args[:-2]):
-        if arg in BIND_OPTIONS:
+    for i, arg in enumerate(args[:-1]):
+        if arg in BIND_OPTIONS and i + 2 < len(args):
             binds[args[i + 2]] = args[i + 1]
+        elif arg == "--overlay-src":
+            sources.append(args[i + 1])
+        elif arg == "--ro-overlay" and sources:
+            top = sources[-1]
+            binds[args[i + 1]] = binds.get(f"/../oldroot{top}", top)
+            sources = []
     return binds
 
 
