@@ -49,6 +49,7 @@ class Cluster:
     bao: OwnProcess
     admin: dict[str, str]
     root: Path
+    sink: Sink
     starting: dict[ServeProcess, threading.Thread] = field(default_factory=dict)
 
     @property
@@ -92,6 +93,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     redis = own_valkey(root / "valkey").start()
     prefix = f"cai-test-{secrets.token_hex(4)}:"
     replicas: list[ServeProcess] = []
+    # The sink service reports to this collector on host loopback: a workload's own network reaches no port
+    # of the host but the ones the operator opens (CAI_SANDBOX_ALLOW), so the replicas open this one.
+    sink = Sink()
     try:
         with engines.fresh_postgres_database() as database_url:
             env = {
@@ -108,6 +112,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 "CAI_AUTOMATION_TOKEN": AUTOMATION_TOKEN,
                 "CAI_SCALE_TO_ZERO_SECONDS": "600",
                 "CAI_FORWARDED_ALLOW_IPS": "127.0.0.1",  # the balancer (and the tests, as one) on loopback
+                "CAI_SANDBOX_ALLOW": f"127.0.0.1:{sink.port}",
             }
             for name in ("a", "b"):
                 (root / f"replica-{name}").mkdir()
@@ -124,7 +129,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             token = httpx.post(f"{replicas[0].base_url}/v1/auth/login",
                                json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}, timeout=30).json()["token"]
             cluster = Cluster(replicas, lb, database_url, nats, redis, prefix, bao, {"Authorization": f"Bearer {token}"},
-                              root)
+                              root, sink)
             yield cluster
             for thread in cluster.starting.values():  # a replica a test started again in the background
                 thread.join(180)
@@ -137,19 +142,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         nats.stop()
         redis.stop()
         bao.stop()
+        sink.close()
 
 
 @pytest.fixture(scope="package")
-def work(cluster: Cluster) -> Iterator[dict[str, Any]]:
+def work(cluster: Cluster) -> dict[str, Any]:
     """The default project, the sink's collector and code; `image` once the function is built everywhere."""
     project = next(p for p in cluster.lb.get("/v1/projects", headers=cluster.automation).json()["projects"]
                    if p["slug"] == "default")
-    sink = Sink()
-    try:
-        yield {"pid": project["id"], "short": project["short"], "sink": sink,
-               "code": directory_tarball(write_tree(cluster.root / "sink-src", SINK))}
-    finally:
-        sink.close()
+    return {"pid": project["id"], "short": project["short"], "sink": cluster.sink,
+            "code": directory_tarball(write_tree(cluster.root / "sink-src", SINK))}
 
 
 @pytest.fixture

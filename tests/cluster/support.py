@@ -77,7 +77,8 @@ class Sink:
                 return None
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Collect)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
+        self.port = int(self._server.server_address[1])
+        self.url = f"http://127.0.0.1:{self.port}/"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
