@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import uvicorn
 
+from caiplatform.models.serverless import ServiceCreate
 from caiplatform.platform import Platform
 from caiplatform.ports.builder import BuildRequest
 from caiplatform.principal import Principal
@@ -67,10 +68,10 @@ async def main(requests: int, rounds: int) -> None:
             pid = platform.db.run_sync(lambda s: s.scalar(select(Project.id).where(Project.slug == "default")))
             project = await platform.serverless.project(principal, pid)
             image = await platform.builder.build(BuildRequest(project.id, project.short, "bench", "function", source))
-            await platform.serverless.create(principal, pid, {
+            await platform.serverless.create(principal, pid, ServiceCreate.parse({
                 "name": "bench", "image": image.reference, "command": [image.command[0]],
                 "args": ["-m", "caiplatform.testing.tiny_app"], "publish": {"enabled": True},
-                "scaling": {"min_scale": 1, "max_scale": 1}})
+                "scaling": {"min_scale": 1, "max_scale": 1}}))
             ref = platform.serverless.ref(project, "bench")
             endpoint = await platform.runtime.acquire(ref, timeout=60)
             direct_url = endpoint.base_url.rstrip("/") + "/whoami"
