@@ -16,8 +16,7 @@ import pytest
 
 from caiplatform.testing.serve import ServeProcess
 
-from ..examples_support import example_tarball
-from .test_serve_e2e import poll
+from .test_serve_e2e import function_image
 
 pytestmark = pytest.mark.e2e
 TOKEN = "serverless-interpreter-path-token"
@@ -31,16 +30,11 @@ def test_a_service_command_runs_when_the_server_was_started_through_a_relative_i
     server = ServeProcess(tmp_path / "data", env={"CAI_AUTOMATION_TOKEN": TOKEN}, python=python, cwd=elsewhere).start()
     http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
     try:
-        deployed = http.post("/v1/agents", params={"project": "default"}, data={"name": "fn", "framework": "function"},
-                             files={"code": ("code.tar.gz", example_tarball("python-function"), "application/gzip")})
-        assert deployed.status_code == 202, deployed.text
-        agent = poll(lambda: http.get("/v1/agents/fn").json(), lambda v: v.get("state") not in ("building", "deploying"),
-                     "the function did not settle", timeout=240)
-        assert agent["ready"], agent
+        image = function_image(http)
         project = next(p for p in http.get("/v1/projects").json()["projects"] if p["slug"] == "default")
         url = f"/v1/projects/{project['id']}/services"
         # Its own command: the image's Python environment, where the sandbox shows it (docs/sandbox.md).
-        created = http.post(url, json={"name": "tiny", "image": agent["image"], "publish": {"enabled": True},
+        created = http.post(url, json={"name": "tiny", "image": image, "publish": {"enabled": True},
                                        "command": ["/app/venv/bin/python"], "args": ["-m", "caiplatform.testing.tiny_app"],
                                        "env": {"GREETING": "hello"}})
         assert created.status_code == 202, created.text
