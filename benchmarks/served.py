@@ -10,7 +10,7 @@ import io
 import json
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -95,11 +95,15 @@ class Served:
 #
 # An instance runs in the platform's sandbox (docs/sandbox.md): its own network namespace, reached only
 # through a Unix socket in a directory bound into its sandbox (`/run/cai/harness.sock` inside), with a
-# per-instance secret on every request. The benchmark runs as root beside the server it started, so it
+# per-instance secret on every request. A harness listens on that socket itself (`CAI_HARNESS_SOCKET`); a
+# revision with its own `command` (a serverless service) listens on `$PORT` in its namespace behind the
+# platform's relay, which listens on the socket (`relay.py <socket> <port> -- <command>`) and has the
+# instance's variables. The benchmark runs as root beside the server it started, so it
 # finds both as any root process could: the bind from bubblewrap's command line (an ancestor of the
-# instance, `--bind <host dir> /run/cai`) and the variables of the harness process itself (loaded inside
-# the sandbox, `/proc/<pid>/environ`). Nothing in the platform is there for the benchmark.
+# instance, `--bind <host dir> /run/cai`) and the variables of the instance's own process, the harness or
+# the relay (loaded inside the sandbox, `/proc/<pid>/environ`). Nothing in the platform is there for the benchmark.
 
+RELAY = "caiplatform/sandbox/relay.py"
 BIND_OPTIONS = frozenset({"--bind", "--ro-bind", "--dev-bind", "--bind-try", "--ro-bind-try", "--dev-bind-try"})
 
 
@@ -175,6 +179,14 @@ class HarnessInstance:
     def agent(self) -> str:
         return self.env["AGENT_NAME"]
 
+    @property
+    def socket_inside(self) -> str | None:
+        """The socket as the instance sees it: the harness's own, else the relay's (its first argument)."""
+        if self.env.get("CAI_HARNESS_SOCKET"):
+            return self.env["CAI_HARNESS_SOCKET"]
+        at = next((i for i, arg in enumerate(self.argv) if arg.endswith(RELAY)), None)
+        return self.argv[at + 1] if at is not None and at + 1 < len(self.argv) else None
+
     def host_path(self, inside: str) -> str:
         """Where a path the instance sees is on the host (through the deepest bind that holds it)."""
         path = PurePosixPath(inside)
@@ -193,23 +205,35 @@ class HarnessInstance:
         return {name: mapped(value) for name, value in self.env.items()}
 
     def endpoint(self) -> HarnessEndpoint:
-        socket = self.env.get("CAI_HARNESS_SOCKET")
+        socket = self.socket_inside
         if not socket or "CAI_HARNESS_TOKEN" not in self.env:
-            raise SystemExit(f"the harness of {self.agent} (pid {self.pid}) has no socket or no secret in its environment")
+            raise SystemExit(f"the instance {self.env.get('K_REVISION', '?')} (pid {self.pid}) has no socket or no "
+                             "secret in its environment")
         return HarnessEndpoint(self.host_path(socket), self.env["CAI_HARNESS_TOKEN"], self.env.get("CAI_INTERNAL_TOKEN"))
 
 
 def harness_instances(server_pid: int) -> list[HarnessInstance]:
     """The harness processes under the server (the instance itself, not the sandbox around it: bubblewrap's
     argv names the harness too, but its environment is the launcher's), each with its sandbox's binds."""
+    return _instances(server_pid, lambda argv, env: "caiplatform.harness" in argv and "AGENT_NAME" in env)
+
+
+def service_endpoints(server_pid: int) -> dict[str, HarnessEndpoint]:
+    """How to reach each running instance of a revision with its own `command` (a serverless service)
+    directly, by service name (`K_SERVICE`): its relay's socket and the instance's secret."""
+    found = _instances(server_pid, lambda argv, env: any(a.endswith(RELAY) for a in argv) and "K_SERVICE" in env)
+    return {instance.env["K_SERVICE"]: instance.endpoint() for instance in found}
+
+
+def _instances(server_pid: int, wanted: Callable[[list[str], dict[str, str]], bool]) -> list[HarnessInstance]:
     found: list[HarnessInstance] = []
     for pid in descendants(server_pid):
         try:
             argv = _argv(pid)
-            if "caiplatform.harness" not in argv or (argv and Path(argv[0]).name == "bwrap"):
+            if not argv or Path(argv[0]).name == "bwrap":
                 continue
             env = _environ(pid)
-            if "AGENT_NAME" not in env:
+            if not wanted(argv, env):
                 continue
             binds: dict[str, str] = {}
             ancestor = _parent(pid)

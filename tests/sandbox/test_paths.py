@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 from caiplatform.sandbox import paths
@@ -40,3 +42,12 @@ def test_an_image_is_seen_as_its_code_its_program_and_its_environment(tmp_path):
     assert paths.image_places({}, ["python3", "-m", "x"]) == ()
     assert paths.state_places([tmp_path / "a", tmp_path / "b"]) == (
         (tmp_path / "a", "/var/lib/cai/state"), (tmp_path / "b", "/var/lib/cai/state-2"))
+
+
+def test_the_servers_interpreter_is_named_without_a_way_up_through_its_working_directory(monkeypatch, tmp_path):
+    """`cd app && ../.venv/bin/python -m caiplatform serve`: Python keeps the `..`, the sandbox has no `app`."""
+    real = os.path.abspath(sys.executable)
+    (tmp_path / "app").mkdir()
+    monkeypatch.setattr(sys, "executable", f"{tmp_path}/app/{os.path.relpath(real, tmp_path / 'app')}")
+    assert "/../" in sys.executable
+    assert paths.python() == real

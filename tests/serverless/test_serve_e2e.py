@@ -28,6 +28,17 @@ def poll(read, done, what: str, timeout: float = 60):
     return value
 
 
+def function_image(http: httpx.Client, name: str = "fn") -> str:
+    """The image of a Python function, built by the server's own builder through the agents API."""
+    deployed = http.post("/v1/agents", params={"project": "default"}, data={"name": name, "framework": "function"},
+                         files={"code": ("code.tar.gz", example_tarball("python-function"), "application/gzip")})
+    assert deployed.status_code == 202, deployed.text
+    agent = poll(lambda: http.get(f"/v1/agents/{name}").json(), lambda v: v.get("state") not in ("building", "deploying"),
+                 "the function did not settle", timeout=240)
+    assert agent["ready"], agent
+    return agent["image"]
+
+
 def test_a_function_image_as_a_service_on_caiplatform_serve(tmp_path):
     data_dir = tmp_path / "data"
     server = ServeProcess(data_dir, env={"CAI_AUTOMATION_TOKEN": TOKEN}).start()
@@ -42,14 +53,7 @@ def test_a_function_image_as_a_service_on_caiplatform_serve(tmp_path):
                 return 0
 
         poll(health, lambda s: s == 200, "serve did not answer")
-        # The function's image, built by the server's own builder through the agents API.
-        deployed = http.post("/v1/agents", params={"project": "default"}, data={"name": "fn", "framework": "function"},
-                             files={"code": ("code.tar.gz", example_tarball("python-function"), "application/gzip")})
-        assert deployed.status_code == 202, deployed.text
-        agent = poll(lambda: http.get("/v1/agents/fn").json(), lambda v: v.get("state") not in ("building", "deploying"),
-                     "the function did not settle", timeout=240)
-        assert agent["ready"], agent
-        image = agent["image"]
+        image = function_image(http)
         assert image.startswith("registry.local/cai-") and "-fn@sha256:" in image
         project = next(p for p in http.get("/v1/projects").json()["projects"] if p["slug"] == "default")
         pid, short = project["id"], project["short"]

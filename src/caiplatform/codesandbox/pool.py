@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from caiplatform.codesandbox.limits import NO_WARM_SANDBOX, SandboxLimits
 from caiplatform.errors import Unavailable
-from caiplatform.sandbox import Confinement, Launch, Sandbox, cpu_millis, memory_bytes
+from caiplatform.sandbox import Confinement, Launch, Sandbox, cpu_millis, memory_bytes, paths
 from caiplatform.sandbox.limits import Limits
 
 log = logging.getLogger(__name__)
@@ -246,7 +245,7 @@ class WarmPool(BasePool[WarmSandbox]):
         ident = f"{self.name}-{os.getpid()}-{next(self._ids)}"
         scratch = None if self.sandbox.enabled else tempfile.mkdtemp(prefix=f"cai-{ident}-")
         confinement = Confinement(limits=sandbox_limits(self.limits), label=ident, network=self.network)
-        sandbox = await start_sandbox(self.sandbox, [sys.executable, "-I", str(RUNNER), scratch or SANDBOX_WORK],
+        sandbox = await start_sandbox(self.sandbox, [paths.python(), "-I", str(RUNNER), scratch or SANDBOX_WORK],
                                       confinement, ident, READY_SECONDS, scratch=scratch)
         log.debug("%s sandbox pool: %s is warm", self.name, ident)
         return sandbox

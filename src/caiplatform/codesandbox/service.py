@@ -11,7 +11,6 @@ import base64
 import binascii
 import logging
 import shutil
-import sys
 import time
 from pathlib import PurePosixPath
 from typing import Any, Literal, Protocol
@@ -21,6 +20,7 @@ from caiplatform.codesandbox.models import ExecuteRequest, ExecuteResult
 from caiplatform.codesandbox.pool import GRACE_SECONDS, RunOutcome, WarmPool
 from caiplatform.errors import BadRequest, Forbidden, NotFound, Unauthenticated
 from caiplatform.principal import Principal, PrincipalKind
+from caiplatform.sandbox import paths
 from caiplatform.services.access import AUTH_REQUIRED
 from caiplatform.validation import project_uuid
 
@@ -32,7 +32,7 @@ SNIPPET_DIR = ".cai"
 
 def languages() -> dict[str, list[str]]:
     """Language -> interpreter argv (the snippet's path is appended), for those present on this server."""
-    found: dict[str, list[str]] = {"python": [sys.executable]}
+    found: dict[str, list[str]] = {"python": [paths.python()]}
     shell = shutil.which("bash") or shutil.which("sh")
     if shell:
         found["shell"] = [shell]

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Mapping
+
+from caiplatform.sandbox import paths
 
 # Beside, not inside, the socket directory bound at /run/cai (a file made there would land in the host directory).
 ENV_FILE = "/run/cai-env"
@@ -68,7 +69,7 @@ def loader(env: Mapping[str, str], python: str | None = None) -> tuple[list[str]
         data = "".join(f"export {name}={_shell_quoted(value)}\n" for name, value in env.items())
         return ["/bin/sh", "-c", SHELL_LOADER, "cai-env"], data.encode()
     data = "".join(f"{name}={value}\0" for name, value in env.items())
-    return [python or sys.executable, "-I", "-S", "-c", PYTHON_LOADER], data.encode("utf-8", "surrogateescape")
+    return [python or paths.python(), "-I", "-S", "-c", PYTHON_LOADER], data.encode("utf-8", "surrogateescape")
 
 
 def memfd(data: bytes, name: str) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -34,6 +35,14 @@ CACHE = "/var/cache/cai"
 BUILD = "/build"
 
 Place = tuple[Path, str]  # (host path, path inside)
+
+
+def python() -> str:
+    """The server's own interpreter by a path a sandboxed process can run it at. Python keeps a relative
+    command's `..` in `sys.executable` (`cd app && ../.venv/bin/python -m caiplatform serve` gives
+    `<cwd>/../.venv/bin/python`), and inside the sandbox `<cwd>` is not there to go up from; the interpreter's
+    environment (`sys.prefix`, normalized the same way) is."""
+    return os.path.abspath(sys.executable) if sys.executable else sys.executable
 
 
 def state_places(dirs: Iterable[Path]) -> tuple[Place, ...]:

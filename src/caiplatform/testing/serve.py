@@ -39,6 +39,8 @@ class ServeProcess:
         unset: Iterable[str] = (),
         port: int | None = None,
         startup_timeout: float = 90.0,
+        python: str | None = None,
+        cwd: Path | None = None,
     ):
         self.data_dir = Path(data_dir)
         self.args = args
@@ -46,6 +48,9 @@ class ServeProcess:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.data_dir.parent / f"serve-{self.port}.log"
         self.startup_timeout = startup_timeout
+        # The interpreter as an operator names it (a relative path is relative to `cwd`, where it starts).
+        self.python = python or sys.executable
+        self.cwd = cwd
         self.env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(filter(None, (str(SOURCE_DIR), os.environ.get("PYTHONPATH")))),
@@ -61,11 +66,11 @@ class ServeProcess:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
 
     def start(self) -> ServeProcess:
-        argv = [sys.executable, "-m", "caiplatform", "serve", "--port", str(self.port),
+        argv = [self.python, "-m", "caiplatform", "serve", "--port", str(self.port),
                 "--data-dir", str(self.data_dir), *self.args]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         start_new_session=True, cwd=self.cwd)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -26,7 +26,6 @@ import dataclasses
 import os
 import secrets
 import shutil
-import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -92,7 +91,7 @@ class LocalMcpHost(McpHost):
         supervisor: ProcessSupervisor | Callable[[], ProcessSupervisor],
         registry_host: str = "registry.local",
         hosts: HostRouter | None = None,
-        python: str = sys.executable,
+        python: str | None = None,
         startup_timeout: float = 60.0,
         sandbox: Sandbox | None = None,
         model_env: Mapping[str, str | None] | None = None,
@@ -103,7 +102,7 @@ class LocalMcpHost(McpHost):
         self._supervisor = supervisor
         self.registry_host = registry_host
         self.hosts = hosts
-        self.python = python
+        self.python = python or paths.python()  # run inside the sandbox: its normalized path
         self.startup_timeout = startup_timeout
         self.builds = 0  # images actually built (not reused); tests check that rollbacks build nothing
         self._serving: dict[tuple[str, str], _Serving] = {}

@@ -38,7 +38,6 @@ import json
 import os
 import secrets
 import shutil
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass
@@ -299,7 +298,7 @@ class LocalProcessRuntime(InstanceRuntime):
         if built_here:  # the harness listens on the socket itself
             env["CAI_HARNESS_SOCKET"] = socket_inside
         else:  # the revision's own server on $PORT, behind the relay
-            argv = [sys.executable, "-I", RELAY, socket_inside, str(port), "--", *argv]
+            argv = [paths.python(), "-I", RELAY, socket_inside, str(port), "--", *argv]
         cwd = Path(image.env["CAI_CODE_DIR"]) if image is not None and "CAI_CODE_DIR" in image.env else home
         health = _HttpHealth(transport) if built_here else None
         if self.before_run is not None:
