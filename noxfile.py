@@ -68,7 +68,7 @@ def tests(session: nox.Session) -> None:
         return
     with memory_basetemp() as basetemp:
         session.run("python", "-m", "pytest", "-m", "unit", "--forbid-processes", "-n", "2", *basetemp, env=env)
-    session.run("python", "-m", "pytest", "-m", "not unit", "-n", "4", "--dist", "loadgroup", env=env)
+    session.run("python", "-m", "pytest", "-m", "not unit", "-n", "4", "--dist", "loadgroup", "--durations", "15", env=env)
 
 
 @nox.session
