@@ -40,6 +40,8 @@ REPAIR_ONLY = {
     # Waits: a watch starts only when the first list does not already show the end (timing decides which).
     ("batch", "jobs", "watch"): "a build not finished when first listed is watched (tests/kubernetes/test_admission.py)",
     ("serving.knative.dev", "revisions", "watch"): "an MCP revision not decided at the first look is watched",
+    ("serving.knative.dev", "services", "watch"): "a traffic change not routed at the first list is watched "
+                                                   "(tests/kubernetes/test_watches.py)",
     ("", "pods", "watch"): "a code sandbox pod not ready when first listed is watched (tests/kubernetes/test_code_pool.py)",
     ("", "services", "list"): "services are counted from the objects when the project's quota leaves them unlimited",
     ("rbac.authorization.k8s.io", "rolebindings", "patch"): "a namespace's binding left by an interrupted step is patched",

@@ -36,6 +36,9 @@ class ControllerDouble:
         self.k = emulator
         self.period = period
         self.build_outcome: Callable[[dict[str, Any]], tuple[bool, str]] = lambda job: (True, "")
+        #: Knative Services and Revisions (by name) the double leaves as they are, as a busy controller
+        #: would: a paused Service's status is not updated, a paused Revision stays undecided (`Unknown`).
+        self.paused: set[str] = set()
 
     async def run(self) -> None:
         while True:
@@ -79,6 +82,8 @@ class ControllerDouble:
             self._reconcile_service(ns or "", name, service)
 
     def _reconcile_service(self, ns: str, name: str, service: Any) -> None:
+        if name in self.paused:
+            return
         body = service.raw
         template = body["spec"]["template"]
         revision_name = template["metadata"]["name"]
@@ -93,8 +98,8 @@ class ControllerDouble:
                              "annotations": dict(template["metadata"].get("annotations") or {})},
                 "spec": template["spec"], "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}})
             return  # readiness on a later pass, as the real controller takes a moment
-        for revision in existing.values():
-            if revision.raw["status"]["conditions"][0]["status"] == "Unknown":
+        for rev_name, revision in existing.items():
+            if revision.raw["status"]["conditions"][0]["status"] == "Unknown" and rev_name not in self.paused:
                 self._patch(revision, {"status": self._revision_outcome(ns, revision.raw)})
         ready = sorted((o.raw["metadata"]["creationTimestamp"], n) for n, o in existing.items()
                        if o.raw["status"]["conditions"][0]["status"] == "True")
@@ -111,7 +116,12 @@ class ControllerDouble:
                 resolved["url"] = f"http://{entry['tag']}-{host}"
             traffic.append(resolved)
         created = existing[revision_name].raw["status"]["conditions"][0]
-        ready_condition = {"type": "Ready", "status": created["status"], "lastTransitionTime": now()}
+        # A condition keeps its transition time while its status stays (knative.dev/pkg `apis/condition_set.go`
+        # `SetCondition`): the Service's status changes only when something in it does.
+        previous = ((body.get("status") or {}).get("conditions") or [{}])[0]
+        ready_condition = {"type": "Ready", "status": created["status"],
+                           "lastTransitionTime": previous.get("lastTransitionTime") if previous.get("status") == created["status"]
+                           else now()}
         if created["status"] == "False":
             ready_condition |= {"reason": "RevisionFailed",
                                 "message": f'Revision "{revision_name}" failed with message: {created["message"]}.'}

@@ -1,0 +1,126 @@
+"""Issue 36: what the Kubernetes adapters await is watched, not read again and again: a traffic change's
+settling and a request waiting for a ready revision (the Knative runtime). Each test holds the awaited
+change back (the controller double's `paused`), sees the wait turn into a watch, counts the plain reads
+made meanwhile, then lets it happen.
+The technique is `test_code_pool.py::test_a_starting_pod_is_awaited_by_a_watch_not_by_polling`'s."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+
+import pytest
+
+from caiplatform.adapters.kubernetes.runtime import KnativeRuntime
+from caiplatform.ports.runtime import RevisionSpec, TrafficTarget, WorkloadRef
+from caiplatform.testing.kube_cluster import emulated_cluster, live
+from caiplatform.testing.kube_schemas import audit
+from tests.conformance.kube_support import ROLE
+
+KNATIVE = "serving.knative.dev"
+
+
+@pytest.fixture
+def cluster():
+    with emulated_cluster() as emulated:
+        yield emulated
+
+
+async def until(check, timeout: float = 20.0):
+    for _ in range(int(timeout / 0.02)):
+        if check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+def requests_for(cluster, plural: str, group: str, name: str, *, watching: bool) -> list:
+    """The emulator's requests about the object `name` (read by name, or listed or watched by its name or
+    by a label naming it), watches or plain reads."""
+    found = []
+    for r in list(cluster.emulator):
+        resource = r.resource
+        if resource is None or resource.plural != plural or (resource.group or "") != group:
+            continue
+        if str(getattr(r.method, "value", r.method)).upper() != "GET":
+            continue
+        params = r.params or {}
+        about = (r.name == name or params.get("fieldSelector") == f"metadata.name={name}"
+                 or f"={name}" in params.get("labelSelector", ""))
+        if about and (params.get("watch") == "true") == watching:
+            found.append(r)
+    return found
+
+
+def image(n: int) -> str:
+    return f"registry.local/fn@sha256:{str(n) * 64}"
+
+
+async def cancelled(task: asyncio.Future) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
+async def test_a_traffic_change_settles_on_a_watch_not_by_polling(cluster):
+    runtime = KnativeRuntime(settings=cluster.settings, settle_seconds=30)
+    project_id = str(uuid.uuid4())
+    ref = WorkloadRef(project_id, project_id[:8], "fn")
+    await runtime.apply(RevisionSpec(ref, "fn-00001", 1, image(1)))
+    await runtime.apply(RevisionSpec(ref, "fn-00002", 2, image(2)))
+    await until(lambda: any(o.raw["status"]["conditions"][0]["status"] == "True"
+                            for _, n, o in live(cluster.emulator, "revisions", KNATIVE) if n == "fn-00002"))
+    cluster.controllers.paused.add("fn")  # Knative has not routed the new split yet
+    before = len(requests_for(cluster, "services", KNATIVE, "fn", watching=False))
+    change = asyncio.ensure_future(runtime.set_traffic(ref, [TrafficTarget(50, "fn-00001"), TrafficTarget(50, "fn-00002")]))
+    try:
+        await until(lambda: requests_for(cluster, "services", KNATIVE, "fn", watching=True))
+        reads_while_settling = len(requests_for(cluster, "services", KNATIVE, "fn", watching=False)) - before
+        cluster.controllers.paused.discard("fn")
+        await asyncio.wait_for(change, 20)
+    finally:
+        await cancelled(change)
+    (watch, *_) = requests_for(cluster, "services", KNATIVE, "fn", watching=True)
+    assert watch.params.get("resourceVersion")  # from the list's version
+    # The existence check and the wait's one list; nothing more until the watch saw the route.
+    assert reads_while_settling == 2
+    status = await runtime.status(ref)
+    assert status is not None and {r.name: r.traffic_percent for r in status.revisions} == {"fn-00001": 50, "fn-00002": 50}
+    await runtime.close()
+    audit(cluster.emulator, cluster.calls(), ROLE)
+
+
+async def test_a_request_waits_for_a_ready_revision_on_a_watch_not_by_polling(cluster):
+    runtime = KnativeRuntime(settings=cluster.settings)
+    project_id = str(uuid.uuid4())
+    ref = WorkloadRef(project_id, project_id[:8], "fn")
+    cluster.controllers.paused.add("fn-00001")  # its pods are still starting
+    await runtime.apply(RevisionSpec(ref, "fn-00001", 1, image(1)))
+
+    def reads() -> int:
+        return (len(requests_for(cluster, "services", KNATIVE, "fn", watching=False))
+                + len(requests_for(cluster, "revisions", KNATIVE, "fn", watching=False))
+                + len(requests_for(cluster, "revisions", KNATIVE, "fn-00001", watching=False)))
+
+    def watches() -> list:
+        return (requests_for(cluster, "services", KNATIVE, "fn", watching=True)
+                + requests_for(cluster, "revisions", KNATIVE, "fn-00001", watching=True))
+
+    before = reads()
+    acquired = asyncio.ensure_future(runtime.acquire(ref, timeout=30))
+    try:
+        await until(lambda: watches())
+        reads_while_starting = reads() - before
+        cluster.controllers.paused.discard("fn-00001")
+        endpoint = await asyncio.wait_for(acquired, 20)
+    finally:
+        await cancelled(acquired)
+    assert endpoint.revision == "fn-00001" and endpoint.base_url.startswith("http://fn.")
+    # One look at the Service and its revisions, then the revision's list for its watch: no read again.
+    assert reads_while_starting <= 3, reads_while_starting
+    # A workload with no revision at all is not waited for.
+    with pytest.raises(LookupError):
+        await runtime.acquire(WorkloadRef(project_id, project_id[:8], "none"), timeout=5)
+    await runtime.close()
+    audit(cluster.emulator, cluster.calls(), ROLE)
