@@ -84,7 +84,7 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     projects = KubernetesProjectProvisioner(settings=settings)
     runtime = KnativeRuntime(settings=settings, poll_seconds=0.02)
     stores = ValkeyStatefulSetProvisioner(settings=settings)
-    builder = BuildKitJobBuilder(settings=settings, context_dir=tmp_path / "ctx", poll_seconds=0.02)
+    builder = BuildKitJobBuilder(settings=settings, context_dir=tmp_path / "ctx")
     project_id = str(uuid.uuid4())
     project = ProjectSpec(project_id, "team", project_id[:8], "org", {"pods": "50", "services": "30", "limits.cpu": "0"})
     ns = project.namespace

@@ -1,19 +1,24 @@
 """Issue 36: what the Kubernetes adapters await is watched, not read again and again: a traffic change's
-settling and a request waiting for a ready revision (the Knative runtime). Each test holds the awaited
-change back (the controller double's `paused`), sees the wait turn into a watch, counts the plain reads
-made meanwhile, then lets it happen.
+settling and a request waiting for a ready revision (the Knative runtime), a replaced build Job's
+deletion (the builder). Each test holds the awaited change back (the controller double's `paused`, a
+finalizer), sees the wait turn into a watch, counts the plain reads made meanwhile, then lets it happen.
 The technique is `test_code_pool.py::test_a_starting_pod_is_awaited_by_a_watch_not_by_polling`'s."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import uuid
+from pathlib import Path
 
 import pytest
 
+from caiplatform.adapters.kubernetes.builder import BuildKitJobBuilder
 from caiplatform.adapters.kubernetes.runtime import KnativeRuntime
+from caiplatform.ports.builder import BuildError, BuildRequest
 from caiplatform.ports.runtime import RevisionSpec, TrafficTarget, WorkloadRef
+from caiplatform.testing import sources
 from caiplatform.testing.kube_cluster import emulated_cluster, live
 from caiplatform.testing.kube_schemas import audit
 from tests.conformance.kube_support import ROLE
@@ -123,4 +128,35 @@ async def test_a_request_waits_for_a_ready_revision_on_a_watch_not_by_polling(cl
     with pytest.raises(LookupError):
         await runtime.acquire(WorkloadRef(project_id, project_id[:8], "none"), timeout=5)
     await runtime.close()
+    audit(cluster.emulator, cluster.calls(), ROLE)
+
+
+async def test_a_replaced_build_jobs_deletion_is_awaited_by_a_watch(cluster, tmp_path: Path):
+    builder = BuildKitJobBuilder(settings=cluster.settings, context_dir=tmp_path / "ctx")
+    source = sources.write_tree(tmp_path / "src", {**sources.LANGGRAPH, "nonce": secrets.token_hex(4)})
+    project_id = str(uuid.uuid4())
+    request = BuildRequest(project_id, project_id[:8], "agent", "langgraph", source)
+    cluster.controllers.build_outcome = lambda job: (False, "error: no")
+    with pytest.raises(BuildError):
+        await builder.build(request)
+    (name, job), = [(n, o) for _, n, o in live(cluster.emulator, "jobs", "batch")]
+    # A finalizer holds the failed Job after its delete (as the API server keeps an object until its
+    # finalizers are removed): the builder must wait for it to go before it creates the Job again.
+    job.patch({"metadata": {"finalizers": ["test.caiplatform.dev/hold"]}})
+    cluster.controllers.build_outcome = lambda job: (True, "")
+    before = len(requests_for(cluster, "jobs", "batch", name, watching=False))
+    rebuilt = asyncio.ensure_future(builder.build(request))
+    try:
+        await until(lambda: requests_for(cluster, "jobs", "batch", name, watching=True)
+                    and (job.raw["metadata"].get("deletionTimestamp")))
+        reads_while_deleting = len(requests_for(cluster, "jobs", "batch", name, watching=False)) - before
+        job.patch({"metadata": {"finalizers": None}})
+        job.delete()  # the finalizer's owner is done: the API server removes the object
+        built = await asyncio.wait_for(rebuilt, 20)
+    finally:
+        await cancelled(rebuilt)
+    assert built.digest.startswith("sha256:") and not built.reused
+    # The read of the existing Job and the list the watch starts from: no read every second.
+    assert reads_while_deleting == 2, reads_while_deleting
+    await builder.close()
     audit(cluster.emulator, cluster.calls(), ROLE)
