@@ -28,7 +28,7 @@ async def mcp_host(request, backend, tmp_path):
                                        context_dir=kube_support.build_context_dir(tmp_path / "build-context"))
             runtime = KnativeRuntime(settings=cluster.settings, poll_seconds=0.02, images=builder.resolve)
             try:
-                yield KnativeMcpHost(builder, runtime, poll_seconds=0.02, startup_timeout=60)
+                yield KnativeMcpHost(builder, runtime, startup_timeout=60)
             finally:
                 await runtime.close()
                 await builder.close()

@@ -150,7 +150,7 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
 
     # MCP servers: a Knative Service through the runtime, secrets in its revision's Secret; every rollout
     # is a revision, and one that fails leaves the one before serving.
-    mcp = KnativeMcpHost(builder, runtime, poll_seconds=0.02, startup_timeout=30)
+    mcp = KnativeMcpHost(builder, runtime, startup_timeout=30)
     tools = [{"name": "echo", "description": "", "handler": ECHO_TOOL, "schema": {}, "credential_keys": []}]
     cluster.controllers.build_outcome = lambda job: (True, "")
     mcp_image = await mcp.build(McpBuild(project_id, project.short, ns, "tools", 1, tools))
@@ -181,7 +181,7 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     assert secret_data(cluster, ns, "tools-mcp-00003-env")["CAI_PROJECT_KEY"] == "key-2"
     assert await mcp.still_serving(project_id, project.short, "tools", 1) == url
     hosts = HostRouter("apps.example")
-    exposed = KnativeMcpHost(builder, runtime, hosts=hosts, poll_seconds=0.02, startup_timeout=30)
+    exposed = KnativeMcpHost(builder, runtime, hosts=hosts, startup_timeout=30)
     await exposed.serve(replace(deployment, expose="apps"))
     upstream = hosts.lookup(hosts.host_for("tools", project.short))
     assert upstream is not None and (await upstream()).base_url == f"http://tools-mcp.{ns}.svc.cluster.local"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import secrets
 import uuid
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from caiplatform.adapters.kubernetes.builder import BuildKitJobBuilder
+from caiplatform.adapters.kubernetes.mcp_host import KnativeMcpHost
 from caiplatform.adapters.kubernetes.runtime import KnativeRuntime
 from caiplatform.ports.builder import BuildError, BuildRequest
 from caiplatform.ports.runtime import RevisionSpec, TrafficTarget, WorkloadRef
@@ -160,3 +162,8 @@ async def test_a_replaced_build_jobs_deletion_is_awaited_by_a_watch(cluster, tmp
     assert reads_while_deleting == 2, reads_while_deleting
     await builder.close()
     audit(cluster.emulator, cluster.calls(), ROLE)
+
+
+def test_the_mcp_host_takes_no_polling_interval():
+    """It waits for a revision through the runtime's watch (`KnativeRuntime.settled`): no interval to set."""
+    assert "poll_seconds" not in inspect.signature(KnativeMcpHost.__init__).parameters
