@@ -74,10 +74,16 @@ async def test_a_traffic_change_settles_on_a_watch_not_by_polling(cluster):
     runtime = KnativeRuntime(settings=cluster.settings, settle_seconds=30)
     project_id = str(uuid.uuid4())
     ref = WorkloadRef(project_id, project_id[:8], "fn")
+
+    def ready(name: str) -> bool:
+        return any(o.raw["status"]["conditions"][0]["status"] == "True"
+                   for _, n, o in live(cluster.emulator, "revisions", KNATIVE) if n == name)
+
+    # Knative makes the revision of the template it sees: each is awaited before the next is applied.
     await runtime.apply(RevisionSpec(ref, "fn-00001", 1, image(1)))
+    await until(lambda: ready("fn-00001"))
     await runtime.apply(RevisionSpec(ref, "fn-00002", 2, image(2)))
-    await until(lambda: any(o.raw["status"]["conditions"][0]["status"] == "True"
-                            for _, n, o in live(cluster.emulator, "revisions", KNATIVE) if n == "fn-00002"))
+    await until(lambda: ready("fn-00002"))
     cluster.controllers.paused.add("fn")  # Knative has not routed the new split yet
     before = len(requests_for(cluster, "services", KNATIVE, "fn", watching=False))
     change = asyncio.ensure_future(runtime.set_traffic(ref, [TrafficTarget(50, "fn-00001"), TrafficTarget(50, "fn-00002")]))

@@ -175,6 +175,11 @@ def _routed_revisions(service: dict[str, Any], tag: str | None) -> list[str]:
     return names
 
 
+def _changed(seen: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether a Knative Service's spec or status is no longer what was seen."""
+    return (now.get("spec"), now.get("status")) != (seen.get("spec"), seen.get("status"))
+
+
 def _state(condition: dict[str, Any]) -> str:
     return {"True": "ready", "False": "not_ready"}.get(condition.get("status", ""), "unknown")
 
@@ -433,10 +438,8 @@ class KnativeRuntime(WorkloadRuntime):
             if undecided:
                 await self._decided(ref.namespace, undecided[0], remaining)
                 continue
-            seen = {"spec": service.get("spec"), "status": service.get("status")}
             with contextlib.suppress(TimeoutError):
-                await self._await_service(ref, lambda now: {"spec": now.get("spec"), "status": now.get("status")} != seen,
-                                          remaining)
+                await self._await_service(ref, partial(_changed, service), remaining)
 
     async def _pods_of(self, ref: WorkloadRef) -> list[dict[str, Any]]:
         return await self.kube.items(self.kube.core.list_namespaced_pod, ref.namespace,
