@@ -29,7 +29,7 @@ async def builder(request, backend, shared_data_dir):
 
         async with kube_support.cluster() as cluster:
             adapter = BuildKitJobBuilder(settings=cluster.settings, context_dir=kube_support.build_context_dir(shared_data_dir / "build-context"),
-                                       poll_seconds=0.02, registry_host=kube_support.registry_host())
+                                       registry_host=kube_support.registry_host())
             try:
                 yield adapter
             finally:

@@ -24,11 +24,11 @@ async def mcp_host(request, backend, tmp_path):
         from caiplatform.adapters.kubernetes.runtime import KnativeRuntime
 
         async with kube_support.cluster() as cluster:
-            builder = BuildKitJobBuilder(settings=cluster.settings, poll_seconds=0.02, registry_host=kube_support.registry_host(),
+            builder = BuildKitJobBuilder(settings=cluster.settings, registry_host=kube_support.registry_host(),
                                        context_dir=kube_support.build_context_dir(tmp_path / "build-context"))
             runtime = KnativeRuntime(settings=cluster.settings, poll_seconds=0.02, images=builder.resolve)
             try:
-                yield KnativeMcpHost(builder, runtime, poll_seconds=0.02, startup_timeout=60)
+                yield KnativeMcpHost(builder, runtime, startup_timeout=60)
             finally:
                 await runtime.close()
                 await builder.close()

@@ -71,7 +71,7 @@ async def test_the_build_context_carries_the_step_of_the_functions_runtime(tmp_p
     """`framework=function` with `runtime=go`: the checks and the Containerfile are Go's, and no Go
     toolchain is needed on the control plane (the harness image has it)."""
     with emulated_cluster() as cluster:
-        builder = BuildKitJobBuilder(settings=cluster.settings, context_dir=tmp_path / "ctx", poll_seconds=0.02)
+        builder = BuildKitJobBuilder(settings=cluster.settings, context_dir=tmp_path / "ctx")
         try:
             source = sources.write_tree(tmp_path / "src", sources.GO_FUNCTION)
             project = str(uuid.uuid4())
@@ -115,7 +115,7 @@ async def test_push_credentials_and_a_plain_http_registry(tmp_path: Path):
     """`CAI_BUILD_PUSH_SECRET` becomes BuildKit's docker config; `CAI_BUILD_INSECURE_REGISTRY` its registry
     settings for a registry without a certificate it can check (a kind cluster's local registry)."""
     with emulated_cluster(build_push_secret="regcred", build_insecure_registry=True) as cluster:
-        builder = BuildKitJobBuilder(settings=cluster.settings, context_dir=tmp_path / "ctx", poll_seconds=0.02)
+        builder = BuildKitJobBuilder(settings=cluster.settings, context_dir=tmp_path / "ctx")
         try:
             source = sources.write_tree(tmp_path / "src", sources.FUNCTION)
             project = str(uuid.uuid4())

@@ -40,10 +40,14 @@ REPAIR_ONLY = {
     # Waits: a watch starts only when the first list does not already show the end (timing decides which).
     ("batch", "jobs", "watch"): "a build not finished when first listed is watched (tests/kubernetes/test_admission.py)",
     ("serving.knative.dev", "revisions", "watch"): "an MCP revision not decided at the first look is watched",
+    ("serving.knative.dev", "services", "watch"): "a traffic change not routed at the first list is watched "
+                                                   "(tests/kubernetes/test_watches.py)",
     ("", "pods", "watch"): "a code sandbox pod not ready when first listed is watched (tests/kubernetes/test_code_pool.py)",
     ("", "services", "list"): "services are counted from the objects when the project's quota leaves them unlimited",
     ("rbac.authorization.k8s.io", "rolebindings", "patch"): "a namespace's binding left by an interrupted step is patched",
     ("", "services", "patch"): "a memory store's Service left by an interrupted create is patched, not refused",
+    ("", "events", "list"): "a memory store not running when read lists its StatefulSet's events "
+                            "(tests/kubernetes/test_quota.py)",
 }
 
 
@@ -82,7 +86,7 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     projects = KubernetesProjectProvisioner(settings=settings)
     runtime = KnativeRuntime(settings=settings, poll_seconds=0.02)
     stores = ValkeyStatefulSetProvisioner(settings=settings)
-    builder = BuildKitJobBuilder(settings=settings, context_dir=tmp_path / "ctx", poll_seconds=0.02)
+    builder = BuildKitJobBuilder(settings=settings, context_dir=tmp_path / "ctx")
     project_id = str(uuid.uuid4())
     project = ProjectSpec(project_id, "team", project_id[:8], "org", {"pods": "50", "services": "30", "limits.cpu": "0"})
     ns = project.namespace
@@ -148,7 +152,7 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
 
     # MCP servers: a Knative Service through the runtime, secrets in its revision's Secret; every rollout
     # is a revision, and one that fails leaves the one before serving.
-    mcp = KnativeMcpHost(builder, runtime, poll_seconds=0.02, startup_timeout=30)
+    mcp = KnativeMcpHost(builder, runtime, startup_timeout=30)
     tools = [{"name": "echo", "description": "", "handler": ECHO_TOOL, "schema": {}, "credential_keys": []}]
     cluster.controllers.build_outcome = lambda job: (True, "")
     mcp_image = await mcp.build(McpBuild(project_id, project.short, ns, "tools", 1, tools))
@@ -179,7 +183,7 @@ async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     assert secret_data(cluster, ns, "tools-mcp-00003-env")["CAI_PROJECT_KEY"] == "key-2"
     assert await mcp.still_serving(project_id, project.short, "tools", 1) == url
     hosts = HostRouter("apps.example")
-    exposed = KnativeMcpHost(builder, runtime, hosts=hosts, poll_seconds=0.02, startup_timeout=30)
+    exposed = KnativeMcpHost(builder, runtime, hosts=hosts, startup_timeout=30)
     await exposed.serve(replace(deployment, expose="apps"))
     upstream = hosts.lookup(hosts.host_for("tools", project.short))
     assert upstream is not None and (await upstream()).base_url == f"http://tools-mcp.{ns}.svc.cluster.local"

@@ -4,7 +4,9 @@ quota gets the platform's clear error, with the cluster's reason."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
 
 import pytest
@@ -173,3 +175,65 @@ async def test_a_memory_store_over_the_projects_services_quota_is_a_clear_502(tm
             r = await client.get(f"/v1/projects/{project['id']}/memorystores/cache", headers=headers)
             assert r.status_code == 404
             await kube.close()
+
+
+async def test_a_memory_store_whose_pod_or_claim_the_quota_refuses_says_why():
+    """The StatefulSet controller creates a store's claim and pod through the API: refused by the project's
+    quota, it records a `FailedCreate` event on the StatefulSet (kubernetes `pkg/controller/statefulset/
+    stateful_pod_control.go`), and the store is `Degraded` with that message rather than `Provisioning`
+    with none; once the quota lets the pod in, it becomes `Ready`."""
+    from caiplatform.adapters.kubernetes.memorystore import ValkeyStatefulSetProvisioner
+    from caiplatform.domain.memorystore import InstanceSpec, State
+
+    with emulated_cluster() as cluster:
+        kube = KubeClient(cluster.settings)
+        provisioner = KubernetesProjectProvisioner(kube)
+        stores = ValkeyStatefulSetProvisioner(settings=cluster.settings)
+
+        async def state_of(spec: InstanceSpec, state: State):
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                instance = await stores.get(spec.project_id, spec.name)
+                if instance is not None and instance.state is state:
+                    return instance
+                await asyncio.sleep(0.02)
+            raise AssertionError(f"{spec.name} did not become {state} within 20 s: {instance}")
+
+        # The pod: a small store requests 256Mi of memory; the project may request 128Mi.
+        small = ProjectSpec(str(uuid.uuid4()), "quota", "mem12345", "org", {"requests.memory": "128Mi", "services": "10"})
+        await provisioner.namespace(small)
+        await provisioner.quota(small)
+        await kube.wait_for(kube.core.list_namespaced_resource_quota, small.namespace, QUOTA_NAME, counted, timeout=20)
+        spec = InstanceSpec(small.id, small.short, "cache", persistence_enabled=False)
+        await stores.create(spec, "password")
+        degraded = await state_of(spec, State.DEGRADED)
+        refused = next(m for _, m in cluster.emulator.refusals if m.startswith('pods "ms-cache-0"'))
+        assert refused == ('pods "ms-cache-0" is forbidden: exceeded quota: cai-quota, requested: requests.memory=256Mi, '
+                           "used: requests.memory=0, limited: requests.memory=128Mi")
+        assert degraded.message == f"create Pod ms-cache-0 in StatefulSet ms-cache failed error: {refused}"
+        view = degraded.to_json()
+        assert view["state"] == "Degraded" and view["ready"] is False
+        assert {c["type"]: c["message"] for c in view["conditions"]}["Ready"] == degraded.message
+        # The operator raises the quota: the controller's next try creates the pod, and the store is ready.
+        (quota,) = [o for n_s, _, o in live(cluster.emulator, "resourcequotas") if n_s == small.namespace]
+        quota.patch({"spec": {"hard": {"requests.memory": "1Gi"}}})
+        await state_of(spec, State.READY)
+
+        # The claim: the project may hold one volume claim and already does.
+        full = ProjectSpec(str(uuid.uuid4()), "quota", "pvc12345", "org", {"persistentvolumeclaims": "1", "services": "10"})
+        await provisioner.namespace(full)
+        await provisioner.quota(full)
+        await kube.wait_for(kube.core.list_namespaced_resource_quota, full.namespace, QUOTA_NAME, counted, timeout=20)
+        await kube.call(kube.core.create_namespaced_persistent_volume_claim, full.namespace, {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "other"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+        spec = InstanceSpec(full.id, full.short, "kept")
+        await stores.create(spec, "password")
+        degraded = await state_of(spec, State.DEGRADED)
+        assert degraded.message == (
+            "create Claim data-ms-kept-0 for Pod ms-kept-0 in StatefulSet ms-kept failed error: "
+            'persistentvolumeclaims "data-ms-kept-0" is forbidden: exceeded quota: cai-quota, '
+            "requested: persistentvolumeclaims=1, used: persistentvolumeclaims=1, limited: persistentvolumeclaims=1")
+        assert not [n for n_s, n, _ in live(cluster.emulator, "pods") if n_s == full.namespace]  # no pod without its claim
+        await stores.close()
+        await kube.close()

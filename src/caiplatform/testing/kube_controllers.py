@@ -4,12 +4,13 @@
 `ControllerDouble` stands in for Knative Serving (a Revision per template, its
 readiness from its container, status traffic, URLs, scale: `min-scale` pods while routed, zero
 otherwise, plus the Deployment and two Services Knative makes per revision), the Job controller (a build
-Job succeeds, or fails when its source says so), the StatefulSet controller (ready after a moment, again
-after a restart), the garbage collector (what a Knative Service or a StatefulSet owns goes with it) and
-the ResourceQuota controller (`status.used` recounted from what is stored: pods with their requests and
-limits, services, claims, deployments). What these controllers create through a cluster's API (a
-revision's Deployment, Services and pods, a StatefulSet's claims) meets quota admission first: a refused
-pod makes its revision not ready with the API server's message. `DataPlane` stands in
+Job succeeds, or fails when its source says so), the StatefulSet controller (its claims and pod, ready
+after a moment, again after a restart), the garbage collector (what a Knative Service or a StatefulSet
+owns goes with it) and the ResourceQuota controller (`status.used` recounted from what is stored: pods
+with their requests and limits, services, claims, deployments). What these controllers create through a
+cluster's API (a revision's Deployment, Services and pods, a StatefulSet's claims and pod) meets quota
+admission first: a refused pod makes its revision not ready with the API server's message; a refused
+claim or pod of a StatefulSet is a `FailedCreate` event on it, in the controller's words. `DataPlane` stands in
 for Knative's request path with in-process tiny apps; nothing else runs, so logs of a live process and
 autoscaling are not emulated.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +38,9 @@ class ControllerDouble:
         self.k = emulator
         self.period = period
         self.build_outcome: Callable[[dict[str, Any]], tuple[bool, str]] = lambda job: (True, "")
+        #: Knative Services and Revisions (by name) the double leaves as they are, as a busy controller
+        #: would: a paused Service's status is not updated, a paused Revision stays undecided (`Unknown`).
+        self.paused: set[str] = set()
 
     async def run(self) -> None:
         while True:
@@ -79,6 +84,8 @@ class ControllerDouble:
             self._reconcile_service(ns or "", name, service)
 
     def _reconcile_service(self, ns: str, name: str, service: Any) -> None:
+        if name in self.paused:
+            return
         body = service.raw
         template = body["spec"]["template"]
         revision_name = template["metadata"]["name"]
@@ -93,8 +100,8 @@ class ControllerDouble:
                              "annotations": dict(template["metadata"].get("annotations") or {})},
                 "spec": template["spec"], "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}})
             return  # readiness on a later pass, as the real controller takes a moment
-        for revision in existing.values():
-            if revision.raw["status"]["conditions"][0]["status"] == "Unknown":
+        for rev_name, revision in existing.items():
+            if revision.raw["status"]["conditions"][0]["status"] == "Unknown" and rev_name not in self.paused:
                 self._patch(revision, {"status": self._revision_outcome(ns, revision.raw)})
         ready = sorted((o.raw["metadata"]["creationTimestamp"], n) for n, o in existing.items()
                        if o.raw["status"]["conditions"][0]["status"] == "True")
@@ -111,7 +118,12 @@ class ControllerDouble:
                 resolved["url"] = f"http://{entry['tag']}-{host}"
             traffic.append(resolved)
         created = existing[revision_name].raw["status"]["conditions"][0]
-        ready_condition = {"type": "Ready", "status": created["status"], "lastTransitionTime": now()}
+        # A condition keeps its transition time while its status stays (knative.dev/pkg `apis/condition_set.go`
+        # `SetCondition`): the Service's status changes only when something in it does.
+        previous = ((body.get("status") or {}).get("conditions") or [{}])[0]
+        ready_condition = {"type": "Ready", "status": created["status"],
+                           "lastTransitionTime": previous.get("lastTransitionTime") if previous.get("status") == created["status"]
+                           else now()}
         if created["status"] == "False":
             ready_condition |= {"reason": "RevisionFailed",
                                 "message": f'Revision "{revision_name}" failed with message: {created["message"]}.'}
@@ -208,15 +220,42 @@ class ControllerDouble:
                 pod.delete()
 
     def _statefulsets(self) -> None:
-        for ns, name, obj in live(self.k, "statefulsets", "apps"):
+        """One replica each: the claims of its templates, then pod `<name>-0`, created through the API (quota
+        admission first). A refused create is recorded as the StatefulSet controller records it, a
+        `FailedCreate` Warning event on the StatefulSet with its wording (kubernetes
+        `pkg/controller/statefulset/stateful_pod_control.go` `recordClaimEvent`, `recordPodEvent`: `create
+        Claim <claim> for Pod <pod> in StatefulSet <set> failed error: <err>`, `create Pod <pod> in StatefulSet
+        <set> failed error: <err>`), and tried again next pass; a created pod gets `SuccessfulCreate`. No pod
+        is made while a claim is missing. Ready after a moment, again after a restart."""
+        sets = live(self.k, "statefulsets", "apps")
+        for ns, _, pod in live(self.k, "pods"):  # the garbage collector: a StatefulSet's pod goes with it
+            owner = next((o["name"] for o in pod.raw["metadata"].get("ownerReferences") or [] if o.get("kind") == "StatefulSet"), None)
+            if owner and not [1 for sns, n, _ in sets if sns == ns and n == owner]:
+                pod.delete()
+        for ns, name, obj in sets:
+            pod_name = f"{name}-0"
             refused = None
             for claim in obj.raw["spec"].get("volumeClaimTemplates") or []:  # one replica: ordinal 0
-                claim_name = f"{claim['metadata']['name']}-{name}-0"
+                claim_name = f"{claim['metadata']['name']}-{pod_name}"
                 if not [1 for cns, n, _ in live(self.k, "persistentvolumeclaims") if cns == ns and n == claim_name]:
-                    refused = refused or self._create("v1/persistentvolumeclaims", ns or "", claim_name, {
+                    failed = self._create("v1/persistentvolumeclaims", ns or "", claim_name, {
                         "metadata": {"name": claim_name, "namespace": ns, "labels": claim["metadata"].get("labels") or {}},
                         "spec": claim["spec"], "status": {"phase": "Bound"}})
-            if refused is not None:  # the StatefulSet controller records the refusal and makes no pod
+                    if failed is not None:
+                        refused = refused or f"create Claim {claim_name} for Pod {pod_name} in StatefulSet {name} failed error: {failed}"
+            if refused is None and not [1 for pns, n, _ in live(self.k, "pods") if pns == ns and n == pod_name]:
+                template = obj.raw["spec"]["template"]
+                failed = self._create("v1/pods", ns or "", pod_name, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                    "name": pod_name, "namespace": ns, "labels": dict(template["metadata"].get("labels") or {}),
+                    "creationTimestamp": now(), "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                                                      "name": name, "uid": obj.raw["metadata"].get("uid", "")}]},
+                    "spec": template["spec"], "status": {"phase": "Running"}})
+                if failed is not None:
+                    refused = f"create Pod {pod_name} in StatefulSet {name} failed error: {failed}"
+                else:
+                    self._event(obj.raw, "Normal", "SuccessfulCreate", f"create Pod {pod_name} in StatefulSet {name} successful")
+            if refused is not None:  # no pod: nothing runs
+                self._event(obj.raw, "Warning", "FailedCreate", refused)
                 self._patch(obj, {"status": {"replicas": 0, "readyReplicas": 0}})
                 continue
             restarted = (obj.raw["spec"]["template"]["metadata"].get("annotations") or {}).get(
@@ -227,6 +266,24 @@ class ControllerDouble:
             elif status.get("readyReplicas") != 1:
                 self._patch(obj, {"status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1,
                                              "observedRestart": restarted}})
+
+    def _event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        """A core/v1 Event about `involved`, as client-go's recorder writes one (`<name>.<hex nanoseconds>`).
+        The recorder counts a repeat of the newest event in place: the double keeps it as it is."""
+        meta = involved["metadata"]
+        ns = meta.get("namespace") or ""
+        mine = sorted(((o.raw.get("lastTimestamp") or "", o.raw) for ens, _, o in live(self.k, "events") if ens == ns
+                       and (o.raw.get("involvedObject") or {}).get("name") == meta["name"]), key=lambda e: e[0])
+        if mine and (mine[-1][1].get("reason"), mine[-1][1].get("message")) == (reason, message):
+            return
+        stamp = now()
+        name = f"{meta['name']}.{time.time_ns():x}"
+        self._put("v1/events", ns, name, {
+            "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": ns, "creationTimestamp": stamp},
+            "involvedObject": {"apiVersion": involved.get("apiVersion", "apps/v1"), "kind": involved.get("kind", "StatefulSet"),
+                               "name": meta["name"], "namespace": ns, "uid": meta.get("uid", "")},
+            "reason": reason, "message": message, "type": kind, "count": 1, "firstTimestamp": stamp,
+            "lastTimestamp": stamp, "source": {"component": "statefulset-controller"}})
 
     def _quota(self) -> None:
         """The quota controller: `status.hard` from the spec, `status.used` recounted from what is stored

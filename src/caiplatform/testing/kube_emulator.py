@@ -56,7 +56,7 @@ RESOURCES = (
     "v1/namespaces", "v1/pods", "v1/services", "v1/secrets", "v1/resourcequotas", "v1/limitranges",
     "v1/persistentvolumeclaims", "v1/configmaps", "apps/v1/deployments", "apps/v1/statefulsets", "batch/v1/jobs",
     "networking.k8s.io/v1/networkpolicies", "serving.knative.dev/v1/services", "serving.knative.dev/v1/revisions",
-    "rbac.authorization.k8s.io/v1/rolebindings",
+    "rbac.authorization.k8s.io/v1/rolebindings", "v1/events",
 )
 _original_parse_path = parsing.parse_path
 
@@ -76,11 +76,14 @@ def now() -> str:
 
 
 def _fields_match(obj: dict[str, Any], selector: str) -> bool:
-    """Equality field selectors on `metadata.name` and `metadata.namespace` (what the adapters send)."""
+    """Equality field selectors on a dotted path (`metadata.name`, an Event's `involvedObject.kind`: what the
+    adapters send)."""
     for term in filter(None, (t.strip() for t in selector.split(","))):
         key, _, value = term.partition("=")
-        field = key.removeprefix("metadata.")
-        if (obj.get("metadata") or {}).get(field) != value.lstrip("="):
+        found: Any = obj
+        for part in key.split("."):
+            found = found.get(part) if isinstance(found, dict) else None
+        if found != value.lstrip("="):
             return False
     return True
 

@@ -13,7 +13,6 @@ builder's log, cut as the spec says (`BuildError`).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import io
 import shlex
@@ -100,14 +99,14 @@ class BuildKitJobBuilder(Builder):
 
     def __init__(self, kube: KubeClient | None = None, *, settings: ClusterSettings | None = None,
                  registry_host: str = "registry.local", context_dir: str | Path | None = None,
-                 context_claim: str = "caiplatform-build-context", poll_seconds: float = 1.0,
-                 timeout_seconds: float = 1800.0, **_: object):
+                 context_claim: str = "caiplatform-build-context", timeout_seconds: float = 1800.0,
+                 delete_timeout_seconds: float = 300.0, **_: object):
         self.kube = kube or KubeClient(settings)
         self.registry_host = registry_host
         self.context_dir = Path(context_dir or "/var/lib/caiplatform/build-context")
         self.context_claim = context_claim
-        self.poll_seconds = poll_seconds
         self.timeout_seconds = timeout_seconds
+        self.delete_timeout_seconds = delete_timeout_seconds  # a Job's finalizers (its pods' tracking) run out
 
     @property
     def namespace(self) -> str:
@@ -236,8 +235,11 @@ class BuildKitJobBuilder(Builder):
             raise BuildError("the build Job was deleted before it finished") from None
 
     async def _gone(self, name: str) -> None:
-        while await self.kube.get(self.kube.batch.read_namespaced_job, name, self.namespace) is not None:
-            await asyncio.sleep(self.poll_seconds)
+        """Once the deleted Job `name` is gone (its finalizers done): watched from a list, never re-read."""
+        try:
+            await self.kube.wait_gone(self.kube.batch.list_namespaced_job, self.namespace, name, self.delete_timeout_seconds)
+        except TimeoutError:
+            raise BuildError(f"the previous build Job {name} was not deleted within {self.delete_timeout_seconds:g} s") from None
 
     async def _pod(self, name: str) -> dict[str, Any] | None:
         pods = await self.kube.items(self.kube.core.list_namespaced_pod, self.namespace, labels={"job-name": name})

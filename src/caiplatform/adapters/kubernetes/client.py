@@ -170,19 +170,36 @@ class KubeClient:
         """The object `name` once `done(object)` holds: listed once, then watched from the list's
         `resourceVersion` (no polling), listed again when the watch ends or the version is gone (`410`).
         `TimeoutError` after `timeout` seconds; `LookupError` when the object is deleted meanwhile."""
+        found = await self._watch(list_method, namespace, name, done, timeout, gone_is_done=False)
+        assert found is not None
+        return found
+
+    async def wait_gone(self, list_method: Callable[..., Any], namespace: str, name: str, timeout: float) -> None:
+        """Return once the object `name` no longer exists: absent from a list, or its `DELETED` event on the
+        watch that follows the list (an object held by finalizers stays until they are removed).
+        `TimeoutError` after `timeout` seconds."""
+        await self._watch(list_method, namespace, name, lambda _obj: False, timeout, gone_is_done=True)
+
+    async def _watch(self, list_method: Callable[..., Any], namespace: str, name: str,
+                     done: Callable[[dict[str, Any]], bool], timeout: float, *, gone_is_done: bool) -> dict[str, Any] | None:
+        """List `name`, then watch it from the list's version until `done` holds (the object) or, with
+        `gone_is_done`, until it is absent or deleted (None); a 410 Gone or the window's end lists again."""
         deadline = time.monotonic() + timeout
         field = f"metadata.name={name}"
         limit = self.settings.request_timeout_seconds
 
-        def run() -> dict[str, Any]:
+        def run() -> dict[str, Any] | None:
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(f"{name} was not done within {timeout:g} s")
                 body = _decode(list_method(namespace, field_selector=field, _preload_content=False,
                                            _request_timeout=(limit, limit)))
-                for item in body.get("items") or []:
-                    if item["metadata"]["name"] == name and done(item):
+                listed = [item for item in body.get("items") or [] if item["metadata"]["name"] == name]
+                if gone_is_done and not listed:
+                    return None
+                for item in listed:
+                    if done(item):
                         return dict(item)
                 window = max(1, int(min(remaining, WATCH_WINDOW_SECONDS)))
                 stream = watch.Watch()
@@ -198,6 +215,8 @@ class KubeClient:
                         if (obj.get("metadata") or {}).get("name") != name:
                             continue
                         if event.get("type") == "DELETED":
+                            if gone_is_done:
+                                return None
                             raise LookupError(f"{name} was deleted")
                         if done(obj):
                             return dict(obj)
@@ -209,7 +228,8 @@ class KubeClient:
                 finally:
                     stream.stop()
 
-        return dict(await anyio.to_thread.run_sync(run, abandon_on_cancel=True))
+        found = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+        return dict(found) if found is not None else None
 
     async def in_own_namespaces(self, method: Callable[..., Any], *, labels: dict[str, str],
                                 namespace_labels: dict[str, str] | None = None) -> list[dict[str, Any]]:

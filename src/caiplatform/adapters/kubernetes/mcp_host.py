@@ -69,12 +69,11 @@ class KnativeMcpHost(McpHost):
 
     def __init__(self, builder: BuildKitJobBuilder | Callable[[], BuildKitJobBuilder],
                  runtime: KnativeRuntime | Callable[[], KnativeRuntime], *,
-                 hosts: HostRouter | None = None, poll_seconds: float = 0.5, startup_timeout: float = 300.0,
+                 hosts: HostRouter | None = None, startup_timeout: float = 300.0,
                  **_: object):
         self._builder = builder
         self._runtime = runtime
         self.hosts = hosts
-        self.poll_seconds = poll_seconds
         self.startup_timeout = startup_timeout
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 

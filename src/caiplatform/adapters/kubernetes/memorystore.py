@@ -138,11 +138,30 @@ class ValkeyStatefulSetProvisioner(MemoryStoreProvisioner):
         status = sts.get("status") or {}
         running = int(status.get("readyReplicas") or 0) >= 1
         state = State.READY if running and secret is not None and service is not None else State.PROVISIONING
+        message = "" if state is State.READY else "the server is starting"
+        if not running:
+            refused = await self._refused(ns, meta["name"])
+            if refused:  # the controller cannot make what the store needs: say why, not "starting"
+                state, message = State.DEGRADED, refused
         return Instance(
             spec=spec, created_at=datetime.fromisoformat(meta["annotations"][CREATED_ANNOTATION].replace("Z", "+00:00")),
             state=state, host=f"{object_name(spec.name)}.{ns}.svc.cluster.local", port=PORT,
             credential_ready=secret is not None, service_ready=service is not None and running, workload_ready=running,
-            message="" if state is State.READY else "the server is starting")
+            message=message)
+
+    async def _refused(self, namespace: str, name: str) -> str:
+        """The StatefulSet controller's message when its newest create of the store's pod or claim failed (a
+        quota's refusal, say), else "". The controller says so only in a `FailedCreate` event on the
+        StatefulSet (kubernetes `pkg/controller/statefulset/stateful_pod_control.go`), followed by a
+        `SuccessfulCreate` once a retry makes the pod."""
+        events = await self.kube.items(self.kube.core.list_namespaced_event, namespace, labels={},
+                                       field_selector=f"involvedObject.kind=StatefulSet,involvedObject.name={name}")
+        creates = [e for e in events if e.get("reason") in ("FailedCreate", "SuccessfulCreate")]
+        if not creates:
+            return ""
+        newest = max(creates, key=lambda e: (e.get("lastTimestamp") or e.get("eventTime") or "",
+                                             (e.get("metadata") or {}).get("creationTimestamp") or ""))
+        return str(newest.get("message") or "") if newest.get("reason") == "FailedCreate" else ""
 
     async def create(self, spec: InstanceSpec, password: str) -> Instance:
         if await self._find(spec.project_id, spec.name):

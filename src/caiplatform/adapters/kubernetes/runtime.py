@@ -161,6 +161,25 @@ def _condition(obj: dict[str, Any], kind: str = "Ready") -> dict[str, Any]:
     return {}
 
 
+def _routed_revisions(service: dict[str, Any], tag: str | None) -> list[str]:
+    """The Knative revisions the Service's traffic sends requests to (the tag's, with `tag`): the named
+    ones, and for a latest-revision entry the latest created (the template's)."""
+    latest = ((service.get("status") or {}).get("latestCreatedRevisionName")
+              or service["spec"]["template"]["metadata"]["name"])
+    names = []
+    for entry in service["spec"].get("traffic") or [{"percent": 100, "latestRevision": True}]:
+        if (entry.get("tag") == tag) if tag else int(entry.get("percent") or 0) > 0:
+            name = entry.get("revisionName") if not entry.get("latestRevision") else latest
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+def _changed(seen: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether a Knative Service's spec or status is no longer what was seen."""
+    return (now.get("spec"), now.get("status")) != (seen.get("spec"), seen.get("status"))
+
+
 def _state(condition: dict[str, Any]) -> str:
     return {"True": "ready", "False": "not_ready"}.get(condition.get("status", ""), "unknown")
 
@@ -255,15 +274,26 @@ class KnativeRuntime(WorkloadRuntime):
     async def settled(self, ref: WorkloadRef, revision: str, timeout: float) -> None:
         """Wait, watching (not polling), until the Knative revision for `revision` exists and its `Ready`
         condition is decided (True or False), or `timeout` passes; the caller reads the status then."""
-        name = knative_revision(ref, revision)
+        await self._decided(ref.namespace, knative_revision(ref, revision), timeout)
 
-        def list_revisions(namespace: str, **kwargs: Any) -> Any:
-            return self.kube.custom.list_namespaced_custom_object(KNATIVE_GROUP, KNATIVE_VERSION, namespace,
-                                                                  "revisions", **kwargs)
-
+    async def _decided(self, namespace: str, name: str, timeout: float) -> None:
+        """Wait (watching) until the Knative revision `name` exists with its `Ready` decided, or `timeout`."""
         with contextlib.suppress(TimeoutError, LookupError):
-            await self.kube.wait_for(list_revisions, ref.namespace, name,
+            await self.kube.wait_for(self._lister("revisions"), namespace, name,
                                      lambda obj: _condition(obj).get("status") in ("True", "False"), timeout)
+
+    def _lister(self, plural: str) -> Callable[..., Any]:
+        """The list call of a Knative resource, shaped as `KubeClient.wait_for` calls it (namespace first)."""
+        def list_objects(namespace: str, **kwargs: Any) -> Any:
+            return self.kube.custom.list_namespaced_custom_object(KNATIVE_GROUP, KNATIVE_VERSION, namespace, plural,
+                                                                  **kwargs)
+
+        return list_objects
+
+    async def _await_service(self, ref: WorkloadRef, done: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any]:
+        """The Knative Service once `done(service)` holds, watched from a list (`KubeClient.wait_for`):
+        `TimeoutError`, or `LookupError` when it is deleted meanwhile."""
+        return await self.kube.wait_for(self._lister("services"), ref.namespace, knative_name(ref), done, timeout)
 
     def _check_admissible(self, spec: RevisionSpec) -> None:
         """Refuse, before anything is written, what Knative's webhook would refuse with the cluster's flags."""
@@ -324,12 +354,9 @@ class KnativeRuntime(WorkloadRuntime):
             raise LookupError(f"workload {ref.name} has no revision")
         desired = self._traffic(ref, traffic)
         await self._patch_service(ref, {"spec": {"traffic": desired}})
-        deadline = time.monotonic() + self.settle_seconds
-        while time.monotonic() < deadline:
-            service = await self._service(ref)
-            if service is None or _routed(desired, (service.get("status") or {}).get("traffic") or []):
-                return
-            await asyncio.sleep(self.poll_seconds)
+        with contextlib.suppress(TimeoutError, LookupError):  # not settled in time, or deleted: read as it is
+            await self._await_service(ref, lambda service: _routed(desired, (service.get("status") or {}).get("traffic") or []),
+                                      self.settle_seconds)
 
     # -- reading ------------------------------------------------------------------------------------
     async def status(self, ref: WorkloadRef) -> WorkloadStatus | None:
@@ -380,6 +407,10 @@ class KnativeRuntime(WorkloadRuntime):
             ready=_state(ready) == "ready", reason=ready.get("reason", ""), message=ready.get("message", ""))
 
     async def acquire(self, ref: WorkloadRef, *, timeout: float, tag: str | None = None) -> Endpoint:
+        """The address of a ready revision the traffic routes to (the tag's, with `tag`), waiting up to
+        `timeout` for one. The wait watches, never re-reads: while a revision the traffic names is
+        undecided (starting), that revision; once every one is decided, the Knative Service, whose status
+        changes when its route or a revision's readiness does."""
         deadline = time.monotonic() + timeout
         while True:
             service = await self._service(ref)
@@ -387,7 +418,8 @@ class KnativeRuntime(WorkloadRuntime):
                 raise LookupError(f"workload {ref.name} has no revision")
             if tag and not any(t.get("tag") == tag for t in service["spec"].get("traffic") or []):
                 raise LookupError(f"workload {ref.name} has no traffic tag {tag!r}")
-            current = self._status(ref, service, await self._revisions(ref))
+            revisions = await self._revisions(ref)
+            current = self._status(ref, service, revisions)
             ready = {r.name for r in current.revisions if r.ready}
             routes = [t for t in current.traffic if t.revision_name in ready and (t.tag == tag if tag else t.percent > 0)]
             if routes:
@@ -398,9 +430,16 @@ class KnativeRuntime(WorkloadRuntime):
 
                 return Endpoint(revision=best.revision_name or "", base_url=best.url if tag else current.url,
                                 release=release, transport=self.transport)
-            if time.monotonic() >= deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 raise NoCapacity(f"workload {ref.name} has no ready revision (waited {timeout:g} s)")
-            await asyncio.sleep(min(self.poll_seconds, max(0.0, deadline - time.monotonic())))
+            undecided = [name for name in _routed_revisions(service, tag) if _condition(next(
+                (r for r in revisions if r["metadata"]["name"] == name), {})).get("status") not in ("True", "False")]
+            if undecided:
+                await self._decided(ref.namespace, undecided[0], remaining)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await self._await_service(ref, partial(_changed, service), remaining)
 
     async def _pods_of(self, ref: WorkloadRef) -> list[dict[str, Any]]:
         return await self.kube.items(self.kube.core.list_namespaced_pod, ref.namespace,
