@@ -26,7 +26,7 @@ async def mcp_host(request, backend, tmp_path):
         async with kube_support.cluster() as cluster:
             builder = BuildKitJobBuilder(settings=cluster.settings, registry_host=kube_support.registry_host(),
                                        context_dir=kube_support.build_context_dir(tmp_path / "build-context"))
-            runtime = KnativeRuntime(settings=cluster.settings, poll_seconds=0.02, images=builder.resolve)
+            runtime = KnativeRuntime(settings=cluster.settings, images=builder.resolve)
             try:
                 yield KnativeMcpHost(builder, runtime, startup_timeout=60)
             finally:

@@ -53,7 +53,7 @@ async def kit(request, backend, tmp_path):
 
             kit = RuntimeKit(runtime=None, image_for=_memory_image)  # type: ignore[arg-type]
             transport = cluster.emulated.data_plane if cluster.emulated else None  # type: ignore[attr-defined]
-            kit.runtime = KnativeRuntime(settings=cluster.settings, images=kit.resolve, poll_seconds=0.02,
+            kit.runtime = KnativeRuntime(settings=cluster.settings, images=kit.resolve,
                                          transport=transport, history_dir=tmp_path / "history")
             try:
                 yield kit

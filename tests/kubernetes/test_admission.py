@@ -182,7 +182,7 @@ async def test_the_same_revision_applied_for_another_reason_is_the_same_revision
     from caiplatform.testing.kube_cluster import emulated_cluster
 
     with emulated_cluster() as cluster:
-        cluster_runtime = KnativeRuntime(settings=cluster.settings, poll_seconds=0.02)
+        cluster_runtime = KnativeRuntime(settings=cluster.settings)
         follower = spec_for("fn", labels={"cai.dev/agent": "fn", "cai.dev/reason": "replica"})
         await cluster_runtime.apply(follower)
         roller = spec_for("fn", labels={"cai.dev/agent": "fn", "cai.dev/reason": "deploy"})

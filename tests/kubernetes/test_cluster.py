@@ -84,7 +84,7 @@ def cluster():
 async def test_one_project_on_a_cluster(cluster, tmp_path: Path):
     settings = cluster.settings
     projects = KubernetesProjectProvisioner(settings=settings)
-    runtime = KnativeRuntime(settings=settings, poll_seconds=0.02)
+    runtime = KnativeRuntime(settings=settings)
     stores = ValkeyStatefulSetProvisioner(settings=settings)
     builder = BuildKitJobBuilder(settings=settings, context_dir=tmp_path / "ctx")
     project_id = str(uuid.uuid4())
@@ -257,7 +257,7 @@ async def test_log_history_outlives_the_pods(cluster, tmp_path: Path):
     it scaled to zero) its lines still come from the history, also for a runtime started afresh on the
     same directory (which stores nothing twice); deleting the workload drops its history."""
     history = tmp_path / "history"
-    runtime = KnativeRuntime(settings=cluster.settings, poll_seconds=0.02, history_dir=history, log_poll_seconds=0.02)
+    runtime = KnativeRuntime(settings=cluster.settings, history_dir=history, log_poll_seconds=0.02)
     await runtime.start()
     project_id = str(uuid.uuid4())
     ref = WorkloadRef(project_id, project_id[:8], "talker")
@@ -282,7 +282,7 @@ async def test_log_history_outlives_the_pods(cluster, tmp_path: Path):
     assert [h.message for h in await runtime.log_history(ref, since=lines[1].ts)] == ["serving", "still serving", "second"]
     await runtime.close()
 
-    again = KnativeRuntime(settings=cluster.settings, poll_seconds=0.02, history_dir=history)
+    again = KnativeRuntime(settings=cluster.settings, history_dir=history)
     assert await again.collect_logs() == 0  # the live pod's lines are stored already
     assert [h.message for h in await again.log_history(ref)] == ["started", "serving", "still serving", "second"]
     assert len((history / f"{ref.key}.jsonl").read_text().splitlines()) == 4

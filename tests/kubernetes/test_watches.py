@@ -171,6 +171,38 @@ async def test_a_replaced_build_jobs_deletion_is_awaited_by_a_watch(cluster, tmp
     audit(cluster.emulator, cluster.calls(), ROLE)
 
 
+async def test_a_deleted_workloads_revisions_going_is_awaited_by_a_watch(cluster):
+    runtime = KnativeRuntime(settings=cluster.settings, settle_seconds=30)
+    project_id = str(uuid.uuid4())
+    ref = WorkloadRef(project_id, project_id[:8], "fn")
+    await runtime.apply(RevisionSpec(ref, "fn-00001", 1, image(1)))
+
+    def revisions() -> list:
+        return [o for _, n, o in live(cluster.emulator, "revisions", KNATIVE) if n == "fn-00001"]
+
+    await until(revisions)  # the controller double makes it
+    (revision,) = revisions()
+    # A finalizer holds the revision after the garbage collector's delete: the runtime's delete waits for it
+    # to go (so that usage read right after no longer counts it).
+    revision.patch({"metadata": {"finalizers": ["test.caiplatform.dev/hold"]}})
+    since = len(list(cluster.emulator))
+    deleting = asyncio.ensure_future(runtime.delete(ref))
+    try:
+        await until(lambda: requests_for(cluster, "revisions", KNATIVE, "fn-00001", watching=True, since=since)
+                    and revision.raw["metadata"].get("deletionTimestamp"))
+        await asyncio.sleep(0.5)  # long enough for a poll every 0.1 s to show: what is counted is what it read
+        reads_while_going = len(requests_for(cluster, "revisions", KNATIVE, "fn-00001", watching=False, since=since))
+        assert not deleting.done()
+        revision.patch({"metadata": {"finalizers": None}})  # its owner is done: the collector removes it
+        await asyncio.wait_for(deleting, 20)
+    finally:
+        await cancelled(deleting)
+    # The list of the workload's revisions and the list the watch starts from: no read every 0.1 s.
+    assert reads_while_going <= 2, reads_while_going
+    await runtime.close()
+    audit(cluster.emulator, cluster.calls(), ROLE)
+
+
 def test_the_mcp_host_takes_no_polling_interval():
     """It waits for a revision through the runtime's watch (`KnativeRuntime.settled`): no interval to set."""
     assert "poll_seconds" not in inspect.signature(KnativeMcpHost.__init__).parameters

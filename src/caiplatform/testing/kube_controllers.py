@@ -77,6 +77,14 @@ class ControllerDouble:
         revisions = live(self.k, "revisions", "serving.knative.dev")
         for ns, name, obj in revisions:  # the garbage collector: a revision goes with its service
             if (ns, obj.raw["metadata"]["labels"]["serving.knative.dev/service"]) not in services:
+                meta = obj.raw["metadata"]
+                if meta.get("finalizers"):
+                    # The collector deletes through the API, which keeps an object with finalizers, marked,
+                    # until they are removed (apiserver's graceful deletion; kubernetes'
+                    # staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go, deletionFinalizersForGarbageCollection).
+                    if not meta.get("deletionTimestamp"):
+                        obj.patch({"metadata": {"deletionTimestamp": now()}})
+                    continue
                 obj.delete()
                 for plural, group in (("deployments", "apps"), ("services", ""), ("pods", "")):
                     self._reap(plural, group, ns, "serving.knative.dev/revision", name)

@@ -196,13 +196,12 @@ class KnativeRuntime(WorkloadRuntime):
 
     def __init__(self, kube: KubeClient | None = None, *, settings: ClusterSettings | None = None,
                  images: Callable[[str], Awaitable[Image | None]] | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None, poll_seconds: float = 0.1,
+                 transport: httpx.AsyncBaseTransport | None = None,
                  settle_seconds: float = 10.0, history_dir: str | Path | None = None,
                  log_retention: timedelta | str = DEFAULT_LOG_RETENTION, log_poll_seconds: float = 10.0, **_: object):
         self.kube = kube or KubeClient(settings)
         self.images = images
         self.transport = transport  # None: the cluster's own network (the platform runs in the cluster)
-        self.poll_seconds = poll_seconds
         self.settle_seconds = settle_seconds
         self._pods: dict[tuple[str, str], int] = {}  # the last observed instance count, for `logs`
         # Log history (see the module doc): None keeps none beyond what the pods hold.
@@ -603,10 +602,16 @@ class KnativeRuntime(WorkloadRuntime):
                 self._stored.pop(ref.key, None)
                 self._history_path(ref.key).unlink(missing_ok=True)
         # The cluster's garbage collector removes revisions and their pods after the Service: wait (a few
-        # seconds at most) so that usage read right after no longer counts them.
+        # seconds at most) so that usage read right after no longer counts them, on a watch of each.
         deadline = time.monotonic() + self.settle_seconds
-        while time.monotonic() < deadline and (await self._revisions(ref) or await self._pods_of(ref)):
-            await asyncio.sleep(self.poll_seconds)
+        going = [(self._lister("revisions"), r["metadata"]["name"]) for r in await self._revisions(ref)]
+        going += [(self.kube.core.list_namespaced_pod, p["metadata"]["name"]) for p in await self._pods_of(ref)]
+        for lister, name in going:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await self.kube.wait_gone(lister, ref.namespace, name, remaining)
 
     async def usage(self, namespace: str) -> dict[str, int]:
         """The ResourceQuota's `status.used` (the cluster's own count). A resource the quota does not
