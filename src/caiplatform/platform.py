@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from caiplatform.clock import Clock
 from caiplatform.db import Database
 from caiplatform.errors import InternalError
+from caiplatform.metrics import Metrics
 from caiplatform.pagination import Pager
 from caiplatform.ratelimit import TokenBucketLimiter
 from caiplatform.registry import Registry, default_registry
@@ -31,6 +32,7 @@ from caiplatform.secret_box import SecretBox
 from caiplatform.services.access import Access
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.auth import AuthService
+from caiplatform.services.observability import ObservabilityService
 from caiplatform.settings import Settings
 
 if TYPE_CHECKING:
@@ -86,6 +88,7 @@ class Platform:
         db.secret_box = self.secret_box  # the agents area seals and opens agents' secrets with it
         self.pager = Pager(session_key + b"/page-token")
         self._closers: list[Any] = []
+        self.metrics = Metrics()  # this platform's own registry (never the process-wide default)
         self.rate_limiter, throttles = self._build_limits()
         self.access = Access(db, self.clock)
         self.audit = AuditLog(self.clock)
@@ -93,6 +96,7 @@ class Platform:
                                 throttles=throttles)
         self.components: dict[str, Any] = {}
         self.hosts = HostRouter(settings.apps_domain)
+        self.observability = ObservabilityService(self.metrics, self.access, settings)
         self._build_services()
         self._started = False
         self.secrets = self._build_secrets()

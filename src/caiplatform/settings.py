@@ -80,6 +80,10 @@ class Settings(BaseSettings):
     base_url: str | None = Field(None, validation_alias=_env("CAI_BASE_URL"))
     registry_host: str = Field("registry.local", validation_alias=_env("CAI_REGISTRY_HOST"))
     apps_domain: str = Field("apps.localhost", validation_alias=_env("CAI_APPS_DOMAIN"))
+    # GET /metrics without a credential on a non-loopback bind (docs/observability.md).
+    metrics_public: bool = Field(False, validation_alias=_env("CAI_METRICS_PUBLIC"))
+    # The address `caiplatform serve` listens on (set by it, from --host); unknown in process.
+    bind_host: str | None = Field(None, validation_alias=_env("CAI_BIND_HOST"))
 
     # Operator settings named by the specification.
     ratelimit_rps: float = Field(100.0, validation_alias=_env("RATELIMIT_RPS"))

@@ -11,6 +11,7 @@ import importlib
 import logging
 import random
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -18,12 +19,14 @@ from typing import Any, cast
 import httpx
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive, Scope, Send
 
 from caiplatform.db.database import DATABASE_UNAVAILABLE_MESSAGE, is_database_unavailable
-from caiplatform.errors import PlatformError, RateLimited
+from caiplatform.errors import MethodNotAllowed, PlatformError, RateLimited
+from caiplatform.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from caiplatform.metrics import route_template
 from caiplatform.models.health import Liveness, PlatformHealth
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
@@ -44,7 +47,9 @@ ALL_APIS = ("core", "serverless", "pubsub", "memorystore", "vectordb")
 HealthFn = Callable[[Platform], Awaitable[tuple[int, dict[str, Any]]]]
 
 # Paths that are never rate limited and never need a credential.
-UNMETERED_PATHS = {"/healthz", "/livez", "/openapi.json", "/docs"}
+UNMETERED_PATHS = {"/healthz", "/livez", "/openapi.json", "/docs", "/metrics"}
+# Prometheus' scrape (docs/observability.md): an extension beside /healthz, outside /v1 and the API document.
+METRICS_PATH = "/metrics"
 DOCS_ASSETS = "/docs/assets/"
 # The messaging API has no rate limit in document 3 (no 429 in its error table, none in its limits): a
 # signed-in caller publishes, pulls and acknowledges unmetered; anonymous callers stay metered per IP.
@@ -108,6 +113,32 @@ class ConventionsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        status = 0
+
+        async def counted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        began = time.perf_counter()
+        try:
+            await self._serve(scope, receive, counted)
+        finally:
+            # The route's template (set by whichever router answered), never the raw path.
+            state = scope.get("state") or {}
+            route = state.get("metrics_route") or route_template(scope)
+            self.platform.metrics.observe_http(scope["method"], route, status, time.perf_counter() - began)
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send, principal: Principal) -> None:
+        """GET /metrics: the service decides who may read it (`ObservabilityService.scrape`)."""
+        scope["state"]["metrics_route"] = METRICS_PATH
+        if scope["method"] != "GET":
+            raise MethodNotAllowed("method not allowed")
+        body = await self.platform.observability.scrape(principal)
+        await Response(body, media_type=METRICS_CONTENT_TYPE)(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         # One pass over the headers: the last x-request-id and host win (as a dict of them would), the
         # first authorization (as the credential).
         incoming_raw = host_raw = b""
@@ -142,14 +173,17 @@ class ConventionsMiddleware:
         host = host_raw.decode("latin-1")
         if host and self.platform.hosts.is_apps_host(host):
             # A published workload's own address: its routes, its auth mode; never the platform API.
+            state["metrics_route"] = "<apps>"
             await proxy(self.platform.hosts, self._proxy_client(), scope, receive, send, request_id)
             return
         if is_relay_path(scope["path"]):
             # Workloads' secret reads (their read token, for the store; docs/decisions/sandbox.md).
+            state["metrics_route"] = "<secret-relay>"
             await relay(self.platform.secret_store_address(), self._proxy_client(), scope, receive, send, request_id)
             return
         if scope["path"].startswith(MCP_ROUTE_PREFIX):
             # A hosted MCP server through the platform's own route (its bearer token is the server's to check).
+            state["metrics_route"] = "<mcp>"
             await self._mcp_route(scope, receive, send, request_id)
             return
 
@@ -182,7 +216,12 @@ class ConventionsMiddleware:
                 await response(scope, receive, send_with_id)
                 return
         try:
-            if found is not None:
+            if scope["path"] == METRICS_PATH:
+                try:
+                    await self._metrics(scope, receive, send_with_id, principal)
+                except PlatformError as exc:
+                    await error_response(exc.status, exc.message, request_id, exc.headers)(scope, receive, send_with_id)
+            elif found is not None:
                 await self.routes.call(found, scope, receive, send_with_id)
             else:
                 await self.app(scope, receive, send_with_id)

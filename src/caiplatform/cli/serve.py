@@ -35,6 +35,7 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
     updates: dict[str, object] = {}
     if args.data_dir:
         updates["data_dir"] = Path(args.data_dir)
+    updates["bind_host"] = args.host  # who may read /metrics anonymously (docs/observability.md)
     if not settings.base_url:
         updates["base_url"] = f"http://{args.host}:{args.port}"
     if model is not None:

@@ -1,0 +1,109 @@
+"""Every Prometheus metric the platform exports at `GET /metrics`, defined once (docs/observability.md).
+
+One `Metrics` per `Platform`, each with its own `CollectorRegistry` (never the process-wide default): tests
+build many platforms in one process, and each counts only its own. Recording is a prometheus-client
+increment or observation (microseconds, its own lock, no I/O).
+
+Labels are bounded: a route's template (never the raw path), a project and an agent name, an outcome, a
+status class; never a session, user or request id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+UNMATCHED = "<unmatched>"
+
+# Requests are mostly milliseconds; invokes and starts run to minutes; builds to many minutes.
+HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+INVOKE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+BUILD_BUCKETS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
+
+
+def status_class(status: int) -> str:
+    return f"{status // 100}xx" if 100 <= status < 600 else "none"
+
+
+class _InstancesCollector(Collector):
+    """`cai_agent_instances{project,agent}`, read from the runtime at scrape time (a callable set later)."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Iterable[tuple[str, str, int]]] | None = None
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily("cai_agent_instances", "Running instances of an agent on this replica's runtime",
+                                   labels=["project", "agent"])
+        if self.source is not None:
+            try:
+                for project, agent, count in self.source():
+                    family.add_metric([project, agent], count)
+            except Exception:  # noqa: BLE001 - a scrape never fails on a runtime's count
+                pass
+        yield family
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.http_requests = Counter("cai_http_requests", "HTTP requests answered, by route template",
+                                     ["method", "route", "status_class"], registry=r)
+        self.http_duration = Histogram("cai_http_request_duration_seconds", "Time to answer an HTTP request",
+                                       ["method", "route"], buckets=HTTP_BUCKETS, registry=r)
+        self.agent_invokes = Counter("cai_agent_invokes", "Agent invocations, by outcome (ok or error)",
+                                     ["project", "agent", "outcome"], registry=r)
+        self.agent_invoke_duration = Histogram("cai_agent_invoke_duration_seconds", "Time of an agent invocation",
+                                               ["project", "agent"], buckets=INVOKE_BUCKETS, registry=r)
+        self.cold_starts = Counter("cai_agent_cold_starts", "Instances the runtime started for an agent",
+                                   ["project", "agent"], registry=r)
+        self.instance_start_duration = Histogram("cai_instance_start_duration_seconds",
+                                                 "Time for the runtime to start an instance",
+                                                 buckets=INVOKE_BUCKETS, registry=r)
+        self.builds = Counter("cai_builds", "Builds finished, by outcome", ["outcome"], registry=r)
+        self.build_duration = Histogram("cai_build_duration_seconds", "Time of a build, start to finish",
+                                        buckets=BUILD_BUCKETS, registry=r)
+        self.messages_published = Counter("cai_messages_published", "Messages published to a topic",
+                                          ["project", "topic"], registry=r)
+        self.push_deliveries = Counter("cai_push_deliveries", "Push deliveries attempted, by outcome",
+                                       ["outcome"], registry=r)
+        self.dead_letters = Counter("cai_messages_dead_lettered", "Messages forwarded to a dead-letter topic",
+                                    registry=r)
+        self._instances = _InstancesCollector()
+        r.register(self._instances)
+
+    def instances_from(self, source: Callable[[], Iterable[tuple[str, str, int]]]) -> None:
+        """Where `cai_agent_instances` is read at scrape time: (project, agent, count) rows."""
+        self._instances.source = source
+
+    def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.http_requests.labels(method, route, status_class(status)).inc()
+        self.http_duration.labels(method, route).observe(seconds)
+
+    def observe_invoke(self, project: str, agent: str, ok: bool, seconds: float) -> None:
+        self.agent_invokes.labels(project, agent, "ok" if ok else "error").inc()
+        self.agent_invoke_duration.labels(project, agent).observe(seconds)
+
+    def observe_start(self, project: str, agent: str, seconds: float) -> None:
+        self.cold_starts.labels(project, agent).inc()
+        self.instance_start_duration.observe(seconds)
+
+    def observe_build(self, outcome: str, seconds: float | None) -> None:
+        self.builds.labels(outcome).inc()
+        if seconds is not None and seconds >= 0:
+            self.build_duration.observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def route_template(scope: dict[str, Any]) -> str:
+    """The template of the route that answered (`/v1/agents/{name}/invoke`), or `<unmatched>`."""
+    route = scope.get("route")
+    template = getattr(route, "path_format", None) or getattr(route, "path", None)
+    return template if isinstance(template, str) and template else UNMATCHED
