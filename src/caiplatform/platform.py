@@ -611,7 +611,7 @@ class Platform:
         embedder = Embedder(getattr(self.settings, "embed_base_url", None), getattr(self.settings, "model_api_key", None))
         # The agents area's service is the directory (`self.agents`, once that area is merged in).
         service = InvokeService(self.settings, memory=VectorMemory(lambda: self.vector_engine, embedder),
-                                wiring=lambda: (getattr(self, "agents", None), self.runtime))
+                                wiring=lambda: (getattr(self, "agents", None), self.runtime), metrics=self.metrics)
         self._closers.append(service.aclose)
         return service
 
@@ -666,6 +666,7 @@ class Platform:
             forget_memory=lambda target: self.invoke.forget_agent(target),
             public_upstream=lambda target: self.invoke.public_upstream(target),
             authenticate=self.auth.authenticate, quota=self.service_quota, session_access=self._session_access(),
+            metrics=self.metrics,
         )
 
     def _session_access(self) -> Any:
@@ -730,6 +731,9 @@ class Platform:
             runtime = self.registry.load("runtime", "local")(
                 self.data_dir, supervisor=self.supervisor(), sandbox=self.sandbox, **common)
         self._closers.append(runtime.close)  # after the supervisor's, so it runs before it on aclose()
+        observe_with = getattr(runtime, "observe_with", None)  # the instance runtimes (not Kubernetes)
+        if observe_with is not None:
+            observe_with(self.metrics)
         return runtime
 
     @cached_property

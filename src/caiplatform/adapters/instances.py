@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from caiplatform.metrics import Metrics
 from caiplatform.ports.builder import Image
 from caiplatform.ports.runtime import (
     DEFAULT_CONTAINER_CONCURRENCY,
@@ -402,11 +403,31 @@ class InstanceRuntime(WorkloadRuntime):
             await self._notify()
         instance.last_used = time.monotonic()
 
+    #: The platform's Prometheus metrics (`observe_with`); not `metrics`, the port's per-workload view.
+    observed: Metrics | None = None
+
+    def observe_with(self, metrics: Metrics) -> None:
+        """Count starts into `metrics` and let it read `cai_agent_instances` from here at scrape time."""
+        self.observed = metrics
+        metrics.instances_from(self._instance_counts)
+
+    def _instance_counts(self) -> list[tuple[str, str, int]]:
+        """(project, workload, live instances) for every workload with one: a walk of dicts in memory."""
+        rows = []
+        for workload in list(self._workloads.values()):
+            count = sum(len(r.instances) for r in list(workload.revisions.values()))
+            if count:
+                rows.append((workload.ref.project_short, workload.ref.name, count))
+        return rows
+
     async def _start(self, workload: Workload, revision: Revision, timeout: float) -> Instance:
         """Start an instance (the caller counted it in `revision.starting`); update readiness either way."""
+        began = time.monotonic()
         try:
             image = await self._resolve_image(revision.spec.image)
             instance = await self._start_instance(workload, revision, image, timeout)
+            if self.observed is not None:
+                self.observed.observe_start(workload.ref.project_short, workload.ref.name, time.monotonic() - began)
         except Exception as exc:  # noqa: BLE001 - any failure to start is the revision's reason
             failure = exc if isinstance(exc, InstanceStartError) else InstanceStartError(
                 "ContainerFailed", f"{type(exc).__name__}: {exc}")

@@ -40,6 +40,7 @@ from caiplatform.errors import (
     Unauthenticated,
     Unavailable,
 )
+from caiplatform.metrics import Metrics
 from caiplatform.models.base import ResponseModel
 from caiplatform.models.invoke import (
     STREAM_EVENT,
@@ -223,7 +224,8 @@ UPSTREAM_ERRORS = (httpx.HTTPError, harness_http.UpstreamError)
 class InvokeService:
     def __init__(self, settings: Any, *, directory: AgentDirectory | None = None,
                  runtime: WorkloadRuntime | None = None, memory: AgentMemory | None = None,
-                 wiring: Callable[[], tuple[AgentDirectory | None, WorkloadRuntime | None]] | None = None):
+                 wiring: Callable[[], tuple[AgentDirectory | None, WorkloadRuntime | None]] | None = None,
+                 metrics: Metrics | None = None):
         """`wiring` (the platform's) names the directory and runtime on first use, for whatever
         `attach` has not set."""
         self.settings = settings
@@ -231,6 +233,7 @@ class InvokeService:
         self.runtime = runtime
         self.memory = memory
         self._wiring = wiring
+        self.prometheus = metrics or Metrics()
         self._client: httpx.AsyncClient | None = None
         self._harness: harness_http.HarnessClient | None = None
 
@@ -443,14 +446,23 @@ class InvokeService:
         """POST /v1/agents/{name}/invoke: one message, one reply (a function's own return value)."""
         deadline = time.monotonic() + self.timeout
         prepared = prepared or await self.prepare(principal, name, project, raw, prefetched=prefetched)
-        status, content, headers = await self._exchange(
-            prepared.target, "POST", "/invoke", deadline=deadline, content=prepared.body,
-            headers=self._turn_headers(prepared))
-        if status != 200:
-            self._raise_upstream(prepared.target, status, content)
-        if prepared.memorize:
-            await self._memorize(prepared.target, prepared.ids.session_id, deadline)
+        began, ok = time.monotonic(), False
+        try:
+            status, content, headers = await self._exchange(
+                prepared.target, "POST", "/invoke", deadline=deadline, content=prepared.body,
+                headers=self._turn_headers(prepared))
+            if status != 200:
+                self._raise_upstream(prepared.target, status, content)
+            if prepared.memorize:
+                await self._memorize(prepared.target, prepared.ids.session_id, deadline)
+            ok = True
+        finally:
+            self._observe(prepared.target, ok, began)
         return Reply(200, content, prepared.id_headers, headers.get("content-type", "application/json"))
+
+    def _observe(self, target: InvokeTarget, ok: bool, began: float) -> None:
+        """`cai_agent_invokes_total` and its duration: one invocation the agent was reached for (or not)."""
+        self.prometheus.observe_invoke(target.project_short, target.agent, ok, time.monotonic() - began)
 
     async def stream(self, principal: Principal, name: str, project: str | None, raw: bytes | InvokeRequest, *,
                      prepared: Prepared | None = None, prefetched: Prefetched | None = None) -> TurnStream:
@@ -459,15 +471,22 @@ class InvokeService:
         deadline = time.monotonic() + self.timeout
         prepared = prepared or await self.prepare(principal, name, project, raw, prefetched=prefetched)
         target = prepared.target
-        endpoint = await self._acquire(target, deadline)
+        began = time.monotonic()
+        try:
+            endpoint = await self._acquire(target, deadline)
+        except BaseException:
+            self._observe(target, False, began)
+            raise
         response: Upstream | None = None
         finished = False
+        failed = True  # until the stream ends without an error line
 
         async def finish() -> None:
             nonlocal finished
             if finished:
                 return
             finished = True
+            self._observe(target, not failed, began)
             try:
                 if response is not None:
                     await response.aclose()
@@ -494,6 +513,7 @@ class InvokeService:
         upstream = response
 
         async def lines() -> AsyncGenerator[bytes, None]:
+            nonlocal failed
             size = 0
             at_line_start = True
             chunks = upstream.chunks().__aiter__()
@@ -528,8 +548,11 @@ class InvokeService:
                 elif prepared.memorize:
                     try:
                         await self._memorize(target, prepared.ids.session_id, deadline)
+                        failed = False
                     except PlatformError as exc:
                         yield (json.dumps({"type": "error", "message": exc.message}) + "\n").encode()
+                else:
+                    failed = False
             finally:
                 await finish()
 

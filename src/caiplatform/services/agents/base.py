@@ -21,6 +21,7 @@ from caiplatform.db.models import Project
 from caiplatform.db.models.agents import Agent
 from caiplatform.db.prefetch import Prefetched, Then
 from caiplatform.errors import Conflict, Forbidden, NotFound
+from caiplatform.metrics import Metrics
 from caiplatform.models.agents import AgentView
 from caiplatform.pagination import Pager
 from caiplatform.ports.agent_secrets import AgentRef
@@ -80,6 +81,7 @@ class AgentBase:
         authenticate: Callable[[str], Awaitable[Principal]] | None = None,
         quota: ServiceQuota | None = None,
         session_access: Any = None,
+        metrics: Metrics | None = None,
     ):
         self.db = db
         self.access = access
@@ -102,6 +104,8 @@ class AgentBase:
         # Server mode: each agent's own Valkey user for its sessions (`adapters/redis/session_access.py`);
         # None: sessions are in a file of the agent's own, or in memory.
         self.session_access = session_access
+        # cai_builds_total and cai_build_duration_seconds (the platform's registry; a private one alone).
+        self.prometheus = metrics or Metrics()
         self._tasks: dict[str, set[asyncio.Task[Any]]] = {}
         self._roll_locks: dict[str, asyncio.Lock] = {}
         # The project services quota, shared with the serverless area (the platform passes one object).

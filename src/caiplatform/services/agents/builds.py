@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import tempfile
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -251,8 +252,12 @@ class AgentBuilds(AgentRollout):
         for path, content in files.items():
             session.add(AgentFile(agent_id=agent_id, path=path, content=content, size=len(content), updated_at=now))
 
-    async def _finish_build(self, agent_id: str, build_id: str, *, ok: bool, message: str = "", image: str = "") -> bool:
-        """Record a build's end and release the claim; False when the claim is no longer ours."""
+    async def _finish_build(self, agent_id: str, build_id: str, *, ok: bool, message: str = "", image: str = "",
+                            began: float | None = None) -> bool:
+        """Record a build's end and release the claim; False when the claim is no longer ours. `began`:
+        when this replica started building (`time.monotonic()`), for cai_build_duration_seconds."""
+        self.prometheus.observe_build("succeeded" if ok else "failed",
+                                   None if began is None else time.monotonic() - began)
         now = self.clock.now()
         message = without_paths(message)  # build output names the server's build directories
 
@@ -301,6 +306,7 @@ class AgentBuilds(AgentRollout):
         record = await self._record_by_id(agent_id)
         if record is None:
             return False
+        began = time.monotonic()
         writer = BuildLogWriter(self.db, build_id)
         try:
             try:
@@ -315,13 +321,13 @@ class AgentBuilds(AgentRollout):
         except asyncio.CancelledError:
             raise
         except (BuildError, PlatformError) as exc:
-            await self._finish_build(agent_id, build_id, ok=False, message=exc.message)
+            await self._finish_build(agent_id, build_id, ok=False, message=exc.message, began=began)
             return False
         except Exception as exc:  # noqa: BLE001 - any failure is the build's failure, shown in `message`
             log.exception("build of %s failed", record.name)
-            await self._finish_build(agent_id, build_id, ok=False, message=f"build failed: {exc}")
+            await self._finish_build(agent_id, build_id, ok=False, message=f"build failed: {exc}", began=began)
             return False
-        return await self._finish_build(agent_id, build_id, ok=True, image=image.reference)
+        return await self._finish_build(agent_id, build_id, ok=True, image=image.reference, began=began)
 
 
 #: how much of a build's log is kept (a tenant's build step writes what it likes); past it one line says so
