@@ -10,7 +10,7 @@ status class; never a session, user or request id.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -70,10 +70,9 @@ class Metrics:
                                         buckets=BUILD_BUCKETS, registry=r)
         self.messages_published = Counter("cai_messages_published", "Messages published to a topic",
                                           ["project", "topic"], registry=r)
-        self.push_deliveries = Counter("cai_push_deliveries", "Push deliveries attempted, by outcome",
-                                       ["outcome"], registry=r)
-        self.dead_letters = Counter("cai_messages_dead_lettered", "Messages forwarded to a dead-letter topic",
-                                    registry=r)
+        self.push_deliveries = Counter(
+            "cai_push_deliveries", "Push delivery attempts, by outcome (acked, retry, dead_lettered, dropped)",
+            ["project", "topic", "outcome"], registry=r)
         self._instances = _InstancesCollector()
         r.register(self._instances)
 
@@ -98,11 +97,18 @@ class Metrics:
         if seconds is not None and seconds >= 0:
             self.build_duration.observe(seconds)
 
+    def observe_published(self, project: str, topic: str, count: int) -> None:
+        if count:
+            self.messages_published.labels(project, topic).inc(count)
+
+    def observe_push(self, project: str, topic: str, outcome: str) -> None:
+        self.push_deliveries.labels(project, topic, outcome.replace("-", "_")).inc()
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
 
-def route_template(scope: dict[str, Any]) -> str:
+def route_template(scope: Mapping[str, Any]) -> str:
     """The template of the route that answered (`/v1/agents/{name}/invoke`), or `<unmatched>`."""
     route = scope.get("route")
     template = getattr(route, "path_format", None) or getattr(route, "path", None)

@@ -876,6 +876,7 @@ class Platform:
             checks={"database": database, "session-key": session_key},
             budget_bytes=self.settings.pubsub_budget_bytes,
             credentials=credential_issuer(NatsProjectAuth(self.session_key), broker.address, EXTERNAL_NOTE),
+            metrics=self.metrics,
         )
         self._closers.append(lambda: service.broker.close())
         return service

@@ -15,6 +15,7 @@ import json
 import pytest
 import uvicorn
 from cloudevents.v1.http import from_http
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -217,6 +218,17 @@ async def test_backoff_then_dead_letter(api, receiver, clock, watch):
     clock.advance(120)
     await watch.nothing_due()
     assert len(receiver.requests) == 3, "a parked message is not delivered again"
+    # /metrics: each attempt by outcome; the parked copy counts as published to the dead-letter topic
+    scrape = (await c.get("/metrics", headers={"Authorization": "Bearer automation-token-for-tests"})).text
+    counts = {(s.name, tuple(sorted(s.labels.items()))): s.value
+              for family in text_string_to_metric_families(scrape) for s in family.samples}
+    for labels, expected in [({"topic": "events", "outcome": "retry"}, 2),
+                             ({"topic": "events", "outcome": "dead_lettered"}, 1)]:
+        key = ("cai_push_deliveries_total", tuple(sorted({"project": api.short, **labels}.items())))
+        assert counts.get(key) == expected, labels
+    for topic in ("events", "parked"):
+        key = ("cai_messages_published_total", tuple(sorted({"project": api.short, "topic": topic}.items())))
+        assert counts.get(key) == 1, topic
 
 
 async def test_redirect_is_not_followed_and_drop_without_dead_letter(api, receiver, clock, watch):

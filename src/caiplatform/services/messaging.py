@@ -30,6 +30,7 @@ from caiplatform.db.prepared import PreparedRead
 from caiplatform.domain import messaging as m
 from caiplatform.domain.messaging import Subscription, Topic, TopicCounters
 from caiplatform.errors import BadRequest, Conflict, InternalError, NotFound, Unavailable
+from caiplatform.metrics import Metrics
 from caiplatform.models import messaging as views
 from caiplatform.models.messaging import (
     AcknowledgeRequest,
@@ -196,6 +197,7 @@ class TopicService:
         budget_bytes: int = m.DEFAULT_BUDGET_BYTES,
         credentials: CredentialIssuer | None = None,
         checks: Mapping[str, HealthCheck] | None = None,
+        metrics: Metrics | None = None,
     ):
         self.db = db
         self.access = access
@@ -206,6 +208,8 @@ class TopicService:
         self.budget_bytes = budget_bytes
         self.credentials_issuer = credentials
         self._checks = dict(checks or {})
+        # cai_messages_published_total and the push worker's cai_push_deliveries_total (docs/observability.md)
+        self.prometheus = metrics or Metrics()
         self._counters: dict[tuple[str, str], TopicCounters] = {}
         # Called (awaited, in the request) after subscriptions change: the push worker re-reads them.
         self.on_subscriptions_changed: list[Callable[[], Awaitable[None]]] = []
@@ -613,6 +617,7 @@ class TopicService:
         except PublishFailed as failed:
             done = failed.sequences
             counters.published += len(done)
+            self.prometheus.observe_published(topic.project_short, topic.name, len(done))
             counters.published_bytes += sum(len(msg.data) for msg in messages[: len(done)])
             if not done:
                 if isinstance(failed.cause, StreamFull):
@@ -625,6 +630,7 @@ class TopicService:
             raise broker_failure("publish", exc) from exc
         counters.published += len(sequences)
         counters.published_bytes += sum(len(msg.data) for msg in messages)
+        self.prometheus.observe_published(topic.project_short, topic.name, len(sequences))
         return 200, views.PublishResult(message_ids=[m.message_id(seq) for seq in sequences])
 
     # ------------------------------------------------------------------------------------ subscriptions

@@ -212,7 +212,8 @@ class PushWorker:
         """`handle`, with a failure of its own (not the endpoint's) logged: the message is left to come
         back after the ack deadline, and the loop goes on."""
         try:
-            await self.handle(sub, dead, delivery)
+            outcome = await self.handle(sub, dead, delivery)
+            self.topics.prometheus.observe_push(sub.project_short, sub.topic, outcome)
         except Exception:  # noqa: BLE001 - never end the subscription's delivery loop
             log.exception("push: delivering %s of %s/%s failed", m.message_id(delivery.sequence), sub.topic, sub.name)
 
