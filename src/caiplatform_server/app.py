@@ -26,7 +26,7 @@ from starlette.types import Message, Receive, Scope, Send
 from caiplatform.db.database import DATABASE_UNAVAILABLE_MESSAGE, is_database_unavailable
 from caiplatform.errors import MethodNotAllowed, PlatformError, RateLimited
 from caiplatform.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from caiplatform.metrics import route_template
+from caiplatform.metrics import UNMATCHED, route_template
 from caiplatform.models.health import Liveness, PlatformHealth
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
@@ -128,6 +128,8 @@ class ConventionsMiddleware:
             # The route's template (set by whichever router answered), never the raw path.
             state = scope.get("state") or {}
             route = state.get("metrics_route") or route_template(scope)
+            if route == UNMATCHED and scope["path"].startswith(DOCS_ASSETS):  # a mount: no route of its own
+                route = DOCS_ASSETS + "{path}"
             self.platform.metrics.observe_http(scope["method"], route, status, time.perf_counter() - began)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send, principal: Principal) -> None:

@@ -47,6 +47,7 @@ async def test_http_requests_are_counted_by_route_template(client, admin_headers
         assert r.status_code == 200, r.text
     assert (await client.get("/v1/no-such-thing/abc123")).status_code == 404
     assert (await client.get("/v1/auth/me")).status_code == 401
+    assert (await client.get("/docs/assets/swagger-ui.css")).status_code == 200  # a mounted directory
 
     r = await client.get("/metrics", headers=admin_headers)
     assert r.status_code == 200, r.text
@@ -57,6 +58,7 @@ async def test_http_requests_are_counted_by_route_template(client, admin_headers
     assert value(scrape, "cai_http_requests_total", method="GET", route="/v1/projects/{project_id}/topics",
                  status_class="2xx") == 2
     assert value(scrape, "cai_http_requests_total", method="GET", route="<unmatched>", status_class="4xx") == 1
+    assert value(scrape, "cai_http_requests_total", method="GET", route="/docs/assets/{path}", status_class="2xx") == 1
     assert value(scrape, "cai_http_request_duration_seconds_count", method="GET",
                  route="/v1/projects/{project_id}/topics") == 2
     # no raw path, no id of a user, project, session or request anywhere in the labels
