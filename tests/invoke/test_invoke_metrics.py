@@ -1,13 +1,10 @@
-"""cai_agent_invokes_total and its duration for buffered and streamed invokes, ok and error."""
+"""cai_agent_invokes_total and its duration for buffered and streamed invokes (errors: tests/agents/test_agents_metrics.py)."""
 
 from __future__ import annotations
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from caiplatform.testing.example_agents import LANGGRAPH_WEATHER, WEATHER_SCRIPT
-
-pytestmark = pytest.mark.unit
 
 AUTOMATION = {"Authorization": "Bearer automation-token-for-tests"}
 LONG = "anonymous-session-0123456789"
