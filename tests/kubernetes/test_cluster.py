@@ -29,7 +29,7 @@ from caiplatform.ports.runtime import RevisionSpec, Scaling, TrafficTarget, Work
 from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.routing import HostRouter
 from caiplatform.testing import sources
-from caiplatform.testing.kube_cluster import emulated_cluster, live
+from caiplatform.testing.kube_cluster import live
 from caiplatform.testing.kube_codepods import CodePods
 from caiplatform.testing.kube_emulator import snapshot
 from caiplatform.testing.kube_schemas import Grants, audit, unused_rules, written_objects
@@ -72,12 +72,6 @@ async def until(check, timeout: float = 30.0):
 def secret_data(cluster, namespace: str, name: str) -> dict[str, str]:
     (obj,) = [o for ns, n, o in live(cluster.emulator, "secrets") if ns == namespace and n == name]
     return {k: base64.b64decode(v).decode() for k, v in (obj.raw.get("data") or {}).items()}
-
-
-@pytest.fixture
-def cluster():
-    with emulated_cluster() as emulated:
-        yield emulated
 
 
 @pytest.mark.process  # the code sandbox pod double runs its snippet as a child process

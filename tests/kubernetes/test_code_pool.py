@@ -17,21 +17,16 @@ from caiplatform.codesandbox.models import ExecuteRequest
 from caiplatform.errors import Unavailable
 from caiplatform.models.agents import SandboxToolCall
 from caiplatform.principal import Principal, PrincipalKind
-from caiplatform.testing.kube_cluster import emulated_cluster, live
+from caiplatform.testing.kube_cluster import live
 from caiplatform.testing.kube_codepods import OOM_MARKER, CodePods
 from caiplatform.testing.kube_schemas import audit
 from tests.conformance.kube_support import ROLE
+from tests.kubernetes.support import until
 
 # The pod double (`testing/kube_codepods.py`) runs each snippet as a child process, as a kubelet would.
 pytestmark = pytest.mark.process
 
 NAMESPACE = "caiplatform-sandbox"
-
-
-@pytest.fixture
-def cluster():
-    with emulated_cluster() as emulated:
-        yield emulated
 
 
 @contextlib.asynccontextmanager
@@ -46,14 +41,6 @@ async def pool_on(cluster, **options):
         kubelet.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await kubelet
-
-
-async def until(check, timeout: float = 20.0):
-    for _ in range(int(timeout / 0.02)):
-        if check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
 
 
 def sandbox_pods(cluster) -> dict[str, dict]:

@@ -21,25 +21,12 @@ from caiplatform.adapters.kubernetes.runtime import KnativeRuntime
 from caiplatform.ports.builder import BuildError, BuildRequest
 from caiplatform.ports.runtime import RevisionSpec, TrafficTarget, WorkloadRef
 from caiplatform.testing import sources
-from caiplatform.testing.kube_cluster import emulated_cluster, live
+from caiplatform.testing.kube_cluster import live
 from caiplatform.testing.kube_schemas import audit
 from tests.conformance.kube_support import ROLE
+from tests.kubernetes.support import until
 
 KNATIVE = "serving.knative.dev"
-
-
-@pytest.fixture
-def cluster():
-    with emulated_cluster() as emulated:
-        yield emulated
-
-
-async def until(check, timeout: float = 20.0):
-    for _ in range(int(timeout / 0.02)):
-        if check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
 
 
 def requests_for(cluster, plural: str, group: str, name: str, *, watching: bool, since: int = 0) -> list:
