@@ -33,11 +33,11 @@ from caiplatform.principal import Principal
 from caiplatform.redaction import one_line
 from caiplatform.routing import HostRouter, Upstream, upstream_at
 from caiplatform.services.mcp import MCP_ROUTE_PREFIX
+from caiplatform.web.http import head_refusal
 from caiplatform_server.checks_first import checked_first
 from caiplatform_server.contract import ANONYMOUS, openapi_document, operation, reply
 from caiplatform_server.dispatch import RouteTable
 from caiplatform_server.docs import mount_docs
-from caiplatform_server.http import head_refusal
 from caiplatform_server.proxy import proxy
 from caiplatform_server.secret_relay import is_relay_path, relay
 

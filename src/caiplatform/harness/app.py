@@ -55,7 +55,7 @@ from caiplatform.turns import Conversation, TurnError, TurnRunner, debug_config,
 from caiplatform.turns.base import ran_out_of_memory
 from caiplatform.turns.browse import INTERNAL_HEADER, SessionBrowser, check_internal
 from caiplatform.turns.models import agent_env
-from caiplatform_server.http import read_body
+from caiplatform.web.http import read_body
 
 log = logging.getLogger(__name__)
 
