@@ -25,13 +25,12 @@ import builtins
 import functools
 import json
 import logging
-import re
 import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, cast
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import anyio.to_thread
 import httpx
@@ -46,6 +45,7 @@ from caiplatform.db.models.serverless import ServerlessService as ServiceRow
 from caiplatform.db.models.serverless import ServerlessTrigger as TriggerRow
 from caiplatform.db.models.serverless import ServerlessTriggerRun as RunRow
 from caiplatform.domain.serverless import TRIGGER_NAME_TAKEN, TRIGGER_NOT_FOUND
+from caiplatform.domain.serverless_triggers import parse_source, parse_target, require_invoke_body
 from caiplatform.errors import BadRequest, Conflict, NotFound
 from caiplatform.models import serverless as models
 from caiplatform.models.messaging import SubscriptionCreate
@@ -60,18 +60,11 @@ from caiplatform.worklocks import LocalWorkLocks
 
 log = logging.getLogger(__name__)
 
-TRIGGER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-TRIGGER_NAME_RULE = (
-    "name must be 1 to 63 characters of lowercase letters, digits and hyphens, "
-    "starting with a letter and ending with a letter or digit"
-)
-SOURCE_TYPES = ("schedule", "pubsub", "objectstore")
 AGENT_PATHS = ("/invoke", "/invoke/stream")
 RUNS_SHOWN = 50
 # Occurrences missed while no scheduler ran (every replica down): only the newest fires, as a
 # Kubernetes CronJob starts only its most recent missed schedule.
 MAX_CATCH_UP = 1
-BUCKET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 OBJECT_EVENT_TYPE = "ai.platform.objectstore.object.v1.finalized"
 # Buckets are listed at most this often (the scheduler ticks every second).
 OBJECTSTORE_POLL_SECONDS = 5.0
@@ -195,7 +188,7 @@ class TriggerService:
             raise BadRequest(f"{article} {kind} serves only /invoke and /invoke/stream; set target.path to /invoke")
         parsed_source = parse_source(raw_source)
         if kind == "agent" and parsed_source["type"] == "schedule":
-            _require_invoke_body(parsed_source["schedule"]["payload"])
+            require_invoke_body(parsed_source["schedule"]["payload"])
         return target, parsed_source
 
     # ------------------------------------------------------------------------------------ view
@@ -666,102 +659,8 @@ def run_lock(trigger_id: str, occurrence: str) -> str:
     return f"trigger-run:{trigger_id}:{occurrence}"
 
 
-def parse_trigger_name(name: Any) -> str:
-    if not isinstance(name, str) or not TRIGGER_NAME.match(name):
-        raise BadRequest(TRIGGER_NAME_RULE)
-    return name
-
-
-def parse_target(target: Any) -> dict[str, Any]:
-    """`{service, path}` as far as it can be checked without the project (the service must exist too)."""
-    if not isinstance(target, Mapping):
-        raise BadRequest("target is required: {service, path}")
-    service = target.get("service")
-    if not isinstance(service, str) or not service:
-        raise BadRequest("target.service is required: the name of a service, function or agent in this project")
-    path = target.get("path")
-    path = "/" if path in (None, "") else path
-    if not isinstance(path, str) or not path.startswith("/"):
-        raise BadRequest("target.path must be a path starting with /")
-    return {"service": service, "path": path}
-
-
-def parse_source(source: Any) -> dict[str, Any]:
-    """`{type, <type>: {...}}` with each source's own rules."""
-    if not isinstance(source, Mapping):
-        raise BadRequest("source is required: {type: schedule|pubsub|objectstore, ...}")
-    kind_of_source = source.get("type")
-    if kind_of_source not in SOURCE_TYPES:
-        raise BadRequest(f"source.type must be one of {', '.join(SOURCE_TYPES)}")
-    if kind_of_source == "objectstore":
-        return {"type": "objectstore", "objectstore": _parse_objectstore(source.get("objectstore"))}
-    if kind_of_source == "schedule":
-        return {"type": "schedule", "schedule": _parse_schedule(source.get("schedule"))}
-    return {"type": "pubsub", "pubsub": _parse_pubsub(source.get("pubsub"))}
-
-
 def _source_json(source: models.TriggerSource) -> dict[str, Any]:
     return source.model_dump(exclude_none=True)
-
-
-def _parse_schedule(raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise BadRequest("source.schedule is required: {cron, time_zone, payload}")
-    cron = raw.get("cron")
-    if not isinstance(cron, str) or len(cron.split()) != 5 or not croniter.is_valid(cron):
-        raise BadRequest(
-            "source.schedule.cron must have five fields (minute, hour, day of month, month, day of week), "
-            f"for example \"*/5 * * * *\" (got {cron!r})"
-        )
-    zone = raw.get("time_zone")
-    zone = "UTC" if zone in (None, "") else zone
-    try:
-        if not isinstance(zone, str):
-            raise ValueError(zone)
-        ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise BadRequest(f"source.schedule.time_zone {zone!r} is not a known IANA time zone") from None
-    payload = raw.get("payload")
-    if payload is None:
-        payload = ""
-    elif not isinstance(payload, str):
-        # The document's payload is a JSON string; an object is accepted and sent as its JSON text.
-        payload = json.dumps(payload)
-    elif payload:
-        try:
-            json.loads(payload)
-        except ValueError as exc:
-            raise BadRequest(f"{PAYLOAD_RULE}: {exc}") from None
-    return {"cron": " ".join(cron.split()), "time_zone": zone, "payload": payload}
-
-
-PAYLOAD_RULE = "source.schedule.payload must be a JSON document (it is sent verbatim as the request body)"
-AGENT_PAYLOAD_RULE = (
-    'source.schedule.payload for an agent is its invoke body: a JSON object with a non-empty "message" '
-    '(and "session_id" to continue one conversation), for example {"message": "hello"}'
-)
-
-
-def _require_invoke_body(payload: str) -> None:
-    """An agent answers only an invoke body; a firing without `message` would fail every time."""
-    body = json.loads(payload) if payload else None
-    message = body.get("message") if isinstance(body, dict) else None
-    if not isinstance(message, str) or not message.strip():
-        raise BadRequest(AGENT_PAYLOAD_RULE)
-
-
-def _parse_objectstore(raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise BadRequest("source.objectstore is required: {bucket, prefix}")
-    bucket = raw.get("bucket")
-    if not isinstance(bucket, str) or not BUCKET_NAME.match(bucket) or ".." in bucket:
-        raise BadRequest("source.objectstore.bucket must be a bucket name: 1 to 63 lowercase letters, digits, "
-                         "hyphens and dots, starting and ending with a letter or digit")
-    prefix = raw.get("prefix")
-    prefix = "" if prefix is None else prefix
-    if not isinstance(prefix, str) or prefix.startswith("/") or ".." in prefix.split("/"):
-        raise BadRequest("source.objectstore.prefix must be a relative object name prefix")
-    return {"bucket": bucket, "prefix": prefix}
 
 
 def _list_objects(bucket: Path, prefix: str) -> list[tuple[str, int, int]]:
@@ -781,15 +680,6 @@ def _list_objects(bucket: Path, prefix: str) -> list[tuple[str, int, int]]:
         if path.is_file():
             out.append((name, stat.st_mtime_ns, stat.st_size))
     return sorted(out)
-
-
-def _parse_pubsub(raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise BadRequest("source.pubsub is required: {topic}")
-    topic = raw.get("topic")
-    if not isinstance(topic, str) or not topic:
-        raise BadRequest("source.pubsub.topic is required: a topic of this project")
-    return {"topic": topic}
 
 
 def _due(schedule: Mapping[str, Any], since: datetime, now: datetime) -> list[datetime]:
