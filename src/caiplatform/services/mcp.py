@@ -145,8 +145,7 @@ class McpServerService:
     # -- helpers --------------------------------------------------------------------------------
 
     async def _grant(self, principal: Principal, project_id: str, need: Role) -> ProjectRef:
-        self.access.require_management(principal)
-        return (await self.access.project(principal, project_id, need=need)).project
+        return await self.access.project_ref(principal, project_id, need)
 
     @staticmethod
     def _server(session: Session, project_id: str, name: str) -> McpServer:

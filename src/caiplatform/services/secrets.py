@@ -109,9 +109,7 @@ class SecretStore:
     # -- shared checks ----------------------------------------------------------------------------
 
     async def _grant(self, principal: Principal, project_id: str, need: Role) -> str:
-        self.access.require_management(principal)
-        grant = await self.access.project(principal, project_id, need=need)
-        return grant.project.id
+        return (await self.access.project_ref(principal, project_id, need)).id
 
     async def require_member(self, principal: Principal, project_id: str) -> None:
         """The member check alone: the server makes it before it reads a body, so an outsider learns

@@ -174,15 +174,14 @@ class ServerlessService:
             raise Unavailable(NO_DATABASE) from exc
 
     async def project(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef:
+        """The project gate (a malformed project id is 404); 503 without a database."""
         self.require_caller(principal)
         try:
-            grant = await self.access.project(
-                principal, project_id, need=Role.ADMIN if admin else Role.MEMBER, bad_id=NotFound
-            )
+            return await self.access.project_ref(principal, project_id, Role.ADMIN if admin else Role.MEMBER,
+                                                 bad_id=NotFound)
         except SQLAlchemyError as exc:
             log.warning("serverless: project access could not be resolved: %s", exc)
             raise Unavailable(NO_DATABASE) from exc
-        return grant.project
 
     @staticmethod
     def ref(project: ProjectRef, name: str) -> WorkloadRef:
