@@ -12,14 +12,13 @@ that arrives in pieces; the app checks the same limits on every head it is given
 from __future__ import annotations
 
 import asyncio
-import json
-import uuid
 from typing import Any
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from caiplatform.web.envelope import envelope_bytes, new_request_id
 from caiplatform.web.http import HEADERS_TOO_LARGE, MAX_HEADER_BYTES, URI_TOO_LONG
 
 LINGER_SECONDS = 2.0
@@ -59,8 +58,8 @@ class EnvelopeH11Protocol(H11Protocol):
             pending, _ = self.conn.trailing_data
             # a request line that alone fills the buffer is an overlong URI
             status, message = (414, URI_TOO_LONG) if b"\n" not in pending else (431, HEADERS_TOO_LARGE)
-        request_id = "req_" + uuid.uuid4().hex
-        body = json.dumps({"error": message, "request_id": request_id}).encode()
+        request_id = new_request_id()
+        body = envelope_bytes(message, request_id)
         reason = {400: b"Bad Request", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}[status]
         head = b"".join([
             b"HTTP/1.1 %d %s\r\n" % (status, reason),
