@@ -40,7 +40,7 @@ from caiplatform.domain.serverless import (
     parse_traffic,
     unknown_verb,
 )
-from caiplatform.domain.spec_document import sanitize_spec
+from caiplatform.domain.spec_document import knative_service, knative_template_spec, sanitize_spec
 from caiplatform.errors import BadRequest, Conflict, InternalError, NotFound, PlatformError, Unavailable
 from caiplatform.models import serverless as models
 from caiplatform.pagination import Page, Pager, page_body
@@ -776,49 +776,29 @@ class ServerlessService:
                 else {"configMapRef": {"name": e.config_map_name, "optional": e.optional}} for e in spec.env_from]
         container["ports"] = [{"name": spec.port.name, "containerPort": spec.port.container_port}]
         container["resources"] = spec.resources
-        template_spec: dict[str, Any] = {
-            "containerConcurrency": spec.scaling.container_concurrency,
-            "timeoutSeconds": spec.timeout_seconds,
-            "containers": [container],
-        }
-        if spec.runtime_class_name:
-            template_spec["runtimeClassName"] = spec.runtime_class_name
-        if spec.service_account_name:
-            template_spec["serviceAccountName"] = spec.service_account_name
+        template_spec = knative_template_spec(
+            container, concurrency=spec.scaling.container_concurrency, timeout_seconds=spec.timeout_seconds,
+            runtime_class_name=spec.runtime_class_name, service_account_name=spec.service_account_name)
         view = self._view_body(project, row, rows, status)
         labels = {} if spec.publish.enabled else {"networking.knative.dev/visibility": "cluster-local"}
-        return {
-            "apiVersion": "serving.knative.dev/v1",
-            "kind": "Service",
-            "metadata": {"name": row.name, "namespace": project.namespace, "generation": row.generation,
-                         "labels": labels, "creationTimestamp": rfc3339(row.created_at)},
-            "spec": {
-                "template": {
-                    "metadata": {
-                        "name": rows[0].name if rows else "",
-                        "annotations": {
-                            "autoscaling.knative.dev/min-scale": str(spec.scaling.min_scale),
-                            "autoscaling.knative.dev/max-scale": str(spec.scaling.max_scale),
-                        },
-                    },
-                    "spec": template_spec,
-                },
-                "traffic": [
-                    {k: v for k, v in (("revisionName", e.revision_name), ("latestRevision", e.latest_revision),
-                                       ("percent", e.percent), ("tag", e.tag)) if v not in ("", None)}
-                    | {"latestRevision": e.latest_revision, "percent": e.percent}
-                    for e in spec.traffic
-                ],
-            },
-            "status": {
-                "observedGeneration": row.observed_generation,
-                "url": view["status"]["url"],
-                "latestCreatedRevisionName": view["status"]["latest_created_revision"],
-                "latestReadyRevisionName": view["status"]["latest_ready_revision"],
-                "conditions": [{"type": c["type"], "status": c["status"], "reason": c["reason"],
-                                "message": c["message"]} for c in view["status"]["conditions"]],
-            },
-        }
+        metadata = {"name": row.name, "namespace": project.namespace, "generation": row.generation,
+                    "labels": labels, "creationTimestamp": rfc3339(row.created_at)}
+        traffic = [
+            {k: v for k, v in (("revisionName", e.revision_name), ("latestRevision", e.latest_revision),
+                               ("percent", e.percent), ("tag", e.tag)) if v not in ("", None)}
+            | {"latestRevision": e.latest_revision, "percent": e.percent}
+            for e in spec.traffic
+        ]
+        return knative_service(metadata, revision=rows[0].name if rows else "", labels=None,
+                               min_scale=spec.scaling.min_scale, max_scale=spec.scaling.max_scale,
+                               template_spec=template_spec, traffic=traffic, status={
+            "observedGeneration": row.observed_generation,
+            "url": view["status"]["url"],
+            "latestCreatedRevisionName": view["status"]["latest_created_revision"],
+            "latestReadyRevisionName": view["status"]["latest_ready_revision"],
+            "conditions": [{"type": c["type"], "status": c["status"], "reason": c["reason"],
+                            "message": c["message"]} for c in view["status"]["conditions"]],
+        })
 
     async def spec(self, principal: Principal, project_id: str, name: str) -> models.ServiceSpecDocument:
         """200 `{service, yaml, note}` with sensitive env values replaced by `***REDACTED***`."""
