@@ -920,7 +920,7 @@ class ServerlessService:
     def internal_transport(self, fallback: Any = None) -> Any:
         """An httpx transport that delivers requests for services' private hostnames through the runtime
         (and anything else to `fallback`, the network by default): what push delivery uses on one machine."""
-        from caiplatform.services.serverless_triggers import InternalTransport
+        from caiplatform.web.internal_transport import InternalTransport
 
         on_delivery = self.triggers.record_push if self.triggers is not None else None
         return InternalTransport(self.resolve_internal, self.runtime, fallback, on_delivery=on_delivery)
