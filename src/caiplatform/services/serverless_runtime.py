@@ -15,7 +15,7 @@ from caiplatform.db import Database
 from caiplatform.db.models import Project
 from caiplatform.db.models.serverless import ServerlessRevision
 from caiplatform.db.models.serverless import ServerlessService as ServiceRow
-from caiplatform.domain.serverless import TIMEOUT_ENV, ServiceSpec
+from caiplatform.domain.serverless import TIMEOUT_ENV, ServiceSpec, internal_host_label
 from caiplatform.ports.runtime import Resources, RevisionSpec, Scaling, TrafficTarget, WorkloadRef
 from caiplatform.routing import Upstream
 from caiplatform.services.access import ProjectRef
@@ -207,12 +207,10 @@ class RuntimeGlue(ServiceViews):
     async def resolve_internal(self, host: str) -> tuple[WorkloadRef, float, str | None] | None:
         """`[<tag>-]<service>.<namespace>[.svc[.cluster.local]]` of a serverless service → its workload,
         its request timeout and the traffic tag the host names (None: the split decides)."""
-        parts = host.lower().split(":", 1)[0].split(".")
-        if len(parts) not in (2, 3, 5) or not parts[1].startswith("cai-p-"):
+        named = internal_host_label(host)
+        if named is None:
             return None
-        if parts[2:] not in ([], ["svc"], ["svc", "cluster", "local"]):
-            return None
-        label, short = parts[0], parts[1][len("cai-p-"):]
+        label, short = named
 
         def run(session: Session) -> tuple[WorkloadRef, float, str | None] | None:
             project = session.scalar(select(Project).where(Project.short == short))
