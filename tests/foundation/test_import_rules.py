@@ -73,6 +73,13 @@ def test_models_import_only_the_domain_rules():
     assert _offenders([LIBRARY / "codesandbox" / "models.py"], "caiplatform.codesandbox.service") == []
 
 
+def test_the_domain_imports_no_model_service_or_adapter():
+    """The spec's rules (`domain/`) are what models and services use; they use neither."""
+    domain = _modules(LIBRARY / "domain")
+    for forbidden in ("caiplatform.models", "caiplatform.services", "caiplatform.adapters"):
+        assert _offenders(domain, forbidden) == []
+
+
 def test_the_workload_library_imports_no_adapter():
     """`caiplatform.workload` runs inside workloads: it reaches the platform over HTTP, never an adapter."""
     assert _offenders([LIBRARY / "workload.py"], "caiplatform.adapters") == []
