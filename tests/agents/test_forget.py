@@ -125,22 +125,3 @@ async def test_who_may_forget(client, world, platform, model_server):  # noqa: F
                 {"user_id": ALICE, "agents": ["Bad_Name"]}, {"user_id": ALICE, "extra": 1}):
         r = await client.post(f"/v1/projects/{pid}/forget", headers=world.admin, json=bad)
         assert r.status_code == 400, (bad, r.text)
-
-
-async def test_a_pending_erasure_is_answered_again_and_run_once(platform, world):
-    """Two requests for the same user and scope before it runs are one erasure; a round claims it once."""
-    from caiplatform.models.erasures import ForgetRequest
-    from caiplatform.principal import Principal, PrincipalKind
-
-    service = platform.erasures
-    await service.aclose()  # no background round: this test runs them
-    automation = Principal(PrincipalKind.AUTOMATION)
-    first = await service.forget(automation, world.project_id, ForgetRequest(user_id=ALICE))
-    second = await service.forget(automation, world.project_id, ForgetRequest(user_id=ALICE))
-    assert first.erasure_id == second.erasure_id and first.state == "pending"
-    other = await service.forget(automation, world.project_id, ForgetRequest(user_id=BOB))
-    assert other.erasure_id != first.erasure_id
-    assert await service.run_pending() == 2
-    assert await service.run_pending() == 0
-    done = await service.get(automation, world.project_id, first.erasure_id)
-    assert done.state == "done" and done.receipts == [] and done.agents == []
