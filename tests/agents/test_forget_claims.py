@@ -3,6 +3,8 @@ is unfinished, and the claim that keeps it on one replica until its lease lapses
 
 from __future__ import annotations
 
+import pytest
+
 ALICE, BOB = "alice-7", "bob-9"
 
 
@@ -55,3 +57,20 @@ async def test_a_claimed_erasure_is_run_by_one_replica_and_taken_over_when_its_l
         ("gone", "log_history"), ("gone", "memory"), ("gone", "sessions")]
     assert done.receipts[0].removed == {"lines": 0}  # the recorded step was not run again
     assert await one._run(erasure.erasure_id) is False  # the dead replica's late work changes nothing
+
+
+async def test_forget_everywhere_is_one_erasure_per_project_for_platform_admins(platform, world):
+    from caiplatform.errors import Forbidden
+    from caiplatform.models.erasures import ForgetEverywhere
+    from caiplatform.principal import Principal, PrincipalKind
+    from caiplatform.testing.users import project_users
+
+    users = await project_users(platform, "everywhere-")
+    automation = Principal(PrincipalKind.AUTOMATION)
+    listed = await platform.erasures.forget_everywhere(automation, ForgetEverywhere(user_id=ALICE))
+    assert {e.project_id for e in listed.erasures} >= {world.project_id, world.other_project_id}
+    again = await platform.erasures.forget_everywhere(automation, ForgetEverywhere(user_id=ALICE))
+    pending = [e for e in listed.erasures if e.state != "done"]
+    assert {e.erasure_id for e in pending} <= {e.erasure_id for e in again.erasures}
+    with pytest.raises(Forbidden):  # a project admin is no platform admin
+        await platform.erasures.forget_everywhere(users.admin, ForgetEverywhere(user_id=ALICE))

@@ -48,7 +48,7 @@ def test_forget_prints_the_receipt(shared_client, capsys):
 
     assert main(["forget", "carol-1", "--project", "default"]) == 0
     out = capsys.readouterr().out
-    assert "of carol-1: done: 3/3 stores" in out, out
+    assert "of carol-1 in project " in out and ": done: 3/3 stores" in out, out
     assert "sessions 1, events 2" in out, out
 
     assert main(["forget", "carol-1", "--project", "default", "--agent", "fn", "--json"]) == 0
@@ -56,3 +56,8 @@ def test_forget_prints_the_receipt(shared_client, capsys):
     assert receipt["state"] == "done" and receipt["agents"] == ["fn"]
     assert {r["store"]: r["removed"] for r in receipt["receipts"]}["sessions"] == {"sessions": 0, "events": 0}
     assert main(["forget", "carol-1", "--project", "nowhere"]) == 5  # not found
+
+    assert main(["forget", "carol-1"]) == 3  # a project, or --everywhere
+    assert main(["forget", "carol-1", "--everywhere", "--json"]) == 0
+    everywhere = json.loads(capsys.readouterr().out)
+    assert [e["state"] for e in everywhere] == ["done"] and everywhere[0]["agents"] == ["fn"]

@@ -80,6 +80,7 @@ OPERATIONS: dict[tuple[str, str], list[Name]] = {
     ("GET", P + "/audit"): [Name("projects", "audit")],
     # -- forget a user everywhere, with a receipt
     ("POST", P + "/forget"): [Name("erasures", "forget")],
+    ("POST", "/v1/forget"): [Name("erasures", "forget_everywhere")],
     ("GET", P + "/erasures/{erasureID}"): [Name("erasures", "get")],
     # -- agents
     ("GET", "/v1/agents"): [Name("agents", "list")],

@@ -28,6 +28,15 @@ class ForgetRequest(RequestModel):
         return erasure.check_agents(value)
 
 
+class ForgetEverywhere(RequestModel):
+    user_id: str = Field(description="the agent-side user id to erase from every agent of every project")
+
+    @field_validator("user_id", mode="before")
+    @classmethod
+    def _user(cls, value: Any) -> str:
+        return erasure.check_user_id(value)
+
+
 class StoreReceipt(ResponseModel):
     agent: str
     store: str = Field(description="log_history, memory or sessions")
@@ -50,3 +59,7 @@ class Erasure(ResponseModel):
     steps_total: int
     receipts: list[StoreReceipt] = Field(description="one per finished step, in the order they ran")
     notes: dict[str, str] = Field(description="stores that keep nothing of the user beyond the steps' reach, and why")
+
+
+class ErasureList(ResponseModel):
+    erasures: list[Erasure] = Field(description="one per project, each with its own progress and receipt")

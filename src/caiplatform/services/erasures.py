@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
-from caiplatform.db.models import Agent, AuditEntry, Erasure
+from caiplatform.db.models import Agent, AuditEntry, Erasure, Project
 from caiplatform.domain import erasure as rules
 from caiplatform.errors import Forbidden, NotFound
 from caiplatform.models import erasures as api
@@ -97,24 +97,45 @@ class ErasureService:
         now = self.clock.now()
 
         def record(session: Session) -> api.Erasure:
-            pid, names = self._scope_sync(session, principal, project_id, request.agents)
-            scope = rules.scope_key(request.agents)
-            existing = session.scalars(
-                select(Erasure).where(Erasure.project_id == pid, Erasure.user_id == request.user_id,
-                                      Erasure.scope == scope, Erasure.state != rules.DONE)
-                .order_by(Erasure.created_at)
-            ).first()
-            if existing is not None:
-                return self._view(existing)
-            row = Erasure(project_id=pid, user_id=request.user_id, scope=scope, agents=names, state=rules.PENDING,
-                          requested_by=actor_of(principal), receipts=[], created_at=now)
-            session.add(row)
-            session.flush()
-            return self._view(row)
+            pid = self._scope_sync(session, principal, project_id, request.agents)
+            return self._record_sync(session, principal, pid, request.user_id, request.agents, now)
 
         view = await self.db.run(record)
         self._kick()
         return view
+
+    async def forget_everywhere(self, principal: Principal, request: api.ForgetEverywhere) -> api.ErasureList:
+        """Erase `request.user_id` from every agent of every project (platform admin): one erasure per
+        project, each with its own receipt, audit entry and progress."""
+        await self.access.require_platform_admin(principal)
+        now = self.clock.now()
+
+        def record(session: Session) -> list[api.Erasure]:
+            return [self._record_sync(session, principal, pid, request.user_id, None, now)
+                    for pid in session.scalars(select(Project.id).order_by(Project.created_at, Project.id))]
+
+        views = await self.db.run(record)
+        self._kick()
+        return api.ErasureList(erasures=views)
+
+    def _record_sync(self, session: Session, principal: Principal, pid: str, user_id: str,
+                     named: list[str] | None, now: datetime) -> api.Erasure:
+        """The unfinished erasure of this user and scope, or a new one over the agents in scope now."""
+        scope = rules.scope_key(named)
+        existing = session.scalars(
+            select(Erasure).where(Erasure.project_id == pid, Erasure.user_id == user_id, Erasure.scope == scope,
+                                  Erasure.state != rules.DONE)
+            .order_by(Erasure.created_at)
+        ).first()
+        if existing is not None:
+            return self._view(existing)
+        names = named if named is not None else list(
+            session.scalars(select(Agent.name).where(Agent.project_id == pid).order_by(Agent.name)))
+        row = Erasure(project_id=pid, user_id=user_id, scope=scope, agents=names, state=rules.PENDING,
+                      requested_by=actor_of(principal), receipts=[], created_at=now)
+        session.add(row)
+        session.flush()
+        return self._view(row)
 
     async def get(self, principal: Principal, project_id: str, erasure_id: str) -> api.Erasure:
         """One erasure and its receipt; readable by whoever may erase in the whole project."""
@@ -139,11 +160,10 @@ class ErasureService:
                 return self.access.project_sync(session, principal, project_id, need=None, bad_id=NotFound).project.id
             raise
 
-    def _scope_sync(self, session: Session, principal: Principal, project_id: str,
-                    named: list[str] | None) -> tuple[str, list[str]]:
+    def _scope_sync(self, session: Session, principal: Principal, project_id: str, named: list[str] | None) -> str:
+        """The project's id once the caller may erase in the scope asked for (every agent, or the named ones)."""
         if named is None:
-            pid = self._gate_sync(session, principal, project_id)
-            return pid, list(session.scalars(select(Agent.name).where(Agent.project_id == pid).order_by(Agent.name)))
+            return self._gate_sync(session, principal, project_id)
         grant: ProjectGrant | None = None
         try:
             grant = self.access.project_sync(session, principal, project_id, need=Role.MEMBER, bad_id=NotFound)
@@ -160,7 +180,7 @@ class ErasureService:
                 raise NotFound(unknown_agent(name))
             if grant is not None:
                 self.agents._owner_gate(principal, grant, agent)  # its owner or a project admin
-        return pid, list(named)
+        return pid
 
     def _view(self, row: Erasure) -> api.Erasure:
         receipts = [api.StoreReceipt(**r) for r in row.receipts or []]

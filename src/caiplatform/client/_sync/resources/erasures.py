@@ -9,7 +9,7 @@ from typing import Any
 
 from caiplatform.client._sync.resources.base import Resource
 from caiplatform.client._base import NOT_GIVEN, NotGiven, body_of
-from caiplatform.models.erasures import Erasure, ForgetRequest
+from caiplatform.models.erasures import Erasure, ErasureList, ForgetEverywhere, ForgetRequest
 
 
 class ErasuresResource(Resource):
@@ -19,6 +19,11 @@ class ErasuresResource(Resource):
         """Erase a user id from every store of the project's agents (or the named ones)"""
         model = body if body is not None else ForgetRequest.parse(fields)
         return self._client.request("POST", f"/v1/projects/{project_id}/forget", Erasure, timeout=timeout, json=body_of(model))
+
+    def forget_everywhere(self, body: ForgetEverywhere | None = None, /, *, timeout: float | None | NotGiven = NOT_GIVEN, **fields: Any) -> ErasureList:
+        """Erase a user id from every agent of every project (platform admin)"""
+        model = body if body is not None else ForgetEverywhere.parse(fields)
+        return self._client.request("POST", "/v1/forget", ErasureList, timeout=timeout, json=body_of(model))
 
     def get(self, project_id: str, erasure_id: str, /, *, timeout: float | None | NotGiven = NOT_GIVEN) -> Erasure:
         """An erasure's progress and receipt"""
