@@ -335,8 +335,8 @@ async def test_logs_live_and_history(kit: RuntimeKit):
     assert await kit.runtime.log_history(w, since=datetime.now(UTC) + timedelta(hours=1)) == []
 
 
-@pytest.mark.notimpl(["kubernetes"], reason="log lines come from running containers; the API emulator runs none (keeping the lines of pods "
-                        "that are gone is tested on it in tests/kubernetes/test_cluster.py)")
+@pytest.mark.notimpl(["kubernetes"], reason="log lines come from running containers; the API emulator runs none (erasing kept lines "
+                        "is tested on it in tests/kubernetes/test_cluster.py)")
 async def test_erase_log_lines_removes_only_matching_history(kit: RuntimeKit):
     w = ref()
     await ready(kit, spec(kit, w))
