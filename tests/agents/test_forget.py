@@ -125,3 +125,25 @@ async def test_who_may_forget(client, world, platform, model_server):  # noqa: F
                 {"user_id": ALICE, "agents": ["Bad_Name"]}, {"user_id": ALICE, "extra": 1}):
         r = await client.post(f"/v1/projects/{pid}/forget", headers=world.admin, json=bad)
         assert r.status_code == 400, (bad, r.text)
+
+
+async def test_sessions_left_by_a_deleted_agent_are_erased_too(client, world, platform, model_server):  # noqa: F811
+    """Deleting an agent leaves its sessions (document 1): erasing every agent reaches them as well."""
+    model, _ = model_server
+    model.set_script(None)
+    await _deploy(client, world.member, "weather", "langgraph-weather", "langgraph")
+    await _say(client, ALICE, A1, ALICE_SAYS)
+    await _say(client, BOB, B1, BOB_SAYS)
+    assert (await client.delete("/v1/agents/weather", headers=world.member)).status_code == 200
+
+    r = await client.post(f"/v1/projects/{world.project_id}/forget", headers=world.admin, json={"user_id": ALICE})
+    assert r.status_code == 202 and r.json()["agents"] == []
+    done = await _until_done(client, world.admin, world.project_id, r.json()["erasure_id"])
+    assert done["agents"] == ["weather"]
+    assert {x["store"]: x["removed"] for x in done["receipts"]} == {
+        "log_history": {}, "memory": {}, "sessions": {"sessions": 1, "events": 2}}
+
+    # deployed again under the same name, the agent has bob's session and none of hers
+    await _deploy(client, world.member, "weather", "langgraph-weather", "langgraph")
+    users = (await client.get("/v1/agents/weather/users", headers=world.member)).json()["users"]
+    assert [u["user_id"] for u in users] == [BOB]

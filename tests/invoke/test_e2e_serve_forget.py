@@ -124,6 +124,7 @@ def test_forget_survives_kill_9_and_erases_one_user_everywhere(tmp_path):
             done = _until(lambda: (body := admin.get(url).json())["state"] == "done" and body)
             _check_erased(admin, project_id, done, partial)
             _check_fresh_start(admin, model)
+            _check_deleted_agent(admin, project_id)
 
 
 def _check_erased(admin: httpx.Client, project_id: str, done: dict, partial: dict) -> None:
@@ -173,3 +174,16 @@ def _check_fresh_start(admin: httpx.Client, model: ScriptedModel) -> None:
     seen = json.dumps(model.requests[-1].messages)
     assert "teal" not in seen and "Lyon" not in seen
     assert BOB_SAYS in seen
+
+
+def _check_deleted_agent(admin: httpx.Client, project_id: str) -> None:
+    """Deleting an agent leaves its sessions (document 1); erasing every agent still reaches them."""
+    _say(admin, "echo", ALICE, A1, "one more thing from alice")
+    assert admin.delete("/v1/agents/echo").status_code == 200
+    r = admin.post(f"/v1/projects/{project_id}/forget", json={"user_id": ALICE})
+    assert r.status_code == 202, r.text
+    url = f"/v1/projects/{project_id}/erasures/{r.json()['erasure_id']}"
+    done = _until(lambda: (body := admin.get(url).json())["state"] == "done" and body)
+    removed = {(x["agent"], x["store"]): x["removed"] for x in done["receipts"]}
+    assert removed[("echo", "sessions")] == {"sessions": 1, "events": 2}
+    assert removed[("weather", "sessions")] == {"sessions": 1, "events": 2}  # the fresh start above

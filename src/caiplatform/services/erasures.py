@@ -25,7 +25,9 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
 
 from sqlalchemy import CursorResult, Result, select, update
@@ -40,7 +42,7 @@ from caiplatform.models import erasures as api
 from caiplatform.ports.runtime import WorkloadRuntime
 from caiplatform.ports.sessions import SessionStore
 from caiplatform.principal import Principal
-from caiplatform.services.access import Access, ProjectGrant, Role
+from caiplatform.services.access import Access, ProjectGrant, ProjectRef, Role
 from caiplatform.services.agent_directory import InvokeTarget
 from caiplatform.services.audit import actor_of
 from caiplatform.services.periodic import PeriodicWork
@@ -277,6 +279,7 @@ class ErasureService:
                 f"{r['agent']}/{r['store']}" for r in row.receipts or []}
 
         project_id, user_id, agent_names, done = await self.db.run(load)
+        agent_names = await self._with_leftovers(erasure_id, agent_names)
         keeper = asyncio.get_running_loop().create_task(self._keep_lease(erasure_id))
         try:
             for step in rules.steps_for(agent_names):
@@ -335,6 +338,50 @@ class ErasureService:
 
     # -- the stores ---------------------------------------------------------------------------------
 
+    async def _with_leftovers(self, erasure_id: str, names: list[str]) -> list[str]:
+        """For an erasure of every agent: also the sessions that deleted agents left behind (deleting an
+        agent leaves its sessions, document 1), added to the erasure's agents once found."""
+        def project_of(session: Session) -> tuple[ProjectRef, str] | None:
+            row = session.get(Erasure, erasure_id)
+            project = session.get(Project, row.project_id) if row is not None else None
+            return (ProjectRef.of(project), row.scope) if project is not None and row is not None else None
+
+        found = await self.db.run(project_of)
+        if found is None or found[1] != rules.scope_key(None):
+            return names
+        extra = [name for name in await self._stored_session_agents(found[0]) if name not in names]
+        if not extra:
+            return names
+
+        def add(session: Session) -> list[str]:
+            row = session.get(Erasure, erasure_id)
+            assert row is not None
+            row.agents = [*(row.agents or []), *extra]
+            return list(row.agents)
+
+        return await self.db.run(add)
+
+    async def _stored_session_agents(self, project: ProjectRef) -> list[str]:
+        """Names of the project's agents that have a session store, live or deleted."""
+        settings, mode = self.agents.settings, self.agents.mode
+        if settings.redis_url:
+            from redis import asyncio as aioredis
+
+            prefix = f"cai:sessions:{project.id}:"
+            client = aioredis.from_url(settings.redis_url, decode_responses=True)
+            try:
+                keys = [key async for key in client.scan_iter(match=f"{prefix}*:u", count=500)]
+            finally:
+                await client.aclose()
+            return sorted({key[len(prefix):].rsplit(":", 1)[0] for key in keys})
+        if mode == "memory":
+            from caiplatform.harness.app import _memory_stores
+
+            return sorted(agent for pid, agent in list(_memory_stores) if pid == project.id)
+        sessions = Path(settings.data_dir) / "sessions"
+        start = f"{project.short}-"
+        return sorted(path.parent.name[len(start):] for path in sessions.glob(f"{start}*/sessions.sqlite3"))
+
     async def _record_of(self, project_id: str, agent: str) -> Any:
         agent_id = await self.db.run(lambda s: s.scalars(
             select(Agent.id).where(Agent.project_id == project_id, Agent.name == agent)).first())
@@ -342,20 +389,37 @@ class ErasureService:
 
     async def _erase(self, project_id: str, step: rules.Step, user_id: str) -> dict[str, int]:
         record = await self._record_of(project_id, step.agent)
-        if record is None:  # deleted since it was asked for: nothing of it is reachable by name any more
-            return {}
+        if record is None:  # a deleted agent: its log history and memory went with it, its sessions did not
+            store = await self._leftover_store(project_id, step.agent) if step.store == rules.SESSIONS else None
+            return {} if store is None else await self._forget_sessions(store, step.agent, user_id)
         if step.store == rules.SESSIONS:
-            store = self._sessions(record)
-            try:
-                gone = await store.forget_user(record.name, user_id)
-            finally:
-                await store.aclose()
-            return {"sessions": gone.sessions, "events": gone.events}
+            return await self._forget_sessions(self._sessions(record), record.name, user_id)
         if step.store == rules.MEMORY:
             return {"memories": await self._erase_memory(record, user_id)}
         session_ids, texts = await self._user_traces(record, user_id)
         needles = rules.log_needles(user_id, session_ids, texts)
         return {"lines": await self._runtime().erase_log_lines(record.workload, needles)}
+
+    @staticmethod
+    async def _forget_sessions(store: SessionStore, agent: str, user_id: str) -> dict[str, int]:
+        try:
+            gone = await store.forget_user(agent, user_id)
+        finally:
+            await store.aclose()
+        return {"sessions": gone.sessions, "events": gone.events}
+
+    async def _leftover_store(self, project_id: str, agent: str) -> SessionStore | None:
+        """The session store a deleted agent's revisions used (on Valkey through the platform's own user),
+        or None when it has none (nothing is created to find that out)."""
+        project = await self.db.run(lambda s: s.get(Project, project_id))
+        if project is None:
+            return None
+        if self.agents.settings.redis_url:
+            return open_agent_sessions(self.agents.settings.redis_url, project_id, agent)
+        if agent not in await self._stored_session_agents(ProjectRef.of(project)):
+            return None
+        spec = "memory" if self.agents.mode == "memory" else self.agents._session_store(_Named(ProjectRef.of(project), agent))
+        return open_agent_sessions(spec, project_id, agent)
 
     def _sessions(self, record: Any) -> SessionStore:
         return open_agent_sessions(self.agents._session_store(record), record.project.id, record.name)
@@ -388,6 +452,14 @@ class ErasureService:
         if not isinstance(memory, UserMemory):
             return 0  # a platform without long-term memory keeps none
         return await memory.forget_user(self.agents._target_of(record), user_id)
+
+@dataclass(frozen=True)
+class _Named:
+    """What locating an agent's session store reads of its record, for an agent deleted since."""
+
+    project: ProjectRef
+    name: str
+
 
 class _Rounds(PeriodicWork):
     """The erasures' poll: claim and run what no live replica holds (an erasure asked for elsewhere, or
