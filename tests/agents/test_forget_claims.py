@@ -74,3 +74,37 @@ async def test_forget_everywhere_is_one_erasure_per_project_for_platform_admins(
     assert {e.erasure_id for e in pending} <= {e.erasure_id for e in again.erasures}
     with pytest.raises(Forbidden):  # a project admin is no platform admin
         await platform.erasures.forget_everywhere(users.admin, ForgetEverywhere(user_id=ALICE))
+
+
+async def test_a_failing_step_is_tried_again_and_never_reported_done(platform, world, clock):
+    from sqlalchemy import update
+
+    from caiplatform.db.models import Erasure
+    from caiplatform.domain.erasure import LEASE_SECONDS
+    from caiplatform.models.erasures import ForgetRequest
+    from caiplatform.principal import Principal, PrincipalKind
+
+    service = platform.erasures
+    await service.aclose()
+    automation = Principal(PrincipalKind.AUTOMATION)
+    erasure = await service.forget(automation, world.project_id, ForgetRequest(user_id=ALICE))
+    await platform.db.run(lambda s: s.execute(update(Erasure).where(Erasure.id == erasure.erasure_id)
+                                              .values(agents=["gone"])))
+    erase, failed = service._erase, []
+
+    async def flaky(project_id, step, user_id):
+        if not failed:
+            failed.append(step.key)
+            raise ConnectionError("the store does not answer")
+        return await erase(project_id, step, user_id)
+
+    service._erase = flaky
+    with pytest.raises(ConnectionError):
+        await service.run_pending()
+    view = await service.get(automation, world.project_id, erasure.erasure_id)
+    assert (view.state, view.steps_done) == ("running", 0)
+    assert await service.run_pending() == 0  # its lease is still held
+    clock.advance(LEASE_SECONDS + 1)
+    assert await service.run_pending() == 1
+    view = await service.get(automation, world.project_id, erasure.erasure_id)
+    assert (view.state, view.steps_done, failed) == ("done", 3, ["gone/log_history"])

@@ -44,6 +44,7 @@ from caiplatform.ports.sessions import SessionStore
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access, ProjectGrant, ProjectRef, Role
 from caiplatform.services.agent_directory import InvokeTarget
+from caiplatform.services.agents.records import unknown_agent
 from caiplatform.services.audit import actor_of
 from caiplatform.services.periodic import PeriodicWork
 
@@ -152,11 +153,11 @@ class ErasureService:
 
         return await self.db.run(read)
 
-    def _gate_sync(self, session: Session, principal: Principal, project_id: str, *, need: Role = Role.ADMIN) -> str:
+    def _gate_sync(self, session: Session, principal: Principal, project_id: str) -> str:
         """The project's id when the caller may erase there: project admin, or a platform admin (every
         project); no role at all is 404, another role 403 (document 2)."""
         try:
-            return self.access.project_sync(session, principal, project_id, need=need, bad_id=NotFound).project.id
+            return self.access.project_sync(session, principal, project_id, need=Role.ADMIN, bad_id=NotFound).project.id
         except Forbidden:
             if self.access.is_platform_admin(session, principal):
                 return self.access.project_sync(session, principal, project_id, need=None, bad_id=NotFound).project.id
@@ -174,8 +175,6 @@ class ErasureService:
             if not self.access.is_platform_admin(session, principal):
                 raise
             pid = self._gate_sync(session, principal, project_id)
-        from caiplatform.services.agents.records import unknown_agent
-
         for name in named:
             agent = session.scalars(select(Agent).where(Agent.project_id == pid, Agent.name == name)).first()
             if agent is None:
