@@ -15,6 +15,7 @@ REAL_HARNESS = True  # tests/agents/conftest.py: instances are the harness, not 
 ALICE, BOB = "alice-7", "bob-9"
 A1, A2 = "alice-session-000000000000001", "alice-session-000000000000002"
 B1 = "bob-session-00000000000000001"
+W1 = "alice-widget-session-0000000001"
 ALICE_SAYS = "my secret favourite colour is teal"
 BOB_SAYS = "my favourite sport is rowing on rivers"
 
@@ -34,6 +35,13 @@ async def _seed(client, world) -> None:
     for session in (A1, B1):
         r = await client.post(f"/v1/agents/weather/sessions/{session}/memorize", headers=world.admin)
         assert r.status_code == 200, r.text
+    # a conversation through the embed widget's public route is one of the agent's sessions too
+    shop = {"Origin": "https://shop.example"}
+    embed = (await client.put("/v1/agents/weather/embed", headers=world.member,
+                              json={"enabled": True, "allowed_origins": ["https://shop.example"]})).json()
+    r = await client.post(f"/v1/embed/{embed['embed_key']}/invoke", headers=shop,
+                          json={"message": "hello from the widget", "session_id": W1, "user_id": ALICE})
+    assert r.status_code == 200, r.text
 
 
 async def _until_done(client, headers, project_id: str, erasure_id: str, timeout: float = 20) -> dict:
@@ -60,7 +68,7 @@ async def test_forget_one_user_leaves_the_other(client, world, platform, model_s
     done = await _until_done(client, world.admin, pid, accepted["erasure_id"])
 
     by_store = {(x["agent"], x["store"]): x["removed"] for x in done["receipts"]}
-    assert by_store[("weather", "sessions")] == {"sessions": 2, "events": 6}  # 3 turns: user + answer each
+    assert by_store[("weather", "sessions")] == {"sessions": 3, "events": 8}  # 4 turns: user + answer each
     assert by_store[("weather", "memory")] == {"memories": 2}  # A1's two exchanges
     assert set(by_store) == {("weather", "sessions"), ("weather", "memory"), ("weather", "log_history")}
     assert (done["steps_done"], done["steps_total"]) == (3, 3)
@@ -70,7 +78,8 @@ async def test_forget_one_user_leaves_the_other(client, world, platform, model_s
     # the browser no longer lists her; bob is untouched
     users = (await client.get("/v1/agents/weather/users", headers=world.member)).json()["users"]
     assert [u["user_id"] for u in users] == [BOB]
-    assert (await client.get(f"/v1/agents/weather/sessions/{A1}", headers=world.member)).status_code == 404
+    for session in (A1, A2, W1):
+        assert (await client.get(f"/v1/agents/weather/sessions/{session}", headers=world.member)).status_code == 404
     bob = (await client.get(f"/v1/agents/weather/sessions/{B1}", headers=world.member)).json()
     assert bob["event_count"] == 2
 
@@ -86,7 +95,7 @@ async def test_forget_one_user_leaves_the_other(client, world, platform, model_s
     forgot = [e for e in entries if e["action"] == "user.forget"]
     assert len(forgot) == 1 and forgot[0]["target"] == ALICE and forgot[0]["actor"] == "boss@example.com"
     detail = json.loads(forgot[0]["detail"])
-    assert detail["totals"] == {"sessions": 2, "events": 6, "memories": 2, "lines": detail["totals"]["lines"]}
+    assert detail["totals"] == {"sessions": 3, "events": 8, "memories": 2, "lines": detail["totals"]["lines"]}
     assert "teal" not in forgot[0]["detail"] and "Lyon" not in forgot[0]["detail"]
 
     # asking again is harmless: a new erasure that finds nothing left (the session begun since aside)
