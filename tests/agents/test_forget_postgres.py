@@ -41,3 +41,12 @@ async def test_two_replicas_share_the_erasures_without_running_one_twice(pg_plat
     entries = await platform.db.run(lambda s: list(s.scalars(select(AuditEntry).where(AuditEntry.action == "user.forget"))))
     assert sorted(e.target for e in entries) == users  # one receipt each
     assert all(json.loads(e.detail)["totals"]["sessions"] == 0 for e in entries)
+
+
+async def test_requests_at_the_same_moment_make_one_erasure(pg_platform):  # noqa: F811
+    platform, automation = pg_platform, Principal.automation()
+    await platform.erasures.aclose()
+    project_id = await platform.db.run(lambda s: s.scalar(select(Project.id).where(Project.slug == "default")))
+    made = await asyncio.gather(*(platform.erasures.forget(automation, project_id, ForgetRequest(user_id="racer"))
+                                  for _ in range(8)))
+    assert len({e.erasure_id for e in made}) == 1

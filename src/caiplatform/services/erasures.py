@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
 
 from sqlalchemy import CursorResult, Result, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from caiplatform.clock import Clock, rfc3339
@@ -123,21 +124,24 @@ class ErasureService:
 
     def _record_sync(self, session: Session, principal: Principal, pid: str, user_id: str,
                      named: list[str] | None, now: datetime) -> api.Erasure:
-        """The unfinished erasure of this user and scope, or a new one over the agents in scope now."""
+        """The unfinished erasure of this user and scope, or a new one over the agents in scope now (a
+        unique index keeps one unfinished erasure per user and scope, so a request that races another
+        answers the other's)."""
         scope = rules.scope_key(named)
-        existing = session.scalars(
-            select(Erasure).where(Erasure.project_id == pid, Erasure.user_id == user_id, Erasure.scope == scope,
-                                  Erasure.state != rules.DONE)
-            .order_by(Erasure.created_at)
-        ).first()
+        unfinished = select(Erasure).where(Erasure.project_id == pid, Erasure.user_id == user_id,
+                                           Erasure.scope == scope, Erasure.state != rules.DONE)
+        existing = session.scalars(unfinished).first()
         if existing is not None:
             return self._view(existing)
         names = named if named is not None else list(
             session.scalars(select(Agent.name).where(Agent.project_id == pid).order_by(Agent.name)))
         row = Erasure(project_id=pid, user_id=user_id, scope=scope, agents=names, state=rules.PENDING,
                       requested_by=actor_of(principal), receipts=[], created_at=now)
-        session.add(row)
-        session.flush()
+        try:
+            with session.begin_nested():
+                session.add(row)
+        except IntegrityError:
+            return self._view(session.scalars(unfinished).one())
         return self._view(row)
 
     async def get(self, principal: Principal, project_id: str, erasure_id: str) -> api.Erasure:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, String, Text
+from sqlalchemy import JSON, ForeignKey, Index, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from caiplatform.db.base import Base, UTCDateTime, new_id
@@ -30,4 +30,10 @@ class Erasure(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-    __table_args__ = (Index("ix_erasures_state", "state"), Index("ix_erasures_user", "project_id", "user_id"))
+    __table_args__ = (
+        Index("ix_erasures_state", "state"),
+        Index("ix_erasures_user", "project_id", "user_id"),
+        # One unfinished erasure per user and scope, even for two requests at the same moment.
+        Index("uq_erasures_unfinished", "project_id", "user_id", "scope", unique=True,
+              sqlite_where=text("state != 'done'"), postgresql_where=text("state != 'done'")),
+    )

@@ -37,9 +37,12 @@ def upgrade() -> None:
     op.create_index('ix_erasures_project_id', 'erasures', ['project_id'])
     op.create_index('ix_erasures_state', 'erasures', ['state'])
     op.create_index('ix_erasures_user', 'erasures', ['project_id', 'user_id'])
+    op.create_index('uq_erasures_unfinished', 'erasures', ['project_id', 'user_id', 'scope'], unique=True,
+                    sqlite_where=sa.text("state != 'done'"), postgresql_where=sa.text("state != 'done'"))
 
 
 def downgrade() -> None:
+    op.drop_index('uq_erasures_unfinished', table_name='erasures')
     op.drop_index('ix_erasures_user', table_name='erasures')
     op.drop_index('ix_erasures_state', table_name='erasures')
     op.drop_index('ix_erasures_project_id', table_name='erasures')
