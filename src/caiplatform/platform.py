@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from caiplatform.ports.builder import Builder
     from caiplatform.ports.runtime import WorkloadRuntime
     from caiplatform.services.agents import AgentService
+    from caiplatform.services.erasures import ErasureService
     from caiplatform.services.invoke import InvokeService
     from caiplatform.services.memorystore import MemoryStoreService
     from caiplatform.services.messaging import TopicService
@@ -528,6 +529,8 @@ class Platform:
             self.code_sandbox.pool.start()  # warm sandboxes (or pods) ready before the first snippet
         await self._start_messaging()
         await self._start_serverless()
+        await self.erasures.start()  # unfinished erasures resume (docs/erasure.md)
+        self._closers.append(self.erasures.aclose)
         # MCP servers: serve every ready server again, resume unfinished builds; stop builds on close.
         self._closers.append(self.mcp.aclose)
         self.mcp.locks = self.work_locks
@@ -614,6 +617,17 @@ class Platform:
                                 wiring=lambda: (getattr(self, "agents", None), self.runtime), metrics=self.metrics)
         self._closers.append(service.aclose)
         return service
+
+    @cached_property
+    def erasures(self) -> ErasureService:
+        """Forget a user everywhere, with a receipt (`caiplatform.services.erasures`); runs in `start()`."""
+        from caiplatform.services.erasures import ErasureService
+
+        return ErasureService(
+            self.db, self.access, self.clock, agents=self.agents, runtime=lambda: self.runtime,
+            memory=lambda: self.invoke.memory, replica_id=self.work_locks.replica_id,
+            shared=bool(self.work_locks.shared), step_pause=self.settings.erasure_step_pause_seconds,
+        )
 
     def _build_memorystore(self) -> MemoryStoreService:
         from caiplatform.ports.memorystore import ProvisionerHealth

@@ -92,6 +92,8 @@ class Settings(BaseSettings):
     invoke_timeout_seconds: float = Field(60.0, validation_alias=_env("INVOKE_TIMEOUT_SECONDS"))
     max_upload_bytes: int = Field(100 * 1024 * 1024, validation_alias=_env("MAX_UPLOAD_BYTES"))
     log_retention: str = Field("336h", validation_alias=_env("LOG_RETENTION"))
+    # A pause between an erasure's steps (docs/erasure.md): spreads a large erasure's load on the stores.
+    erasure_step_pause_seconds: float = Field(0.0, validation_alias=_env("CAI_ERASURE_STEP_PAUSE_SECONDS"))
     request_timeout_seconds: float = Field(30.0, validation_alias=_env("REQUEST_TIMEOUT_SECONDS"))
     vector_max_body_bytes: int = Field(32 * 1024 * 1024, validation_alias=_env("MAX_BODY_BYTES"))
     vector_max_points_per_request: int = Field(1000, validation_alias=_env("MAX_POINTS_PER_REQUEST"))

@@ -24,7 +24,8 @@ ORDER = {"GET": 0, "POST": 1, "PUT": 1, "PATCH": 1, "DELETE": 2}
 NOT_IN_THE_WORLD = re.compile(r"/v1/embed/\{key\}|/invitations/(\{token\}|accept)|sandbox/|/sessions/\{session_id\}|"
                               r"/files/\{path\}|widget-\{version\}|/mcpservers/\{name\}|/keys/\{keyID\}|"
                               r"/invitations/\{invitationID\}|/members/|service-accounts/\{sa\}|users/\{email\}|"
-                              r"orgs/\{orgID\}|/secret-maps/\{env_name\}|/tools/\{tool\}|versions/\{version_verb\}")
+                              r"orgs/\{orgID\}|/secret-maps/\{env_name\}|/tools/\{tool\}|versions/\{version_verb\}|"
+                              r"/erasures/\{erasureID\}")
 
 
 async def _call(method, args):  # type: ignore[no-untyped-def]

@@ -15,7 +15,15 @@ import pytest
 
 from caiplatform.adapters.memory.sessions import InMemorySessionStore
 from caiplatform.adapters.sqlite.sessions import SQLiteSessionStore
-from caiplatform.ports.sessions import Listing, Session, SessionStore, SessionSummary, UserSummary, new_event
+from caiplatform.ports.sessions import (
+    Forgotten,
+    Listing,
+    Session,
+    SessionStore,
+    SessionSummary,
+    UserSummary,
+    new_event,
+)
 from caiplatform.testing.turn_checks import write_agent
 from caiplatform.turns import Conversation, load_runner
 
@@ -83,6 +91,9 @@ class CountingStore(SessionStore):
 
     async def delete(self, agent: str, session_id: str) -> bool:
         return await self.inner.delete(agent, session_id)
+
+    async def forget_user(self, agent: str, user_id: str) -> Forgotten:
+        return await self.inner.forget_user(agent, user_id)
 
 
 @pytest.fixture

@@ -280,6 +280,10 @@ async def test_log_history_outlives_the_pods(cluster, tmp_path: Path):
     assert await again.collect_logs() == 0  # the live pod's lines are stored already
     assert [h.message for h in await again.log_history(ref)] == ["started", "serving", "still serving", "second"]
     assert len((history / f"{ref.key}.jsonl").read_text().splitlines()) == 4
+    # a user's erasure (docs/erasure.md) rewrites the kept history without their lines
+    assert await again.erase_log_lines(ref, ["still serv", "nowhere"]) == 1
+    assert [h.message for h in await again.log_history(ref)] == ["started", "serving", "second"]
+    assert await again.erase_log_lines(ref, ["still serv"]) == 0
     await again.delete(ref)
     assert await again.log_history(ref) == [] and not list(history.glob("*.jsonl"))
     await again.close()

@@ -11,11 +11,11 @@ import sys
 
 import typer
 
-from caiplatform.cli import commands, serve_command
+from caiplatform.cli import commands, forget, serve_command
 from caiplatform.cli.app import app
 
 __all__ = ["app", "main"]
-_registered = (commands, serve_command)  # the modules register their commands on import
+_registered = (commands, forget, serve_command)  # the modules register their commands on import
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -78,6 +78,10 @@ OPERATIONS: dict[tuple[str, str], list[Name]] = {
     ("DELETE", P + "/service-accounts/{sa}/keys/{keyID}"): [Name("service_accounts", "revoke_key")],
     ("GET", P + "/quota"): [Name("projects", "quota")],
     ("GET", P + "/audit"): [Name("projects", "audit")],
+    # -- forget a user everywhere, with a receipt
+    ("POST", P + "/forget"): [Name("erasures", "forget")],
+    ("POST", "/v1/forget"): [Name("erasures", "forget_everywhere")],
+    ("GET", P + "/erasures/{erasureID}"): [Name("erasures", "get")],
     # -- agents
     ("GET", "/v1/agents"): [Name("agents", "list")],
     ("POST", "/v1/agents"): [Name("agents", "deploy")],

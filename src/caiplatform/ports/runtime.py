@@ -22,7 +22,7 @@ in-process runtime returns an httpx transport instead of a network address.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -271,6 +271,12 @@ class WorkloadRuntime(ABC):
     @abstractmethod
     async def log_history(self, ref: WorkloadRef, *, since: datetime | None = None, limit: int = 500) -> list[LogLine]:
         """Persisted lines, oldest first, at most `limit` (the newest ones when there are more)."""
+
+    @abstractmethod
+    async def erase_log_lines(self, ref: WorkloadRef, needles: Sequence[str]) -> int:
+        """Delete the persisted history lines whose message contains any of `needles` (a user's erasure),
+        all or nothing; how many were removed. Lines still held only by a live instance's own output are
+        not history yet: they are ingested and judged with the rest."""
 
     @abstractmethod
     async def spec_document(self, ref: WorkloadRef) -> dict[str, Any] | None:

@@ -99,6 +99,14 @@ class Session:
 
 
 @dataclass(frozen=True)
+class Forgotten:
+    """What erasing one user from one agent's store removed: counts, never contents."""
+
+    sessions: int = 0
+    events: int = 0
+
+
+@dataclass(frozen=True)
 class SessionHead:
     """A session without its events: who owns it, when it was created, how many events it holds.
 
@@ -183,6 +191,11 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def delete(self, agent: str, session_id: str) -> bool:
         """Delete a session (owning user resolved from the id); False when it did not exist."""
+
+    @abc.abstractmethod
+    async def forget_user(self, agent: str, user_id: str) -> Forgotten:
+        """Delete every session of `user_id` in this agent with its events and state, all or nothing, and
+        the user from the agent's user list; what was removed (zero counts when nothing was there)."""
 
     async def ensure(self, agent: str, user_id: str, session_id: str) -> Session:
         """The session, created empty when missing; `Conflict` when it belongs to another user."""

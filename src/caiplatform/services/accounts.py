@@ -237,7 +237,8 @@ class AccountService:
             session.flush()
             self.audit.record(session, None, principal, "user.delete", address)
             return api.UserDeleted(
-                deleted=address, note="the account, its grants and its keys were removed; agents it deployed keep running"
+                deleted=address, note="the account, its grants and its keys were removed; agents it deployed keep running; to erase what a "
+                     "user id said to agents, use POST /v1/projects/{projectID}/forget"
             )
 
         return await self.db.run(delete)

@@ -6,7 +6,7 @@
   and tool traffic left out). Point ids are UUIDv5 of (project, agent, session, exchange number), so
   memorizing a session again replaces its memories instead of duplicating them.
 - Memory is shared: no per-caller partition (document 1), so recall searches the whole collection. The
-  payload keeps `user_id` and `session_id` so a per-user erase can find them.
+  payload keeps `user_id` and `session_id` so a per-user erase finds them (`forget_user`, issue 37).
 - Embeddings come from `EMBED_BASE_URL` (OpenAI-compatible `/embeddings`) when the platform has one,
   otherwise from the deterministic local embedder (`caiplatform.embeddings`).
 - Recall never fails a turn: an unreachable embedder or a missing collection recalls nothing.
@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from caiplatform.domain.erasure import memory_filter
 from caiplatform.embeddings import DEFAULT_DIMS, local_embed
 from caiplatform.errors import Unavailable
 from caiplatform.ports.vector import CollectionConfig, Point, VectorEngine, VectorEngineRejected
@@ -32,6 +33,7 @@ MEMORY_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://caiplatform.dev/agent
 RECALL_TOP_K = 3
 RECALL_MIN_SCORE = 0.15
 MEMORY_TEXT_CHARS = 4000
+SCROLL_PAGE = 256
 
 
 def collection_for(target: InvokeTarget) -> str:
@@ -132,3 +134,20 @@ class VectorMemory:
 
     async def forget(self, target: InvokeTarget) -> None:
         await self.engine.drop_collection(collection_for(target))
+
+    async def forget_user(self, target: InvokeTarget, user_id: str) -> int:
+        """Delete the memories the user's sessions contributed (their payload's `user_id`); how many."""
+        name = collection_for(target)
+        if await self.engine.collection_info(name) is None:
+            return 0
+        ids: list[Any] = []
+        offset = None
+        while True:
+            page, offset = await self.engine.scroll(name, limit=SCROLL_PAGE, offset=offset,
+                                                    filter=memory_filter(user_id))
+            ids += [record.id for record in page]
+            if offset is None:
+                break
+        if ids:
+            await self.engine.delete_points(name, ids=ids)  # one call: all or nothing
+        return len(ids)

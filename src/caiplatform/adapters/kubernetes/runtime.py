@@ -31,7 +31,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -55,6 +55,7 @@ from caiplatform.adapters.kubernetes.client import (
     api_message,
     owned,
 )
+from caiplatform.adapters.log_files import erase_lines
 from caiplatform.ports.builder import Image
 from caiplatform.ports.runtime import (
     Endpoint,
@@ -539,6 +540,16 @@ class KnativeRuntime(WorkloadRuntime):
                     known[name] = max(line.ts for line in lines)
                     stored += len(lines)
         return stored
+
+    async def erase_log_lines(self, ref: WorkloadRef, needles: Sequence[str]) -> int:
+        """The kept history's lines (live pods collected first); a live pod's own container log is the
+        cluster's and stays until the pod goes."""
+        wanted = [n for n in needles if n]
+        if self.history_dir is None or not wanted:
+            return 0
+        await self.collect_logs(ref)
+        return await asyncio.to_thread(erase_lines, self._history_path(ref.key),
+                                       lambda message: any(n in message for n in wanted))
 
     def _history_path(self, key: str) -> Path:
         assert self.history_dir is not None

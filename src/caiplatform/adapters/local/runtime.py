@@ -39,7 +39,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -60,6 +60,7 @@ from caiplatform.adapters.instances import (
     Workload,
     instance_env,
 )
+from caiplatform.adapters.log_files import erase_lines
 from caiplatform.ports.builder import Image
 from caiplatform.ports.runtime import (
     InstanceTransport,
@@ -470,10 +471,21 @@ class LocalProcessRuntime(InstanceRuntime):
 
         return lines()
 
-    async def log_history(self, ref: WorkloadRef, *, since: datetime | None = None, limit: int = 500) -> list[LogLine]:
+    def _ingest_pending(self, ref: WorkloadRef) -> None:
         for pending_ref, revision, pod, process in list(self._pending.values()):
             if pending_ref.key == ref.key:
                 self._ingest(pending_ref, revision, pod, process)
+
+    async def erase_log_lines(self, ref: WorkloadRef, needles: Sequence[str]) -> int:
+        wanted = [n for n in needles if n]
+        if not wanted or ref.key not in self._workloads:
+            return 0
+        self._ingest_pending(ref)
+        # On the event loop, like the ingestion that appends to the same file: no line is appended meanwhile.
+        return erase_lines(self._history_path(ref.key), lambda message: any(n in message for n in wanted))
+
+    async def log_history(self, ref: WorkloadRef, *, since: datetime | None = None, limit: int = 500) -> list[LogLine]:
+        self._ingest_pending(ref)
         path = self._history_path(ref.key)
         if ref.key not in self._workloads or not path.is_file():
             return []

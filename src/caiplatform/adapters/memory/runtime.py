@@ -22,7 +22,7 @@ import secrets
 import time
 import traceback
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -275,6 +275,17 @@ class InMemoryRuntime(InstanceRuntime):
 
     def _forget(self, ref: WorkloadRef) -> None:
         self._history.pop(ref.key, None)
+
+    async def erase_log_lines(self, ref: WorkloadRef, needles: Sequence[str]) -> int:
+        history = self._history.get(ref.key)
+        wanted = [n for n in needles if n]
+        if not history or not wanted:
+            return 0
+        kept = [line for line in history if not any(n in line.message for n in wanted)]
+        gone = len(history) - len(kept)
+        if gone:
+            self._history[ref.key] = deque(kept, maxlen=history.maxlen)
+        return gone
 
     def logs(self, ref: WorkloadRef, *, tail: int = 500, follow: bool = False) -> AsyncIterator[str] | None:
         instance = self._newest_live(ref)

@@ -10,6 +10,7 @@ from typing import Any
 from caiplatform.clock import Clock
 from caiplatform.errors import Conflict
 from caiplatform.ports.sessions import (
+    Forgotten,
     Listing,
     Session,
     SessionHead,
@@ -106,3 +107,9 @@ class InMemorySessionStore(SessionStore):
     async def delete(self, agent: str, session_id: str) -> bool:
         async with self._lock:
             return self._sessions.pop((agent, session_id), None) is not None
+
+    async def forget_user(self, agent: str, user_id: str) -> Forgotten:
+        async with self._lock:
+            keys = [k for k, s in self._sessions.items() if k[0] == agent and s.user_id == user_id]
+            events = sum(len(self._sessions.pop(k).events) for k in keys)
+            return Forgotten(len(keys), events)

@@ -27,6 +27,7 @@ from redis.exceptions import ResponseError
 from caiplatform.clock import Clock
 from caiplatform.errors import Conflict, NotFound
 from caiplatform.ports.sessions import (
+    Forgotten,
     Listing,
     Session,
     SessionHead,
@@ -90,6 +91,23 @@ redis.call('HSET', KEYS[5], owner, string.format('%d', best))
 return 1
 """
 
+# KEYS: us (the user's sessions), u, ls   ARGV: base ("<prefix>:<agent>:"), user id
+_FORGET_USER = """
+local sessions, events = 0, 0
+for _, sid in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local count = redis.call('HGET', ARGV[1] .. 's:' .. sid, 'event_count')
+  if count then
+    sessions = sessions + 1
+    events = events + tonumber(count)
+  end
+  redis.call('DEL', ARGV[1] .. 's:' .. sid, ARGV[1] .. 'e:' .. sid, ARGV[1] .. 'st:' .. sid)
+end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('HDEL', KEYS[3], ARGV[2])
+return {sessions, events}
+"""
+
 
 def _us(moment: datetime) -> int:
     return int(round(moment.timestamp() * 1_000_000))
@@ -112,6 +130,7 @@ class RedisSessionStore(SessionStore):
         self.clock = clock or Clock()
         self._append_script = self.client.register_script(_APPEND)
         self._delete_script = self.client.register_script(_DELETE)
+        self._forget_script = self.client.register_script(_FORGET_USER)
 
     def _base(self, agent: str) -> str:
         return f"{self.prefix}:{agent}:"
@@ -228,6 +247,11 @@ class RedisSessionStore(SessionStore):
         b = self._base(agent)
         keys = [f"{b}s:{session_id}", f"{b}e:{session_id}", f"{b}st:{session_id}", f"{b}u", f"{b}ls"]
         return bool(await self._delete_script(keys=keys, args=[b, session_id]))
+
+    async def forget_user(self, agent: str, user_id: str) -> Forgotten:
+        b = self._base(agent)
+        sessions, events = await self._forget_script(keys=[f"{b}us:{user_id}", f"{b}u", f"{b}ls"], args=[b, user_id])
+        return Forgotten(int(sessions), int(events))
 
     async def purge(self) -> None:
         """Delete every key under this store's prefix (tests)."""

@@ -19,6 +19,7 @@ import anyio
 from caiplatform.clock import Clock
 from caiplatform.errors import Conflict
 from caiplatform.ports.sessions import (
+    Forgotten,
     Listing,
     Session,
     SessionHead,
@@ -210,6 +211,18 @@ class SQLiteSessionStore(SessionStore):
 
         return self._tx(body)
 
+    def _forget_user(self, agent, user_id):
+        def body(conn):
+            sessions, events = conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(event_count), 0) FROM cai_sessions WHERE agent=? AND user_id=?",
+                (agent, user_id)).fetchone()
+            conn.execute("DELETE FROM cai_session_events WHERE agent=? AND session_id IN "
+                         "(SELECT session_id FROM cai_sessions WHERE agent=? AND user_id=?)", (agent, agent, user_id))
+            conn.execute("DELETE FROM cai_sessions WHERE agent=? AND user_id=?", (agent, user_id))
+            return Forgotten(int(sessions), int(events))
+
+        return self._tx(body)
+
     # -- port ------------------------------------------------------------------------------------
     async def create(self, agent: str, user_id: str, session_id: str, *, state: dict[str, Any] | None = None) -> Session:
         return await self._call(self._create, agent, user_id, session_id, state)
@@ -239,6 +252,9 @@ class SQLiteSessionStore(SessionStore):
 
     async def delete(self, agent: str, session_id: str) -> bool:
         return await self._call(self._delete, agent, session_id)
+
+    async def forget_user(self, agent: str, user_id: str) -> Forgotten:
+        return await self._call(self._forget_user, agent, user_id)
 
     async def aclose(self) -> None:
         with self._lock:

@@ -1,6 +1,7 @@
 """Every table of the platform. Importing this module registers them all on `Base.metadata`."""
 
 from caiplatform.db.models.agents import Agent, AgentBuild, AgentFile, AgentRevision, AgentSecret  # noqa: F401,E402
+from caiplatform.db.models.erasures import Erasure  # noqa: F401
 from caiplatform.db.models.identity import (  # noqa: F401
     ApiKey,
     AuditEntry,

@@ -54,6 +54,7 @@ __all__ = [
     "test_burst_on_a_cold_revision_starts_one_instance_per_concurrency",
     "test_logs_live_and_history",
     "test_logs_follow_sees_new_lines",
+    "test_erase_log_lines_removes_only_matching_history",
     "test_logs_none_when_scaled_to_zero",
     "test_spec_document_is_knative_shaped",
     "test_metrics_count_instances",
@@ -332,6 +333,26 @@ async def test_logs_live_and_history(kit: RuntimeKit):
     assert all(a.ts <= b.ts for a, b in zip(history, history[1:], strict=False))
     assert len(await kit.runtime.log_history(w, limit=1)) == 1
     assert await kit.runtime.log_history(w, since=datetime.now(UTC) + timedelta(hours=1)) == []
+
+
+@pytest.mark.notimpl(["kubernetes"], reason="log lines come from running containers; the API emulator runs none (erasing kept lines "
+                        "is tested on it in tests/kubernetes/test_cluster.py)")
+async def test_erase_log_lines_removes_only_matching_history(kit: RuntimeKit):
+    w = ref()
+    await ready(kit, spec(kit, w))
+    secret, other = f"erase-{secrets.token_hex(4)}", f"keep-{secrets.token_hex(4)}"
+    for text in (secret, other, f"again-{secret}"):
+        await get(kit, w, f"/say?text={text}")
+    deadline = time.monotonic() + 10
+    while sum(secret in line.message for line in await kit.runtime.log_history(w)) < 2:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    assert await kit.runtime.erase_log_lines(w, [secret, ""]) == 2
+    history = await kit.runtime.log_history(w)
+    assert not any(secret in line.message for line in history)
+    assert any(other in line.message for line in history)
+    assert await kit.runtime.erase_log_lines(w, [secret]) == 0  # idempotent
+    assert await kit.runtime.erase_log_lines(ref(), [other]) == 0  # an unknown workload has nothing
 
 
 @pytest.mark.notimpl(["kubernetes"], reason="log lines come from running containers; the API emulator runs none (keeping the lines of pods "

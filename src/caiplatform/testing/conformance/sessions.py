@@ -247,3 +247,26 @@ async def test_extend_appends_like_append_and_answers_the_head(session_store):
         await session_store.extend("bot", "u2", "x1", [_user(session_store, "theirs")])
     assert len((await session_store.get("bot", "x1")).events) == 5
 
+
+
+async def test_forget_user_removes_every_session_of_that_user_only(session_store):
+    await session_store.append("bot", "alice", "a1", [_user(session_store, "alice one"), *_agent_turn(session_store, "x")])
+    session_store.clock.advance(1)
+    await session_store.append("bot", "bob", "b1", [_user(session_store, "bob one")])
+    session_store.clock.advance(1)
+    await session_store.append("bot", "alice", "a2", [_user(session_store, "alice two")], state={"k": 1})
+    await session_store.append("other", "alice", "o1", [_user(session_store, "elsewhere")])
+
+    gone = await session_store.forget_user("bot", "alice")
+    assert (gone.sessions, gone.events) == (2, 6)
+    assert await session_store.get("bot", "a1") is None and await session_store.get("bot", "a2") is None
+    assert [u.user_id for u in (await session_store.list_users("bot")).items] == ["bob"]
+    assert (await session_store.list_sessions("bot", "alice")).items == []
+    assert len((await session_store.get("bot", "b1")).events) == 1
+    assert (await session_store.get("other", "o1")).user_id == "alice"  # another agent keeps its own
+
+    again = await session_store.forget_user("bot", "alice")  # idempotent
+    assert (again.sessions, again.events) == (0, 0)
+    # the same session id starts afresh for the user afterwards
+    head = await session_store.claim("bot", "alice", "a1")
+    assert head.event_count == 0

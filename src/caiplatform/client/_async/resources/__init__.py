@@ -9,6 +9,7 @@ from caiplatform.client._async.resources.admin import AsyncAdminResource
 from caiplatform.client._async.resources.custom_agents import AsyncAgentsResource
 from caiplatform.client._async.resources.custom_auth import AsyncAuthResource
 from caiplatform.client._async.resources.embed import AsyncEmbedResource
+from caiplatform.client._async.resources.erasures import AsyncErasuresResource
 from caiplatform.client._async.resources.health import AsyncHealthResource
 from caiplatform.client._async.resources.indexes import AsyncIndexesResource
 from caiplatform.client._async.resources.invitations import AsyncInvitationsResource
@@ -39,6 +40,7 @@ class AsyncResources:
     agents: AsyncAgentsResource
     auth: AsyncAuthResource
     embed: AsyncEmbedResource
+    erasures: AsyncErasuresResource
     health: AsyncHealthResource
     indexes: AsyncIndexesResource
     invitations: AsyncInvitationsResource
@@ -66,6 +68,7 @@ class AsyncResources:
         self.agents = AsyncAgentsResource(self)  # type: ignore[arg-type]
         self.auth = AsyncAuthResource(self)  # type: ignore[arg-type]
         self.embed = AsyncEmbedResource(self)  # type: ignore[arg-type]
+        self.erasures = AsyncErasuresResource(self)  # type: ignore[arg-type]
         self.health = AsyncHealthResource(self)  # type: ignore[arg-type]
         self.indexes = AsyncIndexesResource(self)  # type: ignore[arg-type]
         self.invitations = AsyncInvitationsResource(self)  # type: ignore[arg-type]

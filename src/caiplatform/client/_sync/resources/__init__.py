@@ -10,6 +10,7 @@ from caiplatform.client._sync.resources.admin import AdminResource
 from caiplatform.client._sync.resources.custom_agents import AgentsResource
 from caiplatform.client._sync.resources.custom_auth import AuthResource
 from caiplatform.client._sync.resources.embed import EmbedResource
+from caiplatform.client._sync.resources.erasures import ErasuresResource
 from caiplatform.client._sync.resources.health import HealthResource
 from caiplatform.client._sync.resources.indexes import IndexesResource
 from caiplatform.client._sync.resources.invitations import InvitationsResource
@@ -40,6 +41,7 @@ class Resources:
     agents: AgentsResource
     auth: AuthResource
     embed: EmbedResource
+    erasures: ErasuresResource
     health: HealthResource
     indexes: IndexesResource
     invitations: InvitationsResource
@@ -67,6 +69,7 @@ class Resources:
         self.agents = AgentsResource(self)  # type: ignore[arg-type]
         self.auth = AuthResource(self)  # type: ignore[arg-type]
         self.embed = EmbedResource(self)  # type: ignore[arg-type]
+        self.erasures = ErasuresResource(self)  # type: ignore[arg-type]
         self.health = HealthResource(self)  # type: ignore[arg-type]
         self.indexes = IndexesResource(self)  # type: ignore[arg-type]
         self.invitations = InvitationsResource(self)  # type: ignore[arg-type]
