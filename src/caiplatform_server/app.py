@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive, Scope, Send
 
+from caiplatform import tracing
 from caiplatform.db.database import DATABASE_UNAVAILABLE_MESSAGE, is_database_unavailable
 from caiplatform.errors import MethodNotAllowed, PlatformError, RateLimited
 from caiplatform.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -122,8 +123,14 @@ class ConventionsMiddleware:
             await send(message)
 
         began = time.perf_counter()
+        # The trace's root span when tracing is on (caiplatform.tracing); one test when it is off.
+        traced = tracing.ServerSpan(scope) if tracing.tracer() is not None else None
+        error: BaseException | None = None
         try:
             await self._serve(scope, receive, counted)
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
             # The route's template (set by whichever router answered), never the raw path.
             state = scope.get("state") or {}
@@ -131,6 +138,8 @@ class ConventionsMiddleware:
             if route == UNMATCHED and scope["path"].startswith(DOCS_ASSETS):  # a mount: no route of its own
                 route = DOCS_ASSETS + "{path}"
             self.platform.metrics.observe_http(scope["method"], route, status, time.perf_counter() - began)
+            if traced is not None:
+                traced.close(route, status, state.get("request_id", ""), error)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send, principal: Principal) -> None:
         """GET /metrics: the service decides who may read it (`ObservabilityService.scrape`)."""

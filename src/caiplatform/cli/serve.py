@@ -23,6 +23,7 @@ def serve(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
     import uvicorn
 
+    from caiplatform import tracing
     from caiplatform.errors import PlatformError
     from caiplatform.platform import Platform
     from caiplatform.settings import Settings
@@ -43,11 +44,16 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
                        model_name=model["MODEL_NAME"])
         startup_log.info("scripted model: %s (it echoes `you said: <message>`; agents use it)", model["MODEL_BASE_URL"])
     settings = settings.model_copy(update=updates)
+    # Traces when OTEL_EXPORTER_OTLP_ENDPOINT (or the traces one) is set; nothing of the SDK otherwise.
+    traced = tracing.setup()
     try:
         platform = Platform.from_settings(settings)
     except PlatformError as exc:  # e.g. a bootstrap password under 12 characters: say so, no traceback
         print(f"caiplatform serve: {exc.message}", file=sys.stderr)
         return 2
+    if traced:
+        tracing.instrument_engine(platform.db.engine)
+        startup_log.info("tracing: OTLP/HTTP to %s", tracing.traces_endpoint(os.environ))
     refusal = sandbox_refusal(platform)
     if refusal:
         print(f"caiplatform serve: {refusal}", file=sys.stderr)

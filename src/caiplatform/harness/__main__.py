@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 
+from caiplatform import tracing
 from caiplatform.harness.app import create_harness_app
 from caiplatform.sandbox.limits import OUT_OF_MEMORY_EXIT, memory_rlimit
 from caiplatform_server import serving
@@ -16,6 +17,8 @@ log = logging.getLogger("caiplatform.harness")
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Spans only when the platform traces and gave this instance its collector (caiplatform.tracing).
+    tracing.setup_workload(os.environ)
     app = create_harness_app(dict(os.environ))
     port = int(os.environ.get("PORT") or 8080)
     # Access lines and start-up go to the instance's output, which the runtime keeps as the agent's logs.
@@ -34,6 +37,7 @@ def main() -> None:
 
         app.harness.on_out_of_memory = out_of_memory  # type: ignore[attr-defined]
     server.run()
+    tracing.shutdown()  # what is still queued goes before the process ends
     if limit is not None and app.harness.out_of_memory:  # type: ignore[attr-defined]
         sys.exit(OUT_OF_MEMORY_EXIT)
 
