@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive, Scope, Send
 
-from caiplatform import tracing
+from caiplatform import logjson, tracing
 from caiplatform.db.database import DATABASE_UNAVAILABLE_MESSAGE, is_database_unavailable
 from caiplatform.errors import MethodNotAllowed, PlatformError, RateLimited
 from caiplatform.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -165,6 +165,7 @@ class ConventionsMiddleware:
         request_id = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else new_request_id()
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
+        logjson.request_id.set(request_id)  # every log line of this request carries it (its own task's context)
         started = False
 
         async def send_with_id(message: Message) -> None:

@@ -1,12 +1,14 @@
 """Traces end to end: `caiplatform serve` with OTEL_EXPORTER_OTLP_ENDPOINT on a receiver of the test's own
 sends one connected trace for a streamed invoke of a LangGraph agent that calls a tool through the scripted
 model: route → service → harness → turn → model → tool, the GenAI attributes, one trace id on the server's
-and the harness's spans, the response's X-Request-Id on the root span. A tenant's variables do not move the
+and the harness's spans, the response's X-Request-Id on the root span; with `--log-format json` the server's
+and the agent's log lines carry the same request and trace ids. A tenant's variables do not move the
 harness's spans elsewhere."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -38,6 +40,15 @@ def _complete(trace: list[ReceivedSpan]) -> bool:
             and sum(1 for s in trace if s.attributes.get("gen_ai.operation.name") == "chat") >= 2)
 
 
+def _has(text: str, ids: dict[str, str]) -> bool:
+    """A JSON log line carrying these ids (and a span id with them)."""
+    try:
+        line = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(line, dict) and all(line.get(k) == v for k, v in ids.items()) and bool(line.get("span_id"))
+
+
 def _stream(base: str) -> str:
     with httpx.stream("POST", f"{base}/v1/agents/weather/invoke/stream", json={"message": "weather in Paris?"},
                       timeout=120) as s:
@@ -54,7 +65,8 @@ def test_a_streamed_invoke_is_one_trace_from_route_to_tool(tmp_path):
         env = {"MODEL_BASE_URL": model_url, "MODEL_API_KEY": "test-key", "MODEL_NAME": "scripted",
                "CAI_INTERNAL_TOKEN": "internal-e2e", "OTEL_EXPORTER_OTLP_ENDPOINT": collector,
                "OTEL_SERVICE_NAME": SERVICE, "OTEL_BSP_SCHEDULE_DELAY": "200"}
-        with ServeProcess(tmp_path / "data", env=env, unset=("OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER")) as server:
+        with ServeProcess(tmp_path / "data", "--log-format", "json", "--log-level", "info", env=env,
+                          unset=("OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER")) as server:
             token = httpx.post(f"{server.base_url}/v1/auth/login",
                                json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}).json()["token"]
             admin = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=120)
@@ -105,6 +117,17 @@ def test_a_streamed_invoke_is_one_trace_from_route_to_tool(tmp_path):
             assert tool.attributes.get("gen_ai.tool.call.id")
             assert "gen_ai.tool.call.arguments" not in tool.attributes
             assert {s.trace_id for s in trace if s.service == "caiplatform-harness"} == {root.trace_id}
+
+            # JSON log lines carry the request's ids: the server's own and the agent's that the platform keeps.
+            ids = {"request_id": request_id, "trace_id": root.trace_id}
+            assert any(_has(line, ids) for line in server.log_path.read_text().splitlines()), server.log_tail()
+            deadline = time.monotonic() + 30
+            while True:
+                history = admin.get("/v1/agents/weather/logs/history", params={"limit": 1000}).json()["lines"]
+                if any(_has(line["message"], ids) for line in history):
+                    break
+                assert time.monotonic() < deadline, [line["message"] for line in history][-20:]
+                time.sleep(0.5)
 
             # The tenant's own variables name another collector: the platform's spans still come here.
             r = admin.patch("/v1/agents/weather/env", json={"set": {

@@ -42,7 +42,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from caiplatform import json_input, tracing
+from caiplatform import json_input, logjson, tracing
 from caiplatform.errors import BadRequest, MethodNotAllowed, NotFound, PlatformError, Unavailable
 from caiplatform.metrics import UNMATCHED, route_template
 from caiplatform.pagination import Pager
@@ -76,7 +76,7 @@ PLATFORM_VARIABLES = frozenset({
     "MODEL_BASE_URL", "MODEL_API_KEY", "MODEL_NAME", "EMBED_BASE_URL", "CAI_API_URL", "CAI_PROJECT_ID",
     "CAI_PROJECT_KEY", "SANDBOX_URL", "PLATFORM_REQUEST_TIMEOUT_SECONDS", "PORT", "K_REVISION", "CAI_HARNESS_TOKEN", "CAI_HARNESS_SOCKET", "PATH", "HOME", "PYTHONPATH",
     "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "CAI_SECRET_NAMES", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
-    tracing.WORKLOAD_ENDPOINT, tracing.WORKLOAD_CAPTURE,
+    tracing.WORKLOAD_ENDPOINT, tracing.WORKLOAD_CAPTURE, logjson.ENV,
 })
 
 # Paths of the session, memory and browsing family that the harness does not serve itself; they still
@@ -424,6 +424,7 @@ class HarnessMiddleware:
         incoming = dict(scope.get("headers", [])).get(b"x-request-id", b"").decode("latin-1")
         request_id = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else "req_" + uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        logjson.request_id.set(request_id)
         if self.harness.harness_token is not None:
             presented = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
                          if k.lower() == HARNESS_TOKEN_HEADER.lower().encode()}

@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 from pydantic import ValidationError
 
-from caiplatform import json_input, tracing, validation
+from caiplatform import json_input, logjson, tracing, validation
 from caiplatform.db.prefetch import Prefetched
 from caiplatform.errors import (
     BadGateway,
@@ -448,7 +448,11 @@ class InvokeService:
             raise BadRequest(f"invalid JSON body: {exc}") from None
 
     def _turn_headers(self, prepared: Prepared) -> dict[str, str]:
-        return {"Content-Type": prepared.content_type, **prepared.id_headers, **self._internal_headers(prepared.target)}
+        headers = {"Content-Type": prepared.content_type, **prepared.id_headers, **self._internal_headers(prepared.target)}
+        request_id = logjson.request_id.get()
+        if request_id:  # the harness's log lines and spans carry the caller's request id
+            headers["X-Request-Id"] = request_id
+        return headers
 
     async def invoke(self, principal: Principal, name: str, project: str | None, raw: bytes | InvokeRequest, *,
                      prepared: Prepared | None = None, prefetched: Prefetched | None = None) -> Reply:

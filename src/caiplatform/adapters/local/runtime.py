@@ -47,7 +47,7 @@ from typing import Any
 
 import httpx
 
-from caiplatform import tracing
+from caiplatform import logjson, tracing
 from caiplatform.adapters.instances import (
     DEFAULT_IDLE_SECONDS,
     DEFAULT_LOG_RETENTION,
@@ -292,7 +292,9 @@ class LocalProcessRuntime(InstanceRuntime):
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",  # an image directory never changes
             **instance_env(image, spec, port),
-            **tracing.workload_env(),  # after the tenant's variables: theirs never redirect the platform's spans
+            # After the tenant's variables: theirs never redirect the platform's spans or change its log format.
+            **tracing.workload_env(),
+            **logjson.workload_env(),
             "CAI_HARNESS_TOKEN": transport.token,
         }
         log_path = self._logs_dir(key) / f"{pod}.log"
