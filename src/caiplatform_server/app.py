@@ -255,13 +255,15 @@ async def healthz(request: Request) -> JSONResponse:
     platform: Platform = request.app.state.platform
     health_fns: dict[str, HealthFn] = request.app.state.health_fns
     if len(health_fns) == 1:
-        (fn,) = health_fns.values()
+        ((name, fn),) = health_fns.items()
         status, body = await fn(platform)
+        platform.metrics.observe_health(name, body)  # cai_engine_up
         return JSONResponse(body, status_code=status)
     bodies = {}
     ok = True
     for name, fn in health_fns.items():
         status, body = await fn(platform)
+        platform.metrics.observe_health(name, body)
         bodies[name] = body
         ok = ok and status < 400 and body.get("status", "ok") == "ok"
     return JSONResponse({"status": "ok" if ok else "degraded", "apis": bodies, "sandbox": platform.sandbox_status()},
