@@ -55,7 +55,8 @@ def decode(body: bytes) -> list[ReceivedSpan]:
 
 
 class OTLPReceiver:
-    def __init__(self) -> None:
+    def __init__(self, *, keep: bool = True) -> None:
+        self.keep = keep  # False: a sink that only counts (a benchmark's collector)
         self.spans: list[ReceivedSpan] = []
         self.requests = 0
         self._lock = threading.Lock()
@@ -68,7 +69,7 @@ class OTLPReceiver:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.path.rstrip("/") == "/v1/traces":
-                    spans = decode(body)
+                    spans = decode(body) if receiver.keep else []
                     with receiver._lock:
                         receiver.spans.extend(spans)
                         receiver.requests += 1
