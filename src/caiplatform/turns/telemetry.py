@@ -1,7 +1,7 @@
 """Spans of a turn's model calls and tool calls, in the OpenTelemetry GenAI semantic conventions.
 
 Only while tracing is on (`caiplatform.tracing.tracer()`): a LangChain callback handler that the LangGraph
-runner adds to the graph's config. Each chat model call is a `chat {model}` span (`gen_ai.operation.name`
+runner adds to the graph's config, and an ADK plugin that the ADK runner gives its `Runner`. Each chat model call is a `chat {model}` span (`gen_ai.operation.name`
 = `chat`, `gen_ai.request.model`, `gen_ai.provider.name`, `gen_ai.usage.input_tokens` / `output_tokens`,
 `gen_ai.response.model`, `gen_ai.response.finish_reasons`); each tool call an `execute_tool {name}` span
 (`gen_ai.tool.name`, `gen_ai.tool.call.id`). Both are children of the turn's span (the one current when
@@ -149,3 +149,103 @@ def _usage(response: Any) -> tuple[dict[str, int], list[str], str, list[dict[str
                  "output": int(token_usage.get("completion_tokens") or 0)}
     model = model or str(llm_output.get("model_name") or "")
     return usage, finish, model, outputs
+
+
+# -- ADK ---------------------------------------------------------------------------------------------
+
+
+def adk_plugins() -> list[Any]:
+    """The plugins an ADK `Runner` gets: none when tracing is off."""
+    if tracing.tracer() is None:
+        return []
+    return [_adk_plugin_class()()]
+
+
+_ADK_PLUGIN: Any = None
+
+
+def _adk_plugin_class() -> Any:
+    global _ADK_PLUGIN
+    if _ADK_PLUGIN is not None:
+        return _ADK_PLUGIN
+    from google.adk.plugins.base_plugin import BasePlugin
+
+    class GenAISpans(BasePlugin):
+        """`chat {model}` around each model call (a stream's partial answers end it at the last one) and
+        `execute_tool {name}` around each tool call; children of the span current at the call (the turn's)."""
+
+        def __init__(self) -> None:
+            super().__init__(name="caiplatform_genai_spans")
+            self.models: dict[str, list[Any]] = {}  # invocation id -> open chat spans
+            self.tools: dict[Any, Any] = {}
+
+        async def before_model_callback(self, *, callback_context: Any, llm_request: Any) -> None:
+            model = str(getattr(llm_request, "model", "") or "")
+            attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
+                                          "gen_ai.agent.name": getattr(callback_context, "agent_name", None)}
+            if tracing.capture_content():
+                attributes["gen_ai.input.messages"] = _json(
+                    [c.model_dump(exclude_none=True, mode="json") for c in getattr(llm_request, "contents", None) or []])
+            opened = tracing.start(f"chat {model}".strip(), attributes, kind="CLIENT")
+            self.models.setdefault(callback_context.invocation_id, []).append(opened)
+            return None
+
+        async def after_model_callback(self, *, callback_context: Any, llm_response: Any) -> None:
+            if getattr(llm_response, "partial", False):
+                return None  # a stream's fragment: the call goes on
+            opened = self.models.get(callback_context.invocation_id) or []
+            if not opened:
+                return None
+            current = opened.pop()
+            usage = getattr(llm_response, "usage_metadata", None)
+            for key, value in (("gen_ai.usage.input_tokens", getattr(usage, "prompt_token_count", None)),
+                               ("gen_ai.usage.output_tokens", getattr(usage, "candidates_token_count", None)),
+                               ("gen_ai.response.model", getattr(llm_response, "model_version", None))):
+                if value is not None:
+                    current.set_attribute(key, value)
+            finish = getattr(llm_response, "finish_reason", None)
+            if finish is not None:
+                current.set_attribute("gen_ai.response.finish_reasons", (str(getattr(finish, "value", finish)).lower(),))
+            content = getattr(llm_response, "content", None)
+            if tracing.capture_content() and content is not None:
+                current.set_attribute("gen_ai.output.messages", _json(content.model_dump(exclude_none=True, mode="json")))
+            tracing.finish(current)
+            return None
+
+        async def on_model_error_callback(self, *, callback_context: Any, llm_request: Any, error: Exception) -> None:
+            opened = self.models.get(callback_context.invocation_id) or []
+            if opened:
+                tracing.finish(opened.pop(), error)
+            return None
+
+        async def before_tool_callback(self, *, tool: Any, tool_args: dict[str, Any], tool_context: Any) -> None:
+            name = str(getattr(tool, "name", "") or "")
+            attributes: dict[str, Any] = {
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+                "gen_ai.tool.description": (getattr(tool, "description", "") or "")[:512],
+                "gen_ai.tool.call.id": getattr(tool_context, "function_call_id", None), "gen_ai.tool.type": "function"}
+            if tracing.capture_content():
+                attributes["gen_ai.tool.call.arguments"] = _json(tool_args)
+            self.tools[id(tool_context)] = tracing.start(f"execute_tool {name}".strip(), attributes)
+            return None
+
+        async def after_tool_callback(self, *, tool: Any, tool_args: dict[str, Any], tool_context: Any,
+                                      result: Any) -> None:
+            current = self.tools.pop(id(tool_context), None)
+            if current is not None and tracing.capture_content():
+                current.set_attribute("gen_ai.tool.call.result", _json(result))
+            tracing.finish(current)
+            return None
+
+        async def on_tool_error_callback(self, *, tool: Any, tool_args: dict[str, Any], tool_context: Any,
+                                         error: Exception) -> None:
+            tracing.finish(self.tools.pop(id(tool_context), None), error)
+            return None
+
+        async def after_run_callback(self, *, invocation_context: Any) -> None:
+            for current in self.models.pop(getattr(invocation_context, "invocation_id", ""), []):
+                tracing.finish(current)  # a call whose last answer never came
+            return None
+
+    _ADK_PLUGIN = GenAISpans
+    return _ADK_PLUGIN
