@@ -11,6 +11,7 @@ and result) only when the operator opted in (`OTEL_INSTRUMENTATION_GENAI_CAPTURE
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -41,13 +42,8 @@ def langchain_callbacks() -> list[Any]:
     return [_handler_class()(otel_context.get_current())]
 
 
-_HANDLER: Any = None
-
-
+@functools.cache
 def _handler_class() -> Any:
-    global _HANDLER
-    if _HANDLER is not None:
-        return _HANDLER
     from langchain_core.callbacks import BaseCallbackHandler
 
     class GenAISpans(BaseCallbackHandler):
@@ -114,8 +110,7 @@ def _handler_class() -> Any:
         def on_tool_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
             tracing.finish(self.spans.pop(run_id, None), error)
 
-    _HANDLER = GenAISpans
-    return _HANDLER
+    return GenAISpans
 
 
 def _usage(response: Any) -> tuple[dict[str, int], list[str], str, list[dict[str, Any]]]:
@@ -161,13 +156,8 @@ def adk_plugins() -> list[Any]:
     return [_adk_plugin_class()()]
 
 
-_ADK_PLUGIN: Any = None
-
-
+@functools.cache
 def _adk_plugin_class() -> Any:
-    global _ADK_PLUGIN
-    if _ADK_PLUGIN is not None:
-        return _ADK_PLUGIN
     from google.adk.plugins.base_plugin import BasePlugin
 
     class GenAISpans(BasePlugin):
@@ -247,5 +237,4 @@ def _adk_plugin_class() -> Any:
                 tracing.finish(current)  # a call whose last answer never came
             return None
 
-    _ADK_PLUGIN = GenAISpans
-    return _ADK_PLUGIN
+    return GenAISpans
