@@ -182,3 +182,36 @@ async def test_engines_without_an_official_instrumentation_get_client_spans(span
     name, attributes = tracing._nats("publish")(object(), "CAI_P1", "cai.p1.topic.orders", [1, 2])
     assert name == "publish cai.p1.topic.orders" and attributes["messaging.batch.message_count"] == 2
     assert tracing._nats("ack")(object(), ["token"])[0] == "ack"
+
+
+def test_the_harness_exports_only_traces_the_platform_started(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # a tenant's: never used
+    env = {tracing.WORKLOAD_ENDPOINT: "http://127.0.0.1:4318/v1/traces", "AGENT_NAME": "weather"}
+    try:
+        assert tracing.setup_workload(env) is True
+        provider = tracing._provider
+        assert provider.resource.attributes["service.name"] == tracing.HARNESS_SERVICE
+        assert provider.resource.attributes["gen_ai.agent.name"] == "weather"
+        processor = provider._active_span_processor._span_processors[0]  # the SDK's internals, as of 1.2x-1.4x
+        exporter = (getattr(getattr(processor, "_batch_processor", None), "_exporter", None)
+                    or getattr(processor, "span_exporter", None))
+        assert exporter._endpoint == "http://127.0.0.1:4318/v1/traces"
+        with tracing.span("no parent") as root:
+            assert not root.is_recording()  # the harness never starts a trace of its own
+        parent = tracing.extract([(b"traceparent", TRACEPARENT.encode())])
+        child = tracing.start("child", parent=parent)
+        assert child.is_recording() and f"{child.get_span_context().trace_id:032x}" == PARENT_TRACE
+        tracing.finish(child)
+    finally:
+        provider = tracing._provider
+        tracing.deactivate()
+        if provider is not None:
+            provider.shutdown()
+
+
+def test_a_workload_without_the_sdk_serves_untraced(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    assert tracing.setup_workload({tracing.WORKLOAD_ENDPOINT: "http://127.0.0.1:4318/v1/traces"}) is False
+    assert tracing.tracer() is None
