@@ -215,3 +215,46 @@ def test_a_workload_without_the_sdk_serves_untraced(monkeypatch):
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
     assert tracing.setup_workload({tracing.WORKLOAD_ENDPOINT: "http://127.0.0.1:4318/v1/traces"}) is False
     assert tracing.tracer() is None
+
+
+async def test_the_host_proxy_hands_its_own_span_to_the_workload(spans):
+    from caiplatform_server.proxy import proxy
+
+    seen: dict[str, str] = {}
+
+    async def workload(scope, receive, send):
+        seen.update({k.decode(): v.decode() for k, v in scope["headers"]})
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    class Upstream:
+        base_url, transport, timeout_seconds = "http://workload", httpx.ASGITransport(app=workload), 5
+
+        async def release(self):
+            pass
+
+    class Router:
+        def lookup(self, host):
+            async def factory():
+                return Upstream()
+            return factory
+
+        def guard_for(self, host):
+            return None
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": "/", "raw_path": b"/", "query_string": b"",
+             "headers": [(b"host", b"weather.apps.example"), (b"traceparent", TRACEPARENT.encode())]}
+    with tracing.span("root") as root:
+        await proxy(Router(), httpx.AsyncClient(), scope, receive, send, "req_1")
+    assert sent[0]["status"] == 200
+    _, trace_id, parent_id, _ = seen["traceparent"].split("-")
+    context = root.get_span_context()
+    assert (trace_id, parent_id) == (f"{context.trace_id:032x}", f"{context.span_id:016x}")
