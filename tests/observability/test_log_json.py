@@ -69,3 +69,17 @@ def test_uvicorn_lines_go_through_the_root_handler_only_in_json(monkeypatch):
     config = logjson.uvicorn_log_config("info")
     assert config is not None and config["loggers"]["uvicorn.access"] == {"level": "INFO", "handlers": [], "propagate": True}
     assert logjson.workload_env() == {"CAI_LOG_FORMAT": "json"}
+
+
+def test_serve_takes_the_option_or_the_variable(monkeypatch):
+    import caiplatform.cli.serve_command as command
+    from caiplatform.cli import main
+
+    seen = []
+    monkeypatch.setattr(command, "serve", lambda args: seen.append(args) or 0)
+    monkeypatch.delenv("CAI_LOG_FORMAT", raising=False)
+    assert main(["serve"]) == 0 and main(["serve", "--log-format", "json"]) == 0
+    monkeypatch.setenv("CAI_LOG_FORMAT", "json")
+    assert main(["serve"]) == 0 and main(["serve", "--log-format", "text"]) == 0
+    assert [args.log_format for args in seen] == ["text", "json", "json", "text"]
+    assert main(["serve", "--log-format", "xml"]) == 2
