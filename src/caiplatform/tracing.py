@@ -92,7 +92,8 @@ def setup(service_name: str = "caiplatform") -> bool:
                     exc.name)
         return False
     resource = Resource.create({SERVICE_NAME: os.environ.get("OTEL_SERVICE_NAME") or service_name})
-    provider = TracerProvider(resource=resource)  # the sampler from OTEL_TRACES_SAMPLER(_ARG)
+    provider = TracerProvider(resource=resource)  # the sampler from OTEL_TRACES_SAMPLER(_ARG) ...
+    provider.sampler = traces_start_at_work(provider.sampler)  # ... asked only where a trace may start
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     # Not the process-wide provider: libraries that trace on their own when one is set (FastAPI's native
     # telemetry would start a second root span per request, an agent framework its own) stay quiet; the
@@ -101,6 +102,29 @@ def setup(service_name: str = "caiplatform") -> bool:
     _instrument_clients(provider)
     _instrument_engines()
     return True
+
+
+def traces_start_at_work(base: Any) -> Any:
+    """A sampler that lets a trace start only at the platform's own work: a request it serves (SERVER), a
+    message it delivers (CONSUMER), a trigger it fires (PRODUCER). An engine call outside them (a
+    scheduler's poll of the database, the push worker's pulls) would otherwise be a trace of its own every
+    few seconds; inside a trace every span follows `base`'s decision for the trace."""
+    from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+    from opentelemetry.trace import SpanKind, get_current_span
+
+    starts = (SpanKind.SERVER, SpanKind.CONSUMER, SpanKind.PRODUCER)
+
+    class StartAtWork(Sampler):
+        def should_sample(self, parent_context: Any, trace_id: int, name: str, kind: Any = None,
+                          attributes: Any = None, links: Any = None, trace_state: Any = None) -> Any:
+            if kind not in starts and not get_current_span(parent_context).get_span_context().is_valid:
+                return SamplingResult(Decision.DROP)
+            return base.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+
+        def get_description(self) -> str:
+            return f"StartAtWork{{{base.get_description()}}}"
+
+    return StartAtWork()
 
 
 def activate(provider: Any, *, workload_endpoint: str = "", capture: bool = False) -> None:
@@ -251,18 +275,22 @@ def shutdown() -> None:
 # -- spans ---------------------------------------------------------------------------------------
 
 
-def span(name: str, attributes: Mapping[str, Any] | None = None, *, kind: str = "INTERNAL") -> Any:
-    """A current span for a `with` block; the shared null context when tracing is off."""
+def span(name: str, attributes: Mapping[str, Any] | None = None, *, kind: str = "INTERNAL",
+         root: bool = False) -> Any:
+    """A current span for a `with` block; the shared null context when tracing is off. `root`: a trace of
+    its own, whatever the context (a background task inherits the context of the request that started it)."""
     if _tracer is None:
         return NULL
-    return _span(name, attributes, kind)
+    return _span(name, attributes, kind, root)
 
 
 @contextlib.contextmanager
-def _span(name: str, attributes: Mapping[str, Any] | None, kind: str) -> Iterator[Any]:
+def _span(name: str, attributes: Mapping[str, Any] | None, kind: str, root: bool = False) -> Iterator[Any]:
+    from opentelemetry.context import Context
     from opentelemetry.trace import SpanKind
 
-    with _tracer.start_as_current_span(name, kind=SpanKind[kind], attributes=_clean(attributes)) as current:
+    with _tracer.start_as_current_span(name, context=Context() if root else None, kind=SpanKind[kind],
+                                       attributes=_clean(attributes)) as current:
         yield current
 
 

@@ -258,3 +258,21 @@ async def test_the_host_proxy_hands_its_own_span_to_the_workload(spans):
     _, trace_id, parent_id, _ = seen["traceparent"].split("-")
     context = root.get_span_context()
     assert (trace_id, parent_id) == (f"{context.trace_id:032x}", f"{context.span_id:016x}")
+
+
+def test_a_trace_starts_only_at_the_platforms_own_work():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    tracer = TracerProvider(sampler=tracing.traces_start_at_work(ALWAYS_ON)).get_tracer("t")
+    from opentelemetry.trace import SpanKind
+
+    with tracer.start_as_current_span("SELECT", kind=SpanKind.CLIENT) as alone:
+        assert not alone.is_recording()  # a scheduler's poll of the database: no trace of its own
+    with tracer.start_as_current_span("GET /healthz", kind=SpanKind.SERVER) as request:
+        assert request.is_recording()
+        with tracer.start_as_current_span("SELECT", kind=SpanKind.CLIENT) as inside:
+            assert inside.is_recording()
+    for kind in (SpanKind.CONSUMER, SpanKind.PRODUCER):
+        with tracer.start_as_current_span("work", kind=kind) as work:
+            assert work.is_recording()

@@ -40,6 +40,7 @@ from sqlalchemy import Table, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from caiplatform import tracing
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models.serverless import ServerlessService as ServiceRow
@@ -596,6 +597,18 @@ class TriggerService:
         await self._deliver(row, occurrence, payload.encode(), headers)
 
     async def _deliver(self, row: TriggerRow, occurrence: str, content: bytes, headers: dict[str, str]) -> None:
+        if tracing.tracer() is None:
+            await self._deliver_once(row, occurrence, content, headers)
+            return
+        # A trace of its own per firing; the target gets its traceparent.
+        with tracing.span(f"trigger {row.name}", {"caiplatform.trigger": row.name,
+                                                  "caiplatform.trigger.kind": str(row.source.get("type", "")),
+                                                  "caiplatform.trigger.occurrence": occurrence},
+                          kind="PRODUCER", root=True):
+            tracing.inject(headers)
+            await self._deliver_once(row, occurrence, content, headers)
+
+    async def _deliver_once(self, row: TriggerRow, occurrence: str, content: bytes, headers: dict[str, str]) -> None:
         status: int | None = None
         error = ""
         ref: WorkloadRef | None = None
