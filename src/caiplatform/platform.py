@@ -657,6 +657,7 @@ class Platform:
 
     def _build_agents(self) -> AgentService:
         """Agents and functions over the platform's builder and runtime, with the secrets area's hooks."""
+        from caiplatform.adapters.tables.agent_secrets import AgentSecretsOnTables
         from caiplatform.services.agents import AgentService
 
         return AgentService(
@@ -667,7 +668,7 @@ class Platform:
             forget_memory=lambda target: self.invoke.forget_agent(target),
             public_upstream=lambda target: self.invoke.public_upstream(target),
             authenticate=self.auth.authenticate, quota=self.service_quota, session_access=self._session_access(),
-            metrics=self.metrics,
+            metrics=self.metrics, secret_tables=AgentSecretsOnTables,
         )
 
     def _session_access(self) -> Any:

@@ -65,7 +65,7 @@ def scripted_model() -> Iterator[dict[str, str]]:
 
     Yields the settings that point agents at it (`MODEL_BASE_URL`, `MODEL_API_KEY`, `MODEL_NAME`). It echoes
     `you said: <message>`, so an agent answers without a model account; it is a test double, not a model."""
-    from caiplatform.testing.model_server import ScriptedModel, model_env
+    from caiplatform.scripted_model import ScriptedModel, model_env
 
     with ScriptedModel().serve() as base_url:
         yield model_env(base_url, api_key=SCRIPTED_MODEL_KEY)

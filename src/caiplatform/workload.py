@@ -139,10 +139,10 @@ def _read_memory(token: _Token, name: str, version: int | None) -> str | None:
     """A `memory://` store lives in this process (tests): read through its own token check."""
     if not token.addr.startswith("memory://"):
         return None
-    from caiplatform.adapters.memory.secrets import lookup
     from caiplatform.errors import PlatformError
+    from caiplatform.ports.secrets import in_process_store
 
-    backend = lookup(token.addr)
+    backend: Any = in_process_store(token.addr)
     if backend is None:
         raise WorkloadError(f"secret store {token.addr} is not reachable from this process")
     try:

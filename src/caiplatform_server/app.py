@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,11 +33,12 @@ from caiplatform.principal import Principal
 from caiplatform.redaction import one_line
 from caiplatform.routing import HostRouter, Upstream, upstream_at
 from caiplatform.services.mcp import MCP_ROUTE_PREFIX
+from caiplatform.web.envelope import error_response, request_id_from
+from caiplatform.web.http import head_refusal
 from caiplatform_server.checks_first import checked_first
 from caiplatform_server.contract import ANONYMOUS, openapi_document, operation, reply
 from caiplatform_server.dispatch import RouteTable
 from caiplatform_server.docs import mount_docs
-from caiplatform_server.http import head_refusal
 from caiplatform_server.proxy import proxy
 from caiplatform_server.secret_relay import is_relay_path, relay
 
@@ -57,11 +57,6 @@ DOCS_ASSETS = "/docs/assets/"
 UNMETERED_FOR_CALLERS = re.compile(r"^/v1/projects/[^/]+/(topics|pubsub)(/|$)")
 
 
-def error_response(status: int, message: str, request_id: str, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
-    body = {"error": message, "request_id": request_id, **extra}
-    return JSONResponse(body, status_code=status, headers={**(headers or {}), "X-Request-Id": request_id})
-
-
 def request_id_of(request: Request) -> str:
     return getattr(request.state, "request_id", "") or request.headers.get("x-request-id", "")
 
@@ -78,13 +73,6 @@ def _bearer(authorization: bytes | None) -> str | None:
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
     return None
-
-
-def new_request_id() -> str:
-    """`req_` and 32 hex digits. From `random` rather than `uuid4`: an id to find a request by, not a
-    secret, and `os.urandom` releases the GIL for its system call, so the loop queued for it behind the
-    read threads on every request. `random` is seeded from the OS at start and again after a fork."""
-    return f"req_{random.getrandbits(128):032x}"
 
 
 class ConventionsMiddleware:
@@ -162,7 +150,7 @@ class ConventionsMiddleware:
             elif name == b"authorization" and authorization is None:
                 authorization = value
         incoming = incoming_raw.decode("latin-1")
-        request_id = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else new_request_id()
+        request_id = request_id_from(incoming)
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         logjson.request_id.set(request_id)  # every log line of this request carries it (its own task's context)

@@ -10,6 +10,7 @@ from starlette.types import Receive, Scope, Send
 from caiplatform import tracing
 from caiplatform.redaction import one_line
 from caiplatform.routing import HostRouter
+from caiplatform.web.envelope import envelope_bytes
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,9 @@ FORWARDING = {b"x-forwarded-for", b"x-forwarded-host", b"x-forwarded-proto", b"x
               b"forwarded"}
 
 
-async def _json(send: Send, status: int, body: bytes, request_id: str, extra: dict[str, str] | None = None) -> None:
+async def _json(send: Send, status: int, message: str, request_id: str, extra: dict[str, str] | None = None) -> None:
+    """The error envelope (`caiplatform.web.envelope`) as a raw ASGI answer."""
+    body = envelope_bytes(message, request_id)
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/json"), (b"x-request-id", request_id.encode()),
         *[(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (extra or {}).items()]]})
@@ -33,12 +36,10 @@ async def _json(send: Send, status: int, body: bytes, request_id: str, extra: di
 
 
 async def proxy(router: HostRouter, client: httpx.AsyncClient, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
-    import json
-
     host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
     factory = router.lookup(host)
     if factory is None:
-        await _json(send, 404, json.dumps({"error": "not found", "request_id": request_id}).encode(), request_id)
+        await _json(send, 404, "not found", request_id)
         return
     guard = router.guard_for(host)
     if guard is not None:  # the published address's auth mode and rate budget
@@ -46,14 +47,13 @@ async def proxy(router: HostRouter, client: httpx.AsyncClient, scope: Scope, rec
         refusal = await guard(scope["method"], scope["path"], guard_headers)
         if refusal is not None:
             status, message, extra = refusal
-            await _json(send, status, json.dumps({"error": message, "request_id": request_id}).encode(), request_id, extra)
+            await _json(send, status, message, request_id, extra)
             return
     try:
         upstream = await factory()
     except Exception as exc:  # noqa: BLE001 - an unavailable upstream is the client's 503, not a crash
         log.warning("upstream of %s unavailable: %s", host, exc)
-        body = json.dumps({"error": f"upstream unavailable: {one_line(str(exc))}", "request_id": request_id}).encode()
-        await _json(send, 503, body, request_id)
+        await _json(send, 503, f"upstream unavailable: {one_line(str(exc))}", request_id)
         return
 
     async def body_stream():  # type: ignore[no-untyped-def]
@@ -92,8 +92,7 @@ async def proxy(router: HostRouter, client: httpx.AsyncClient, scope: Scope, rec
         if upstream.transport is not None:
             await client.aclose()
         log.warning("upstream of %s failed: %s", host, exc)
-        body = json.dumps({"error": f"upstream failed: {one_line(str(exc))}", "request_id": request_id}).encode()
-        await _json(send, 502, body, request_id)
+        await _json(send, 502, f"upstream failed: {one_line(str(exc))}", request_id)
         return
     try:
         out_headers = [(k.lower(), v) for k, v in response.headers.raw if k.lower() not in HOP_BY_HOP]

@@ -11,12 +11,13 @@ credential of its own (it sends none). Everything else is 404; another method is
 
 from __future__ import annotations
 
-import json
 import re
 from urllib.parse import parse_qs, urlencode
 
 import httpx
 from starlette.types import Receive, Scope, Send
+
+from caiplatform.web.envelope import envelope_bytes
 
 PREFIX = "/v1/secret-store"
 # `/v1/<mount>/data/<path...>`: names, no dot segments, no empty segments.
@@ -37,7 +38,7 @@ async def _answer(send: Send, status: int, body: bytes, request_id: str, content
 
 
 def _error(message: str, request_id: str) -> bytes:
-    return json.dumps({"error": message, "request_id": request_id}).encode()
+    return envelope_bytes(message, request_id)
 
 
 async def relay(store_addr: str | None, client: httpx.AsyncClient, scope: Scope, receive: Receive, send: Send,

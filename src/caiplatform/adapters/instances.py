@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from caiplatform.domain.spec_document import knative_service, knative_template_spec
 from caiplatform.metrics import Metrics
 from caiplatform.ports.builder import Image
 from caiplatform.ports.runtime import (
@@ -715,40 +716,21 @@ class InstanceRuntime(WorkloadRuntime):
             container["command"] = list(spec.command)
         if spec.args:
             container["args"] = list(spec.args)
-        template_spec: dict[str, Any] = {
-            "containerConcurrency": spec.scaling.container_concurrency,
-            "timeoutSeconds": spec.timeout_seconds,
-            "containers": [container],
+        template_spec = knative_template_spec(
+            container, concurrency=spec.scaling.container_concurrency, timeout_seconds=spec.timeout_seconds,
+            runtime_class_name=spec.runtime_class_name, service_account_name=spec.service_account_name)
+        metadata = {
+            "name": ref.name,
+            "namespace": ref.namespace,
+            "labels": {"cai.platform/project": ref.project_id, "cai.platform/kind": ref.kind},
+            "creationTimestamp": _rfc3339(workload.created_at),
+            "generation": spec.generation,
         }
-        if spec.runtime_class_name:
-            template_spec["runtimeClassName"] = spec.runtime_class_name
-        if spec.service_account_name:
-            template_spec["serviceAccountName"] = spec.service_account_name
-        return {
-            "apiVersion": "serving.knative.dev/v1",
-            "kind": "Service",
-            "metadata": {
-                "name": ref.name,
-                "namespace": ref.namespace,
-                "labels": {"cai.platform/project": ref.project_id, "cai.platform/kind": ref.kind},
-                "creationTimestamp": _rfc3339(workload.created_at),
-                "generation": spec.generation,
-            },
-            "spec": {
-                "template": {
-                    "metadata": {
-                        "name": spec.revision,
-                        "labels": dict(spec.labels),
-                        "annotations": {
-                            "autoscaling.knative.dev/min-scale": str(spec.scaling.min_scale),
-                            "autoscaling.knative.dev/max-scale": str(spec.scaling.max_scale),
-                        },
-                    },
-                    "spec": template_spec,
-                },
-                "traffic": [_traffic_entry(t) for t in workload.traffic],
-            },
-            "status": {
+        return knative_service(
+            metadata, revision=spec.revision, labels=dict(spec.labels), min_scale=spec.scaling.min_scale,
+            max_scale=spec.scaling.max_scale, template_spec=template_spec,
+            traffic=[_traffic_entry(t) for t in workload.traffic],
+            status={
                 "url": status.url,
                 "latestCreatedRevisionName": status.latest_created_revision,
                 "latestReadyRevisionName": status.latest_ready_revision,
@@ -765,7 +747,7 @@ class InstanceRuntime(WorkloadRuntime):
                     for t in status.traffic
                 ],
             },
-        }
+        )
 
 
 def _traffic_entry(target: TrafficTarget) -> dict[str, Any]:

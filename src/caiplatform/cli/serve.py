@@ -30,7 +30,7 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
     from caiplatform.platform import Platform
     from caiplatform.settings import Settings
     from caiplatform.startup import startup_log
-    from caiplatform_server import serving
+    from caiplatform.web import serving
     from caiplatform_server.app import create_app
 
     os.umask(0o077)  # the server's own files (database, keys, engine state, logs) are owner-only

@@ -34,7 +34,7 @@ class ExecuteRequest(RequestModel):
         if not isinstance(data, dict):
             return data
         from caiplatform.codesandbox.limits import CODE
-        from caiplatform.codesandbox.service import check_files
+        from caiplatform.domain.codesandbox import check_files
 
         code = data.get("code")
         if not isinstance(code, str) or not code.strip():

@@ -8,16 +8,15 @@ project's workload 404 (as for the project secret token of document 2).
 from __future__ import annotations
 
 import base64
-import binascii
 import logging
 import shutil
 import time
-from pathlib import PurePosixPath
 from typing import Any, Literal, Protocol
 
 from caiplatform.codesandbox.limits import SandboxLimits
 from caiplatform.codesandbox.models import ExecuteRequest, ExecuteResult
 from caiplatform.codesandbox.pool import GRACE_SECONDS, RunOutcome, WarmPool
+from caiplatform.domain.codesandbox import SNIPPET_DIR, check_files
 from caiplatform.errors import BadRequest, Forbidden, NotFound, Unauthenticated
 from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.sandbox import paths
@@ -27,7 +26,6 @@ from caiplatform.validation import project_uuid
 log = logging.getLogger(__name__)
 
 WORKLOAD_ONLY = "the code sandbox only accepts an agent's workload credential (CAI_PROJECT_KEY)"
-SNIPPET_DIR = ".cai"
 
 
 def languages() -> dict[str, list[str]]:
@@ -43,33 +41,6 @@ def languages() -> dict[str, list[str]]:
 
 
 EXTENSIONS = {"python": "py", "shell": "sh", "nodejs": "js"}
-
-
-def check_files(value: Any) -> list[dict[str, str]]:
-    """The input files of a snippet as `{path, content_base64}`; a bad one is the 400 naming it."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise BadRequest("invalid 'files': expected a list of {path, content, encoding}")
-    out = []
-    for i, item in enumerate(value):
-        if not isinstance(item, dict) or not isinstance(item.get("path"), str) or not isinstance(item.get("content"), str):
-            raise BadRequest(f"invalid 'files[{i}]': expected {{path, content, encoding}} with string path and content")
-        path = PurePosixPath(item["path"])
-        if not item["path"] or path.is_absolute() or ".." in path.parts or path.parts[0] == SNIPPET_DIR:
-            raise BadRequest(f"invalid 'files[{i}].path': a relative path without '..' (and not under {SNIPPET_DIR}/)")
-        encoding = item.get("encoding", "utf-8")
-        if encoding == "base64":
-            try:
-                data = base64.b64decode(item["content"], validate=True)
-            except (binascii.Error, ValueError):
-                raise BadRequest(f"invalid 'files[{i}].content': not base64") from None
-        elif encoding == "utf-8":
-            data = item["content"].encode()
-        else:
-            raise BadRequest(f"invalid 'files[{i}].encoding': utf-8 or base64")
-        out.append({"path": str(path), "content_base64": base64.b64encode(data).decode()})
-    return out
 
 
 class SandboxPool(Protocol):

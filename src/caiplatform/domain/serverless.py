@@ -410,3 +410,14 @@ def parse_tail(raw: Any) -> int:
     if not TAIL_MIN <= tail <= TAIL_MAX:
         raise BadRequest(TAIL_RULE)
     return tail
+
+
+def internal_host_label(host: str) -> tuple[str, str] | None:
+    """A service's private hostname, `[<tag>-]<service>.cai-p-<short>[.svc[.cluster.local]]` (a port is
+    ignored), as (its first label, the project's short id); None for any other host."""
+    parts = host.lower().split(":", 1)[0].split(".")
+    if len(parts) not in (2, 3, 5) or not parts[1].startswith("cai-p-"):
+        return None
+    if parts[2:] not in ([], ["svc"], ["svc", "cluster", "local"]):
+        return None
+    return parts[0], parts[1][len("cai-p-"):]

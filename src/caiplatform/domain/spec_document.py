@@ -50,3 +50,40 @@ def sanitize_spec(node: Any) -> Any:
 
 def _env_value(value: Any) -> Any:
     return without_paths(value) if isinstance(value, str) else sanitize_spec(value)
+
+
+# -- the document itself: a Knative Service, as the cluster would hold it --------------------------------
+
+def knative_template_spec(container: dict[str, Any], *, concurrency: int, timeout_seconds: int,
+                          runtime_class_name: str | None, service_account_name: str | None) -> dict[str, Any]:
+    """A revision template's `spec`: one container, its concurrency and timeout, the optional runtime class
+    and service account."""
+    spec: dict[str, Any] = {"containerConcurrency": concurrency, "timeoutSeconds": timeout_seconds,
+                            "containers": [container]}
+    if runtime_class_name:
+        spec["runtimeClassName"] = runtime_class_name
+    if service_account_name:
+        spec["serviceAccountName"] = service_account_name
+    return spec
+
+
+def knative_service(metadata: dict[str, Any], *, revision: str, labels: dict[str, str] | None, min_scale: int,
+                    max_scale: int, template_spec: dict[str, Any], traffic: list[dict[str, Any]],
+                    status: dict[str, Any]) -> dict[str, Any]:
+    """The Knative Service document both the agents' and the serverless services' `spec` routes show (the
+    runtime's view of a workload, `adapters/instances.py`; the serverless area's accepted spec,
+    `services/serverless.py`): `labels` None leaves the template without a `labels` field."""
+    template_metadata: dict[str, Any] = {"name": revision}
+    if labels is not None:
+        template_metadata["labels"] = labels
+    template_metadata["annotations"] = {
+        "autoscaling.knative.dev/min-scale": str(min_scale),
+        "autoscaling.knative.dev/max-scale": str(max_scale),
+    }
+    return {
+        "apiVersion": "serving.knative.dev/v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {"template": {"metadata": template_metadata, "spec": template_spec}, "traffic": traffic},
+        "status": status,
+    }

@@ -10,7 +10,7 @@ import sys
 from caiplatform import logjson, tracing
 from caiplatform.harness.app import create_harness_app
 from caiplatform.sandbox.limits import OUT_OF_MEMORY_EXIT, memory_rlimit
-from caiplatform_server import serving
+from caiplatform.web import serving
 
 log = logging.getLogger("caiplatform.harness")
 

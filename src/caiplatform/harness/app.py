@@ -56,7 +56,8 @@ from caiplatform.turns import Conversation, TurnError, TurnRunner, debug_config,
 from caiplatform.turns.base import ran_out_of_memory
 from caiplatform.turns.browse import INTERNAL_HEADER, SessionBrowser, check_internal
 from caiplatform.turns.models import agent_env
-from caiplatform_server.http import read_body
+from caiplatform.web.envelope import error_response, request_id_from
+from caiplatform.web.http import read_body
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +108,6 @@ def open_store(env: Mapping[str, str], agent: str) -> SessionStore:
 
         return RedisSessionStore(spec, prefix=f"cai:sessions:{project}" if project else "cai:sessions")
     raise ValueError(f"unknown CAI_SESSION_STORE {spec!r} (memory, sqlite:///<path>, redis://...)")
-
-
-def error_body(status: int, message: str, request_id: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message, "request_id": request_id}, status_code=status,
-                        headers={**(headers or {}), "X-Request-Id": request_id})
 
 
 def _json(raw: bytes, *, allow_any: bool = False) -> Any:
@@ -365,12 +361,12 @@ def create_harness_app(env: Mapping[str, str]) -> ASGIApp:
 
     async def platform_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, PlatformError)
-        return error_body(exc.status, exc.message, request_id_of(request), exc.headers)
+        return error_response(exc.status, exc.message, request_id_of(request), exc.headers)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         message = {404: "not found", 405: "method not allowed"}.get(exc.status_code, str(exc.detail))
-        return error_body(exc.status_code, message, request_id_of(request), dict(exc.headers or {}))
+        return error_response(exc.status_code, message, request_id_of(request), dict(exc.headers or {}))
 
     app = Starlette(
         exception_handlers={PlatformError: platform_error, HTTPException: http_error},
@@ -422,14 +418,14 @@ class HarnessMiddleware:
             await self.app(scope, receive, send)
             return
         incoming = dict(scope.get("headers", [])).get(b"x-request-id", b"").decode("latin-1")
-        request_id = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else "req_" + uuid.uuid4().hex
+        request_id = request_id_from(incoming)
         scope.setdefault("state", {})["request_id"] = request_id
         logjson.request_id.set(request_id)
         if self.harness.harness_token is not None:
             presented = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
                          if k.lower() == HARNESS_TOKEN_HEADER.lower().encode()}
             if not self.harness.caller_admitted(presented):
-                await error_body(401, BAD_HARNESS_TOKEN, request_id)(scope, receive, send)
+                await error_response(401, BAD_HARNESS_TOKEN, request_id)(scope, receive, send)
                 return
         started = False
         status = 0
@@ -451,7 +447,7 @@ class HarnessMiddleware:
         except Exception as exc:
             log.exception("harness error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                await error_body(500, "internal error", request_id)(scope, receive, send)
+                await error_response(500, "internal error", request_id)(scope, receive, send)
             self.harness.request_ended(exc)
             if traced is not None:
                 traced.close(_route(scope), 500, request_id, exc)

@@ -231,7 +231,7 @@ def build_app(source: Path, token: str, *, name: str | None = None, version: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    from caiplatform_server import serving
+    from caiplatform.web import serving
 
     parser = argparse.ArgumentParser(prog="caiplatform.mcp.server")
     parser.add_argument("--source", default=".")

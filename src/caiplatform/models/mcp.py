@@ -1,7 +1,7 @@
 """Hosted MCP servers' models (document 2, "MCP servers"): servers, tools, versions and their verbs.
 
-The rules with the specification's messages stay in `caiplatform.services.mcp` (imported when a model is
-built, since that module takes these models); a request model runs them before its own fields are checked.
+The rules with the specification's messages are in `caiplatform.domain.mcp`; a request model runs them
+before its own fields are checked.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from caiplatform.domain import mcp as rules
 from caiplatform.models.base import ListPage, RequestModel, ResponseModel
 
 McpStatus = Literal["pending", "building", "deploying", "ready", "failed"]
@@ -30,8 +31,6 @@ class McpServerCreate(RequestModel):
     def _spec_rules(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        from caiplatform.services import mcp as rules
-
         name, expose = rules.parse_server_create(data)
         return {**data, "name": name, "expose": expose}
 
@@ -51,8 +50,6 @@ class McpToolPublish(RequestModel):
     def _spec_rules(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        from caiplatform.services import mcp as rules
-
         handler, description, schema, keys = rules.parse_tool(data)
         normalized = {"handler": handler, "description": description, "schema": schema, "credential_keys": keys}
         rest = {k: v for k, v in data.items() if k != "credentialKeys"}

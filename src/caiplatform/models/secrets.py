@@ -1,8 +1,7 @@
 """The project secret store's models (document 2, "Project secrets"): secrets, read tokens, bindings.
 
-The rules with the specification's messages stay in `caiplatform.services.secrets` (imported when a model
-is built, since that module takes these models); a request model runs them before its own fields are
-checked, so a caller sees the spec's message and never pydantic's. Values never appear in a view except
+The rules with the specification's messages are in `caiplatform.domain.secrets`; a request model runs them
+before its own fields are checked, so a caller sees the spec's message and never pydantic's. Values never appear in a view except
 the audited reveal.
 """
 
@@ -12,6 +11,8 @@ from typing import Any, ClassVar
 
 from pydantic import ConfigDict, Field, model_validator
 
+from caiplatform.domain import secrets as rules
+from caiplatform.errors import BadRequest
 from caiplatform.models.base import ListPage, RequestModel, ResponseModel
 
 # ------------------------------------------------------------------------------------------ requests
@@ -28,9 +29,7 @@ class SecretWrite(RequestModel):
     def _spec_rules(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        from caiplatform.services import secrets as rules
-
-        rules.SecretStore.check_name(data.get("name"))
+        rules.check_name(data.get("name"))
         rules.check_value(data.get("value"))
         return data
 
@@ -67,9 +66,7 @@ class SecretIssueToken(RequestModel):
     def _spec_rules(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        from caiplatform.services import secrets as rules
-
-        return {**data, "ttl_seconds": rules.SecretStore.ttl_of(data.get("ttl_seconds"))}
+        return {**data, "ttl_seconds": rules.ttl_of(data.get("ttl_seconds"))}
 
 
 class BindingPut(RequestModel):
@@ -84,12 +81,10 @@ class BindingPut(RequestModel):
     def _spec_rules(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        from caiplatform.services import secrets as rules
-
         secret_name = data.get("secret_name")
         if not isinstance(secret_name, str) or not secret_name:
-            raise rules.BadRequest(rules.SECRET_NAME_REQUIRED_MESSAGE)
-        return {**data, "version": rules.SecretStore.pin_of(data.get("version"))}
+            raise BadRequest(rules.SECRET_NAME_REQUIRED_MESSAGE)
+        return {**data, "version": rules.pin_of(data.get("version"))}
 
 
 # ------------------------------------------------------------------------------------------ views

@@ -1,7 +1,7 @@
 """The serverless API's models (document 3): services, revisions, traffic, triggers and the health answer.
 
-The rules with the specification's messages live in `caiplatform.domain.serverless` (and, for trigger
-sources, in `caiplatform.services.serverless_triggers`); each request model runs them before its own fields
+The rules with the specification's messages live in `caiplatform.domain.serverless` (and, for triggers,
+in `caiplatform.domain.serverless_triggers`); each request model runs them before its own fields
 are checked, so a caller sees the spec's message and never pydantic's. Rules that need the service's own
 state (which revisions exist, whether a trigger's target exists) stay in the services.
 """
@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from caiplatform.domain import serverless as rules
+from caiplatform.domain import serverless_triggers as trigger_rules
 from caiplatform.models.base import ListPage, OpenResponseModel, RequestModel, ResponseModel
 
 PortName = Literal["http1", "h2c"]
@@ -234,8 +235,6 @@ class TriggerSource(_Part):
 
 
 def _trigger_parts(data: dict[str, Any]) -> dict[str, Any]:
-    from caiplatform.services import serverless_triggers as trigger_rules
-
     # A block left out, null or empty keeps what the trigger has (on create the rules above refused it).
     data = {k: v for k, v in data.items() if k not in ("target", "source") or v}
     normalized: dict[str, Any] = {}
@@ -259,8 +258,6 @@ class TriggerCreate(RequestModel):
         if not isinstance(data, dict):
             return data
         data = _plain(data)
-        from caiplatform.services import serverless_triggers as trigger_rules
-
         trigger_rules.parse_trigger_name(data.get("name"))
         trigger_rules.parse_target(data.get("target"))
         trigger_rules.parse_source(data.get("source"))

@@ -13,11 +13,30 @@ from __future__ import annotations
 
 import abc
 import builtins
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
 from caiplatform.errors import Forbidden, NotFound, NotSupported, Unavailable
+
+# Stores that live in this process, by their `memory://<id>` address (the in-memory backend registers
+# itself): `caiplatform.workload` reads through one in tests exactly as it reads OpenBao over HTTP.
+_IN_PROCESS: weakref.WeakValueDictionary[str, SecretBackend] = weakref.WeakValueDictionary()
+
+
+def register_in_process(store_id: str, backend: SecretBackend) -> str:
+    """Make `backend` reachable at `memory://<store_id>` from this process; returns that address."""
+    _IN_PROCESS[store_id] = backend
+    return f"memory://{store_id}"
+
+
+def in_process_store(addr: str) -> SecretBackend | None:
+    """The live in-process backend behind a `memory://<id>` address, if any."""
+    if not addr.startswith("memory://"):
+        return None
+    return _IN_PROCESS.get(addr.removeprefix("memory://").rstrip("/"))
+
 
 #: The store never hands out a read token living longer than this (spec: max 3600 s).
 MAX_TOKEN_TTL_SECONDS = 3600

@@ -1,11 +1,15 @@
-"""Bridges into runs' network namespaces: a project's host endpoints (its memory stores), opened live.
+"""Bridges into runs' network namespaces: the host loopback endpoints a run is given, some opened live.
 
-pasta forwards the ports a run is given when its namespace is made (`-T`, caiplatform.sandbox.network)
-and cannot take more later, while a project's memory stores come and go while its workloads run. So the
-platform itself listens inside each run's namespace on the exact address the memory-store API reports
+A run reaches two kinds of host loopback endpoints: the fixed ones of its policy (the platform API, the
+model and embedding endpoints, an operator's `CAI_SANDBOX_ALLOW` port; caiplatform.sandbox.network), and
+its project's memory stores, which come and go while its workloads run. pasta could forward the fixed ones
+(`-T`), but Debian 12's pasta (0.0~git20230309) loses the end of a response on about one connection in
+three hundred when the server closes right after answering (an `IncompleteRead` in the workload), and
+cannot take ports later anyway. So the platform itself listens inside each run's namespace on the exact address the memory-store API reports
 (`127.x.y.z:6379`, or `127.0.0.1:<port>` where the system cannot bind another loopback address) and copies
 every connection to that same address on the host. Nothing else of the host is opened:
 
+- a run has its fixed endpoints, given when it is attached, for its whole life;
 - a run belongs to one *group* (its project); `publish(group, endpoints)` says which host endpoints the
   group reaches now, and every live run of the group gets a listener for each new one and loses the
   listener of each one that went away (`attach` gives a new run the group's current set before it starts);
@@ -81,7 +85,8 @@ def listen_in(netns_fd: int, endpoint: Endpoint) -> socket.socket:
 @dataclass(eq=False)
 class _Run:
     fd: int
-    group: str
+    group: str | None
+    fixed: frozenset[Endpoint] = frozenset()
     servers: dict[Endpoint, asyncio.AbstractServer] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one change of its listeners at a time
 
@@ -109,7 +114,7 @@ class Bridges:
     def groups(self) -> set[str]:
         """The groups some live run belongs to."""
         with self._lock:
-            return {run.group for run in self._runs.values()}
+            return {run.group for run in self._runs.values() if run.group is not None}
 
     def published(self, group: str) -> frozenset[Endpoint]:
         with self._lock:
@@ -123,9 +128,10 @@ class Bridges:
             runs = [run for run in self._runs.values() if run.group == group]
         return self._run(self._sync_all(runs))
 
-    def attach(self, netns_fd: int, group: str) -> _Run:
-        """A new run of `group` (before its process starts): the group's endpoints, listening in it."""
-        run = _Run(netns_fd, group)
+    def attach(self, netns_fd: int, group: str | None, fixed: Iterable[Endpoint] = ()) -> _Run:
+        """A new run of `group` (before its process starts): its `fixed` endpoints and the group's,
+        listening in it."""
+        run = _Run(netns_fd, group, frozenset((str(host), int(port)) for host, port in fixed))
         with self._lock:
             self._runs[id(run)] = run
         try:
@@ -152,7 +158,7 @@ class Bridges:
             with self._lock:
                 if id(run) not in self._runs:
                     return  # detached meanwhile: its namespace descriptor may be closed already
-                wanted = self._published.get(run.group, frozenset())
+                wanted = run.fixed | (self._published.get(run.group, frozenset()) if run.group else frozenset())
             for endpoint in set(run.servers) - wanted:
                 run.servers.pop(endpoint).close()
             for endpoint in sorted(wanted - set(run.servers)):

@@ -5,11 +5,12 @@ Its only way out is Debian's `pasta` (the `passt` package), user-mode networking
 
 - `127.0.0.1:<port>` inside reaches host loopback `<port>` for the ports the platform names (the platform
   API of `CAI_API_URL`, the model endpoint of `MODEL_BASE_URL`/`EMBED_BASE_URL`, and loopback entries of
-  the operator's `CAI_SANDBOX_ALLOW`) and no other port of host loopback (`pasta -T <port>`, `--no-map-gw`:
-  the gateway address is not the host);
+  the operator's `CAI_SANDBOX_ALLOW`) and no other port of host loopback (pasta forwards none, `-T none`;
+  `--no-map-gw`: the gateway address is not the host);
 - the addresses of its project's memory stores, as the memory-store API reports them, opened and closed
-  while it runs: the platform listens on them inside the namespace and copies to the store
-  (`caiplatform.sandbox.bridge`; pasta's forwards are fixed once it starts);
+  while it runs;
+  both by the platform itself, listening inside the namespace and copying to the host
+  (`caiplatform.sandbox.bridge`, which says why not pasta's `-T`);
 - other addresses are connected to from the host by pasta, which is the public internet only: the
   namespace's own nftables rules, made by the platform and applied from the host before the process
   starts, reject loopback, link-local (169.254.0.0/16, the cloud metadata address), private and
@@ -351,10 +352,10 @@ class Network:
             self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             pidfile = self.run_dir / f"{os.getpid()}-{fd}-{time.monotonic_ns()}.pid"
             netns.pidfile = pidfile
-            # `-T none` when no port is forwarded: pasta's default is `-T auto`, every port bound on host
-            # loopback (the engines' too), rescanned while it runs.
-            forwards = [arg for port in policy.forwarded() for arg in ("-T", str(port))] or ["-T", "none"]
-            argv = [self.pasta, "--runas", "0", "--config-net", "--no-map-gw", "-q", *forwards,
+            # `-T none`: pasta's default is `-T auto`, every port bound on host loopback (the engines' too),
+            # rescanned while it runs. The ports the run is given are bridged by the platform instead
+            # (caiplatform.sandbox.bridge says why not by pasta).
+            argv = [self.pasta, "--runas", "0", "--config-net", "--no-map-gw", "-q", "-T", "none",
                     "-u", "none", "-U", "none", "-t", "none",
                     "--netns", f"/proc/self/fd/{fd}", "--netns-only", "-P", str(pidfile)]
             done = subprocess.run(argv, pass_fds=(fd,), capture_output=True, timeout=SETUP_TIMEOUT_SECONDS,
@@ -368,8 +369,9 @@ class Network:
                                    timeout=SETUP_TIMEOUT_SECONDS, env={"PATH": os.defpath}, check=False)
             if rules.returncode != 0:
                 raise NetworkUnavailable(f"nft could not apply the sandbox's rules: {_last_line(rules.stderr, rules.returncode)}")
-            if group is not None:
-                run = self.bridges.attach(fd, group)
+            fixed = [("127.0.0.1", port) for port in policy.forwarded()]
+            if group is not None or fixed:
+                run = self.bridges.attach(fd, group, fixed)
                 netns.on_close.append(lambda: self.bridges.detach(run))
         except (OSError, subprocess.SubprocessError) as exc:
             netns.close()

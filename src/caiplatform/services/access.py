@@ -348,6 +348,23 @@ class Access:
             lambda s: self.project_sync(s, principal, project_id, need=need, axis=axis, bad_id=bad_id)
         )
 
+    async def project_grant(self, principal: Principal, project_id: str, need: Role | None = Role.MEMBER, *,
+                            human: bool = False, **where: Any) -> ProjectGrant:
+        """The project gate of every project-scoped service: a credential that may manage resources
+        (`require_management`, or `require_human` for what only people do: 401, 403), then the project by
+        id, visible to the caller (else 404) with `need` on `axis` (else 403). A malformed id is `bad_id`
+        (the documents differ: 400 in some areas, 404 in others). `where`: `project`'s `axis` and `bad_id`."""
+        if human:
+            self.require_human(principal)
+        else:
+            self.require_management(principal)
+        return await self.project(principal, project_id, need=need, **where)
+
+    async def project_ref(self, principal: Principal, project_id: str, need: Role | None = Role.MEMBER, *,
+                          bad_id: type[PlatformError] = BadRequest) -> ProjectRef:
+        """`project_grant`'s project, for a service that needs no more of the grant."""
+        return (await self.project_grant(principal, project_id, need, bad_id=bad_id)).project
+
     def project_by_ref_sync(self, session: Session, ref: str) -> list[Project]:
         """Projects matching a `?project=` value: slug, short or id."""
         return list(session.scalars(select(Project).where(or_(Project.slug == ref, Project.short == ref, Project.id == ref))))

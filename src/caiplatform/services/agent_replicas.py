@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caiplatform.db.models import Agent, AgentRevision, Project
-from caiplatform.services.periodic import PeriodicWork
+from caiplatform.periodic import PeriodicWork
 
 if TYPE_CHECKING:
     from caiplatform.services.agents import AgentRecord, AgentService

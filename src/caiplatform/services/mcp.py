@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import secrets
 import uuid
 from dataclasses import dataclass, replace
@@ -24,6 +23,7 @@ from sqlalchemy.orm import Session
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models import McpServer, McpTool, McpVersion, Project
+from caiplatform.domain.mcp import TOOL_NAME_MESSAGE, VERSION_VERBS, parse_version
 from caiplatform.errors import BadRequest, Conflict, NotFound, Unavailable
 from caiplatform.mcp.source import check_helper_import, decorator_credential_keys
 from caiplatform.models import mcp as models
@@ -41,23 +41,15 @@ from caiplatform.services.access import Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.mcp_replicas import build_lock, revoke_workload_keys_sync, stable_workload_key
 from caiplatform.services.purge import remove_each
-from caiplatform.validation import MCP_SERVER_NAME, MCP_TOOL_NAME
+from caiplatform.validation import MCP_TOOL_NAME
 from caiplatform.worklocks import LocalWorkLocks
 
 log = logging.getLogger(__name__)
 
-NAME_MESSAGE = "missing or invalid 'name' (must be a lowercase DNS label, <=40 chars)"
-EXPOSE_MESSAGE = "'expose' must be \"\" (cluster-local) or \"apps\""
-TOOL_NAME_MESSAGE = "invalid tool name (must be a lowercase identifier not starting with '_')"
-HANDLER_MESSAGE = (
-    "missing 'handler': send the complete Python module of the tool "
-    "(import caiplatform.mcp and decorate one function with @tool)"
-)
-VERSION_MESSAGE = "version must be a positive integer"
-VERSION_VERBS = ("rollback", "yank", "unyank")
 # Document 2, Limits: "MCP request timeout 300 s"; the served process enforces it per request.
 REQUEST_TIMEOUT_SECONDS = 300
 RESUME_CONCURRENCY = 4
+
 
 @dataclass(frozen=True)
 class _Resumable:
@@ -127,48 +119,6 @@ def _version_view(version: McpVersion, current: int | None) -> dict[str, Any]:
     return view
 
 
-def parse_credential_keys(body: dict[str, Any]) -> list[str]:
-    raw = body.get("credential_keys", body.get("credentialKeys"))
-    if raw is None:
-        return []
-    if not isinstance(raw, list) or not all(isinstance(k, str) and k for k in raw):
-        raise BadRequest("'credential_keys' must be a list of secret names")
-    return list(dict.fromkeys(raw))
-
-
-def parse_server_create(body: dict[str, Any]) -> tuple[str, str]:
-    """A create body's `(name, expose)`; other fields are ignored silently."""
-    name = body.get("name")
-    if not isinstance(name, str) or not MCP_SERVER_NAME.match(name):
-        raise BadRequest(NAME_MESSAGE)
-    expose = body.get("expose", "")
-    if expose is None:
-        expose = ""
-    if expose not in ("", "apps"):
-        raise BadRequest(EXPOSE_MESSAGE)
-    return name, expose
-
-
-def parse_tool(body: dict[str, Any]) -> tuple[str, str, dict[str, Any], list[str]]:
-    """A publish body's `(handler, description, schema, credential keys)`."""
-    handler = body.get("handler")
-    if not isinstance(handler, str) or not handler.strip():
-        raise BadRequest(HANDLER_MESSAGE)
-    description = body.get("description") or ""
-    if not isinstance(description, str):
-        raise BadRequest("'description' must be a string")
-    schema = body.get("schema") or {}
-    if not isinstance(schema, dict):
-        raise BadRequest("'schema' must be a JSON object")
-    return handler, description, schema, parse_credential_keys(body)
-
-
-def parse_version(raw: str) -> int:
-    if not re.fullmatch(r"[0-9]+", raw or "") or int(raw) < 1:
-        raise BadRequest(VERSION_MESSAGE)
-    return int(raw)
-
-
 class McpServerService:
     def __init__(
         self,
@@ -195,8 +145,7 @@ class McpServerService:
     # -- helpers --------------------------------------------------------------------------------
 
     async def _grant(self, principal: Principal, project_id: str, need: Role) -> ProjectRef:
-        self.access.require_management(principal)
-        return (await self.access.project(principal, project_id, need=need)).project
+        return await self.access.project_ref(principal, project_id, need)
 
     @staticmethod
     def _server(session: Session, project_id: str, name: str) -> McpServer:

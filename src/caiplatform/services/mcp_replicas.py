@@ -35,10 +35,10 @@ from sqlalchemy.orm import Session
 
 from caiplatform.db import Database
 from caiplatform.db.models import ApiKey, McpServer, McpVersion, Project
+from caiplatform.periodic import PeriodicWork
 from caiplatform.ports.mcp_host import McpBuild, McpImage
 from caiplatform.routing import Upstream, upstream_at
 from caiplatform.services.access import ProjectRef
-from caiplatform.services.periodic import PeriodicWork
 from caiplatform.worklocks import held_lock_keys, lock_key
 
 if TYPE_CHECKING:

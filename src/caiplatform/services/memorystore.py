@@ -35,7 +35,6 @@ from caiplatform.errors import (
     Conflict,
     NotFound,
     PlatformError,
-    Unauthenticated,
     Unavailable,
 )
 from caiplatform.models import memorystore as views
@@ -121,13 +120,9 @@ class MemoryStoreService:
             await self.on_change(project_id)
 
     async def _project(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef:
-        if not principal.authenticated:
-            raise Unauthenticated(AUTH_REQUIRED)
-        self.access.require_management(principal)
-        grant = await self.access.project(
-            principal, project_id, need=Role.ADMIN if admin else Role.MEMBER, bad_id=BadRequest
-        )
-        return grant.project
+        """The project gate (a malformed project id is 400)."""
+        return await self.access.project_ref(principal, project_id, Role.ADMIN if admin else Role.MEMBER,
+                                             bad_id=BadRequest)
 
     async def require_member(self, principal: Principal, project_id: str) -> None:
         """The member gate alone, so that a route can refuse a stranger before it reads the body."""

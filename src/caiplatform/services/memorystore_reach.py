@@ -19,9 +19,9 @@ import asyncio
 import ipaddress
 import logging
 
+from caiplatform.periodic import PeriodicWork
 from caiplatform.ports.memorystore import MemoryStoreProvisioner
 from caiplatform.sandbox.bridge import Bridges, Endpoint
-from caiplatform.services.periodic import PeriodicWork
 
 INTERVAL_SECONDS = 5.0
 log = logging.getLogger(__name__)

@@ -236,11 +236,9 @@ class TopicService:
     # ------------------------------------------------------------------------------------ helpers
 
     async def _project(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef:
-        self.access.require_management(principal)
-        grant = await self.access.project(
-            principal, project_id, need=Role.ADMIN if admin else Role.MEMBER, bad_id=NotFound
-        )
-        return grant.project
+        """The project gate (a malformed project id is 404 in document 3's messaging)."""
+        return await self.access.project_ref(principal, project_id, Role.ADMIN if admin else Role.MEMBER,
+                                             bad_id=NotFound)
 
     @staticmethod
     def _topic_row(session: Session, project_id: str, name: str) -> MessagingTopic | None:

@@ -118,11 +118,7 @@ class ProjectService:
     async def _grant(
         self, principal: Principal, project_id: str, need: Role | None, axis: Axis = Axis.RESOURCE, *, human: bool = False
     ) -> ProjectGrant:
-        if human:
-            self.access.require_human(principal)
-        else:
-            self.access.require_management(principal)
-        return await self.access.project(principal, project_id, need=need, axis=axis)
+        return await self.access.project_grant(principal, project_id, need, axis=axis, human=human)
 
     def _project(self, session: Session, grant: ProjectGrant) -> Project:
         project = session.get(Project, grant.project.id)

@@ -21,6 +21,26 @@ from sqlalchemy.orm import Session
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models.secrets import RESERVED_ENV_NAMES, SecretBinding
+from caiplatform.domain import secrets as secret_rules
+from caiplatform.domain.secrets import (  # noqa: F401  (the routes import the caps and verbs from here)
+    BINDING_BODY_LIMIT,
+    CREATE_BODY_LIMIT,
+    MAX_VALUE_BYTES,
+    NAME_MESSAGE,
+    PIN_MESSAGE,
+    PROJECT_SECRET_VERBS,
+    RESERVED_SECRET_NAMES,
+    REVEAL_NOT_AUDITED_MESSAGE,
+    SECRET_MAP_VERBS,
+    SECRET_NAME_REQUIRED_MESSAGE,
+    SECRET_VERBS,
+    TTL_MESSAGE,
+    VALUE_MISSING_MESSAGE,
+    VALUE_TOO_LARGE_MESSAGE,
+    check_value,
+    reserved_name_message,
+    unknown_verb_message,
+)
 from caiplatform.errors import (
     BadRequest,
     Conflict,
@@ -42,7 +62,6 @@ from caiplatform.ports.secrets import (
     UnconfiguredSecretBackend,
     VersionDestroyed,
     VersionMissing,
-    clamp_ttl,
 )
 from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.services.access import Access, Role
@@ -51,50 +70,7 @@ from caiplatform.validation import ENV_NAME, SECRET_NAME, project_uuid
 
 log = logging.getLogger(__name__)
 
-MAX_VALUE_BYTES = 65536
-CREATE_BODY_LIMIT = 128 * 1024
-BINDING_BODY_LIMIT = 8 * 1024
-
-#: The cloud credential is kept by the platform-cloud routes, never through the secret routes.
-RESERVED_SECRET_NAMES = ("crusoe-cloud-credential", "platform-cloud-credential")
-SECRET_VERBS = ("reveal", "issue-token")
-PROJECT_SECRET_VERBS = ("issue-token",)
-SECRET_MAP_VERBS = ("apply",)
-
-NAME_MESSAGE = (
-    "missing or invalid 'name' (1 to 63 characters: letters, digits, '_' and '-', starting with a letter "
-    "or digit; must match ^[a-zA-Z0-9][a-zA-Z0-9_-]{0,62}$)"
-)
-VALUE_MISSING_MESSAGE = "missing or empty 'value' (a non-empty string is required)"
-VALUE_TOO_LARGE_MESSAGE = f"'value' is too large: at most {MAX_VALUE_BYTES} bytes"
-REVEAL_NOT_AUDITED_MESSAGE = (
-    "the reveal could not be written to the audit log, so no value was returned; try again later"
-)
-SECRET_NAME_REQUIRED_MESSAGE = "'secret_name' is required (the name of a secret of this project)"
-PIN_MESSAGE = "version must be a positive integer, or null to track the newest version"
-TTL_MESSAGE = "ttl_seconds must be a number of seconds"
 RESERVED_LIST = ", ".join(RESERVED_ENV_NAMES)
-
-
-def reserved_name_message(name: str) -> str:
-    return (
-        f"{name} is a reserved platform name (platform-cloud-credential): the project's cloud credential is "
-        "managed with the cloud-credential routes GET, PUT and DELETE /v1/projects/{projectID}/platform-cloud"
-    )
-
-
-def unknown_verb_message(verb: str, supported: tuple[str, ...]) -> str:
-    listed = ", ".join(f":{v}" for v in supported)
-    return f"unknown action ':{verb}'; supported verbs here: {listed}"
-
-
-def check_value(value: Any) -> str:
-    """A secret's value: a non-empty string of at most 65536 bytes."""
-    if not isinstance(value, str) or value == "":
-        raise BadRequest(VALUE_MISSING_MESSAGE)
-    if len(value.encode("utf-8")) > MAX_VALUE_BYTES:
-        raise BadRequest(VALUE_TOO_LARGE_MESSAGE)
-    return value
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -133,24 +109,16 @@ class SecretStore:
     # -- shared checks ----------------------------------------------------------------------------
 
     async def _grant(self, principal: Principal, project_id: str, need: Role) -> str:
-        self.access.require_management(principal)
-        grant = await self.access.project(principal, project_id, need=need)
-        return grant.project.id
+        return (await self.access.project_ref(principal, project_id, need)).id
 
     async def require_member(self, principal: Principal, project_id: str) -> None:
         """The member check alone: the server makes it before it reads a body, so an outsider learns
         nothing from the body's validation."""
         await self._grant(principal, project_id, Role.MEMBER)
 
-    @staticmethod
-    def check_name(raw: Any) -> str:
-        """A secret name (400 with the spec's pattern); the reserved cloud credential is a 404."""
-        if not isinstance(raw, str) or not SECRET_NAME.match(raw):
-            raise BadRequest(NAME_MESSAGE)
-        if raw in RESERVED_SECRET_NAMES:
-            raise NotFound(reserved_name_message(raw))
-        return raw
-
+    check_name = staticmethod(secret_rules.check_name)
+    ttl_of = staticmethod(secret_rules.ttl_of)
+    pin_of = staticmethod(secret_rules.pin_of)
     _name = check_name
 
     async def _metadata(self, project_id: str, name: str) -> SecretMetadata:
@@ -306,17 +274,6 @@ class SecretStore:
 
     # -- read tokens ----------------------------------------------------------------------------
 
-    @staticmethod
-    def ttl_of(raw: Any) -> int:
-        """A requested TTL: absent is 300, more than 3600 is 3600 (silently); not a number is a 400."""
-        if raw is None:
-            return clamp_ttl(None)
-        if isinstance(raw, str) and raw.strip().isdigit():
-            raw = int(raw.strip())
-        if isinstance(raw, bool) or not isinstance(raw, int | float):
-            raise BadRequest(TTL_MESSAGE)
-        return clamp_ttl(int(raw))
-
     def _token_body(self, token: Any) -> models.SecretIssueTokenResult:
         return models.SecretIssueTokenResult.of({
             "token": token.token,
@@ -417,19 +374,6 @@ class SecretStore:
             raise BadRequest(
                 f"{raw} is a reserved environment name and cannot be bound; reserved names: {RESERVED_LIST}"
             )
-        return raw
-
-    @staticmethod
-    def pin_of(raw: Any) -> int | None:
-        """A binding's pinned version: null, absent or "latest" track the newest; a digit string is a number."""
-        if raw is None:
-            return None
-        if isinstance(raw, str) and raw.strip().lower() == "latest":
-            return None
-        if isinstance(raw, str) and raw.strip().isdigit():
-            raw = int(raw.strip())
-        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-            raise BadRequest(PIN_MESSAGE)
         return raw
 
     async def bind(

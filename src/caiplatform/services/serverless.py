@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from datetime import datetime
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, cast
 
 import yaml
@@ -22,8 +21,7 @@ from sqlalchemy import CursorResult, Result, Table, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from caiplatform import json_input
-from caiplatform.clock import Clock, rfc3339
+from caiplatform.clock import Clock
 from caiplatform.db import Database
 from caiplatform.db.models import Project
 from caiplatform.db.models.serverless import ServerlessRevision
@@ -33,7 +31,6 @@ from caiplatform.domain.serverless import (
     NAME_TAKEN,
     NO_DATABASE,
     SERVICE_NOT_FOUND,
-    TIMEOUT_ENV,
     ServiceSpec,
     apply_patch,
     parse_tail,
@@ -45,29 +42,25 @@ from caiplatform.errors import BadRequest, Conflict, InternalError, NotFound, Pl
 from caiplatform.models import serverless as models
 from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.runtime import (
-    Resources,
-    RevisionSpec,
-    RevisionStatus,
-    Scaling,
-    TrafficTarget,
     WorkloadError,
-    WorkloadRef,
     WorkloadRuntime,
-    WorkloadStatus,
 )
 from caiplatform.principal import Principal
-from caiplatform.routing import HostRouter, Upstream
+from caiplatform.routing import HostRouter
 from caiplatform.services.access import Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
 from caiplatform.services.purge import remove_each
-from caiplatform.services.service_quota import ServiceQuota, ServiceQuotaExceeded, services_hard
+from caiplatform.services.serverless_runtime import (
+    ImageResolver,
+    RuntimeGlue,
+    SecretReader,
+    revision_name,
+)
+from caiplatform.services.service_quota import ServiceQuota, ServiceQuotaExceeded
 
 log = logging.getLogger(__name__)
 
-SecretReader = Callable[[str, str], Awaitable[str | None]]  # (project_id, secret name) → value or None
-ImageResolver = Callable[[str], Awaitable[Any]]  # reference → the builder's Image, or None
 
-LOCAL_RUNTIMES = ("memory", "local")
 NO_PODS = (
     "no running pods for service {name}: it is scaled to zero. Send a request to it first, "
     "then read the logs again.\n"
@@ -79,7 +72,6 @@ SPEC_NOTE = (
 )
 METRICS_NOTE = "live readout, no history: desired equals current on this runtime"
 NOT_CONFIGURED = "not configured"
-CONDITION_TYPES = ("Ready", "ServiceReady", "VisibilityEnforced", "RuntimeClassApplied", "TrafficAccepted", "Exposed")
 
 
 def _table(model: type[Any]) -> Table:
@@ -104,25 +96,7 @@ def quota_refusal(exc: ServiceQuotaExceeded) -> str:
     )
 
 
-def revision_name(service: str, number: int) -> str:
-    return f"{service}-{number:05d}"
-
-
-def _why(rev: RevisionStatus) -> tuple[str, str]:
-    """A revision's reason and message; an image the one-machine runtime cannot pull says where it can."""
-    message = rev.message
-    if rev.reason == "ImagePullBackOff" and "Kubernetes" not in message:
-        message = (message + "; " if message else "") + (
-            "on one machine only images this platform built (registry.local/cai-...@sha256:...) run; "
-            "the Kubernetes runtime pulls any other image from its registry")
-    return rev.reason, message
-
-
-def _tri(state: str) -> str:
-    return {"ready": "True", "not_ready": "False"}.get(state, "Unknown")
-
-
-class ServerlessService:
+class ServerlessService(RuntimeGlue):
     def __init__(
         self,
         db: Database,
@@ -174,19 +148,14 @@ class ServerlessService:
             raise Unavailable(NO_DATABASE) from exc
 
     async def project(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef:
+        """The project gate (a malformed project id is 404); 503 without a database."""
         self.require_caller(principal)
         try:
-            grant = await self.access.project(
-                principal, project_id, need=Role.ADMIN if admin else Role.MEMBER, bad_id=NotFound
-            )
+            return await self.access.project_ref(principal, project_id, Role.ADMIN if admin else Role.MEMBER,
+                                                 bad_id=NotFound)
         except SQLAlchemyError as exc:
             log.warning("serverless: project access could not be resolved: %s", exc)
             raise Unavailable(NO_DATABASE) from exc
-        return grant.project
-
-    @staticmethod
-    def ref(project: ProjectRef, name: str) -> WorkloadRef:
-        return WorkloadRef(project.id, project.short, name, kind="service")
 
     @staticmethod
     def _row_sync(session: Session, project_id: str, name: str) -> ServiceRow:
@@ -208,289 +177,6 @@ class ServerlessService:
             return row, self._revisions_sync(session, row.id)
 
         return await self.db.run(run)
-
-    def internal_host(self, project: ProjectRef, name: str) -> str:
-        return f"{name}.{project.namespace}.svc.cluster.local"
-
-    # ------------------------------------------------------------------------------------ runtime glue
-
-    async def _problem(self, project: ProjectRef, template: dict[str, Any]) -> tuple[str, str] | None:
-        """Why this revision cannot start at all, as a (reason, message) pair. Images are the runtime's
-        business, except on one machine: there only images this platform's builder made run (a command
-        override must not turn any other reference into a host process)."""
-        image = template["image"]
-        if self.runtime.name in LOCAL_RUNTIMES and self.resolve_image is not None:
-            if await self.resolve_image(image) is None:
-                return "ImagePullBackOff", (
-                    f"the {self.runtime.name} runtime cannot pull {image}: on one machine only images this "
-                    "platform built (registry.local/cai-<project>-<workload>@sha256:<digest>) run; "
-                    "the Kubernetes runtime pulls any other image from its registry"
-                )
-        for entry in template.get("env_from", []):
-            if entry.get("config_map_name") and not entry.get("optional"):
-                return "CreateContainerConfigError", (
-                    f"config map {entry['config_map_name']!r} not found: this runtime has no config maps; "
-                    "mark it optional or use env"
-                )
-        return None
-
-    async def _secret_env(self, project: ProjectRef, template: dict[str, Any]) -> dict[str, str]:
-        """`env_from` secrets: a JSON-object value gives one variable per key, any other value one
-        variable named after the secret (upper case, `-` → `_`)."""
-        out: dict[str, str] = {}
-        for entry in template.get("env_from", []):
-            name = entry.get("secret_name")
-            if not name:
-                continue
-            value = await self.read_secret(project.id, name) if self.read_secret else None
-            if value is None:
-                if entry.get("optional"):
-                    continue
-                raise _RevisionProblem("CreateContainerConfigError", f"secret {name!r} not found in this project")
-            try:
-                parsed = json_input.decode(value)
-            except json_input.JSONInputError:
-                parsed = None
-            if isinstance(parsed, dict) and all(isinstance(v, str) for v in parsed.values()):
-                out.update(parsed)
-            else:
-                out[name.upper().replace("-", "_")] = value
-        return out
-
-    def revision_spec(self, project: ProjectRef, name: str, number: int, template: dict[str, Any],
-                      secret_env: dict[str, str]) -> RevisionSpec:
-        spec = ServiceSpec.model_validate({"name": name, **template})
-        env = dict(spec.env)
-        env[TIMEOUT_ENV] = str(spec.timeout_seconds)
-        return RevisionSpec(
-            workload=self.ref(project, name),
-            revision=revision_name(name, number),
-            generation=number,
-            image=spec.image,
-            env=env,
-            secret_env=secret_env,
-            command=spec.command or None,
-            args=spec.args or None,
-            port=spec.port.container_port,
-            port_name=spec.port.name,
-            resources=Resources(requests=dict(spec.resources.get("requests", {})),
-                                limits=dict(spec.resources.get("limits", {}))),
-            scaling=Scaling(spec.scaling.min_scale, spec.scaling.max_scale, spec.scaling.container_concurrency),
-            timeout_seconds=spec.timeout_seconds,
-            runtime_class_name=spec.runtime_class_name,
-            service_account_name=spec.service_account_name,
-            labels={"serving.knative.dev/service": name},
-        )
-
-    @staticmethod
-    def _targets(spec: ServiceSpec) -> list[TrafficTarget]:
-        return [TrafficTarget(percent=e.percent, revision_name=e.revision_name or None,
-                              latest_revision=e.latest_revision, tag=e.tag or None) for e in spec.traffic]
-
-    def _runnable(self, spec: ServiceSpec, revisions: list[ServerlessRevision]) -> bool:
-        """Whether every revision the split names was handed to the runtime."""
-        failed = {r.name for r in revisions if r.reason}
-        return not any(e.revision_name in failed for e in spec.traffic)
-
-    async def _apply_revision(self, project: ProjectRef, row: ServiceRow, revision: ServerlessRevision,
-                              revisions: list[ServerlessRevision], *, with_traffic: bool = True) -> None:
-        """Hand a new revision to the runtime, or record why it cannot run (accepted, not ready)."""
-        problem = await self._problem(project, revision.template)
-        secret_env: dict[str, str] = {}
-        if problem is None:
-            try:
-                secret_env = await self._secret_env(project, revision.template)
-            except _RevisionProblem as exc:
-                problem = (exc.reason, exc.message)
-        if problem is not None:
-            await self._mark_revision(row.id, revision.number, *problem)
-            revision.reason, revision.message = problem
-            return
-        spec = ServiceSpec.model_validate(row.spec)
-        targets = self._targets(spec) if with_traffic and self._runnable(spec, revisions) else None
-        await self.runtime.apply(self.revision_spec(project, row.name, revision.number, revision.template, secret_env),
-                                 targets)
-
-    async def _push_traffic(self, project: ProjectRef, name: str, spec: ServiceSpec) -> None:
-        try:
-            await self.runtime.set_traffic(self.ref(project, name), self._targets(spec))
-        except LookupError:
-            # No revision reached the runtime yet (none could start): the split goes with the first one.
-            pass
-
-    async def _services_hard(self, project: ProjectRef) -> int:
-        """The project's services quota, read when a revision is about to be made (0 = unlimited)."""
-        settings = await self.db.run(lambda s: s.scalar(select(Project.settings).where(Project.id == project.id)))
-        return services_hard(settings)
-
-    async def _mark_revision(self, service_id: str, number: int, reason: str, message: str) -> None:
-        def run(session: Session) -> None:
-            rev = session.get(ServerlessRevision, (service_id, number))
-            if rev is not None:
-                rev.reason, rev.message = reason, message
-
-        await self.db.run(run)
-
-    async def _named_workload_exists(self, project: ProjectRef, name: str) -> bool:
-        """An agent or function of the project holds `name`: in the cluster they are services of the same
-        namespace (a trigger targets any of them by name), and they share the public hostname."""
-        finder = getattr(self.triggers, "find_workload", None)
-        return finder is not None and await finder(project.id, name) is not None
-
-    def _publish(self, project: ProjectRef, spec: ServiceSpec) -> None:
-        host = self.hosts.host_for(spec.name, project.short)
-        if not spec.publish.enabled:
-            self.hosts.unregister(host)
-            return
-        ref = self.ref(project, spec.name)
-        timeout = float(spec.timeout_seconds)
-
-        async def upstream() -> Upstream:
-            endpoint = await self.runtime.acquire(ref, timeout=self.acquire_timeout)
-            return _upstream(endpoint, timeout)
-
-        self.hosts.register(host, upstream)
-
-    # ------------------------------------------------------------------------------------ view
-
-    def _conditions(self, spec: ServiceSpec, phase: str, status: WorkloadStatus | None,
-                    latest: RevisionStatus | None, latest_row: ServerlessRevision | None,
-                    traffic_ok: bool, since: datetime) -> list[dict[str, Any]]:
-        when = rfc3339(latest.created_at if latest else since)
-
-        def cond(kind: str, state: str, reason: str = "", message: str = "") -> dict[str, Any]:
-            return {"type": kind, "status": state, "reason": reason, "message": message, "last_transition_time": when}
-
-        ready_state = {"Ready": "True", "Pending": "Unknown"}.get(phase, "False")
-        ready_reason = "" if phase == "Ready" else phase
-        ready_message = ""
-        if latest_row is not None and latest_row.reason:
-            ready_reason, ready_message = latest_row.reason, latest_row.message
-        elif latest is not None and latest.state != "ready":
-            ready_reason, ready_message = _why(latest)
-            ready_reason = ready_reason or phase
-        elif status is not None and not status.ready and status.reason:
-            ready_reason, ready_message = status.reason, status.message
-        if latest_row is not None and latest_row.reason:
-            service_ready = cond("ServiceReady", "False", latest_row.reason, latest_row.message)
-        elif latest is not None:
-            service_ready = cond("ServiceReady", _tri(latest.state), *_why(latest))
-        else:
-            service_ready = cond("ServiceReady", "Unknown", "Pending", "the runtime has not reported yet")
-        visibility = ("Public", "reachable at its public address") if spec.publish.enabled else (
-            "ClusterLocal", "reachable only inside the project's network")
-        if spec.runtime_class_name:
-            runtime_class = cond("RuntimeClassApplied", "False", "RuntimeClassUnavailable",
-                                 f"the {self.runtime.name} runtime has no runtime class "
-                                 f"{spec.runtime_class_name!r}; the workload runs without it") \
-                if self.runtime.name in LOCAL_RUNTIMES else cond("RuntimeClassApplied", "True")
-        else:
-            runtime_class = cond("RuntimeClassApplied", "True", "NotRequested", "no runtime class was requested")
-        traffic = cond("TrafficAccepted", "True") if traffic_ok else cond(
-            "TrafficAccepted", "False", "RevisionFailed", "a revision the split names cannot run; fix it or change the split")
-        if not spec.publish.enabled:
-            exposed = cond("Exposed", "False", "NotPublished", "publish.enabled is false")
-        elif phase in ("Ready", "Degraded"):
-            exposed = cond("Exposed", "True")
-        else:
-            exposed = cond("Exposed", "Unknown", "NotReady", "the address answers once a revision is ready")
-        return [
-            cond("Ready", ready_state, ready_reason, ready_message),
-            service_ready,
-            cond("VisibilityEnforced", "True", *visibility),
-            runtime_class,
-            traffic,
-            exposed,
-        ]
-
-    def _revision_views(self, rows: list[ServerlessRevision], status: WorkloadStatus | None) -> list[dict[str, Any]]:
-        live = {r.name: r for r in (status.revisions if status else [])}
-        out = []
-        for row in rows:
-            rev = live.get(row.name)
-            if row.reason:
-                ready, reason, message = "False", row.reason, row.message
-            elif rev is not None:
-                ready, (reason, message) = _tri(rev.state), _why(rev)
-            else:
-                ready, reason, message = "Unknown", "", ""
-            out.append({
-                "name": row.name,
-                "generation": row.number,
-                "image": (rev.image if rev is not None and rev.image else row.image),
-                "ready": ready,
-                "reason": reason,
-                "message": message,
-                "replicas": rev.replicas if rev else 0,
-                "created_at": rfc3339(row.created_at),
-                "traffic_percent": rev.traffic_percent if rev else 0,
-                "tag": (rev.tag if rev else None) or "",
-                "url": rev.url if rev else "",
-            })
-        return out
-
-    def _phase(self, row: ServiceRow, rows: list[ServerlessRevision], status: WorkloadStatus | None) -> str:
-        if row.apply_error:
-            return "Invalid"
-        latest_row = rows[0] if rows else None
-        live = {r.name: r for r in (status.revisions if status else [])}
-        any_ready = any(r.ready for r in live.values())
-        if latest_row is not None and latest_row.reason:
-            return "Degraded" if any_ready else "NotReady"
-        latest = live.get(latest_row.name) if latest_row else None
-        if status is None or latest is None or latest.state == "unknown":
-            return "Pending"
-        if latest.state == "ready":
-            return "Ready"
-        return "Degraded" if any_ready else "NotReady"
-
-    def _view_body(self, project: ProjectRef, row: ServiceRow, rows: list[ServerlessRevision],
-             status: WorkloadStatus | None) -> dict[str, Any]:
-        spec = ServiceSpec.model_validate(row.spec)
-        phase = self._phase(row, rows, status)
-        live = {r.name: r for r in (status.revisions if status else [])}
-        latest_row = rows[0] if rows else None
-        latest = live.get(latest_row.name) if latest_row else None
-        internal_url = f"http://{self.internal_host(project, row.name)}"
-        public = self.hosts.public_url(row.name, project.short)
-        body: dict[str, Any] = spec.model_dump()
-        body["traffic"] = [e.to_json() for e in spec.traffic]
-        body["project"] = f"projects/{project.short}/services/{row.name}"
-        body["created_at"] = rfc3339(row.created_at)
-        traffic = [
-            {"revision_name": t.revision_name or "", "percent": t.percent, "tag": t.tag or "", "url": t.url}
-            for t in (status.traffic if status else [])
-        ]
-        if not traffic:
-            traffic = [{"revision_name": e.revision_name, "percent": e.percent, "tag": e.tag, "url": ""}
-                       for e in spec.traffic]
-        traffic_ok = self._runnable(spec, rows)
-        latest_ready = status.latest_ready_revision if status else ""
-        if not latest_ready:
-            latest_ready = next((r.name for r in rows if live.get(r.name) is not None and live[r.name].ready), "")
-        status_body: dict[str, Any] = {
-            "url": public if spec.publish.enabled else internal_url,
-            "internal_url": internal_url,
-            "published": spec.publish.enabled,
-            "latest_ready_revision": latest_ready,
-            "latest_created_revision": latest_row.name if latest_row else "",
-            "traffic": traffic,
-            "phase": phase,
-            "conditions": self._conditions(spec, phase, status, latest, latest_row, traffic_ok, row.updated_at),
-            "observed_generation": row.observed_generation,
-            "generation": row.generation,
-        }
-        if spec.publish.enabled and phase in ("Ready", "Degraded"):
-            # One machine, no TLS (DECISIONS.md): the http:// address once it answers.
-            status_body["external_url"] = self.hosts.public_url(row.name, project.short, scheme="http")
-        if row.apply_error:
-            status_body["message"] = row.apply_error
-        body["status"] = status_body
-        return body
-
-    async def _view_of(self, project: ProjectRef, row: ServiceRow, rows: list[ServerlessRevision]) -> dict[str, Any]:
-        status = await self.runtime.status(self.ref(project, row.name))
-        return self._view_body(project, row, rows, status)
 
     # ------------------------------------------------------------------------------------ create / read
 
@@ -760,67 +446,6 @@ class ServerlessService:
         stream = self.runtime.logs(self.ref(project, name), tail=lines_wanted, follow=follow)
         return _log_text(name, stream)
 
-    def _spec_document(self, project: ProjectRef, row: ServiceRow, rows: builtins.list[ServerlessRevision],
-                      status: WorkloadStatus | None) -> dict[str, Any]:
-        """A Knative-Service-shaped document of the accepted spec (secrets by reference only)."""
-        spec = ServiceSpec.model_validate(row.spec)
-        container: dict[str, Any] = {"image": spec.image}
-        if spec.command:
-            container["command"] = spec.command
-        if spec.args:
-            container["args"] = spec.args
-        container["env"] = [{"name": k, "value": v} for k, v in spec.env.items()] + [
-            {"name": TIMEOUT_ENV, "value": str(spec.timeout_seconds)}]
-        if spec.env_from:
-            container["envFrom"] = [
-                {"secretRef": {"name": e.secret_name, "optional": e.optional}} if e.secret_name
-                else {"configMapRef": {"name": e.config_map_name, "optional": e.optional}} for e in spec.env_from]
-        container["ports"] = [{"name": spec.port.name, "containerPort": spec.port.container_port}]
-        container["resources"] = spec.resources
-        template_spec: dict[str, Any] = {
-            "containerConcurrency": spec.scaling.container_concurrency,
-            "timeoutSeconds": spec.timeout_seconds,
-            "containers": [container],
-        }
-        if spec.runtime_class_name:
-            template_spec["runtimeClassName"] = spec.runtime_class_name
-        if spec.service_account_name:
-            template_spec["serviceAccountName"] = spec.service_account_name
-        view = self._view_body(project, row, rows, status)
-        labels = {} if spec.publish.enabled else {"networking.knative.dev/visibility": "cluster-local"}
-        return {
-            "apiVersion": "serving.knative.dev/v1",
-            "kind": "Service",
-            "metadata": {"name": row.name, "namespace": project.namespace, "generation": row.generation,
-                         "labels": labels, "creationTimestamp": rfc3339(row.created_at)},
-            "spec": {
-                "template": {
-                    "metadata": {
-                        "name": rows[0].name if rows else "",
-                        "annotations": {
-                            "autoscaling.knative.dev/min-scale": str(spec.scaling.min_scale),
-                            "autoscaling.knative.dev/max-scale": str(spec.scaling.max_scale),
-                        },
-                    },
-                    "spec": template_spec,
-                },
-                "traffic": [
-                    {k: v for k, v in (("revisionName", e.revision_name), ("latestRevision", e.latest_revision),
-                                       ("percent", e.percent), ("tag", e.tag)) if v not in ("", None)}
-                    | {"latestRevision": e.latest_revision, "percent": e.percent}
-                    for e in spec.traffic
-                ],
-            },
-            "status": {
-                "observedGeneration": row.observed_generation,
-                "url": view["status"]["url"],
-                "latestCreatedRevisionName": view["status"]["latest_created_revision"],
-                "latestReadyRevisionName": view["status"]["latest_ready_revision"],
-                "conditions": [{"type": c["type"], "status": c["status"], "reason": c["reason"],
-                                "message": c["message"]} for c in view["status"]["conditions"]],
-            },
-        }
-
     async def spec(self, principal: Principal, project_id: str, name: str) -> models.ServiceSpecDocument:
         """200 `{service, yaml, note}` with sensitive env values replaced by `***REDACTED***`."""
         project = await self.project(principal, project_id)
@@ -937,64 +562,6 @@ class ServerlessService:
                         await self._push_traffic(project, row.name, spec)
             except Exception:  # noqa: BLE001 - one broken service must not keep the platform down
                 log.exception("serverless: could not restore %s", row.name)
-
-    def internal_transport(self, fallback: Any = None) -> Any:
-        """An httpx transport that delivers requests for services' private hostnames through the runtime
-        (and anything else to `fallback`, the network by default): what push delivery uses on one machine."""
-        from caiplatform.services.serverless_triggers import InternalTransport
-
-        on_delivery = self.triggers.record_push if self.triggers is not None else None
-        return InternalTransport(self.resolve_internal, self.runtime, fallback, on_delivery=on_delivery)
-
-    def _route_internal(self, project: ProjectRef, name: str, present: bool) -> None:
-        """Tell push delivery where this service's private hostname goes (or that it is gone)."""
-        if self.push_targets is None:
-            return
-        if not present:
-            self.push_targets.unregister(name, project.namespace)
-            return
-        if self._transport is None:
-            self._transport = self.internal_transport()
-        self.push_targets.register(name, project.namespace, f"http://{self.internal_host(project, name)}",
-                                   self._transport)
-
-    async def resolve_internal(self, host: str) -> tuple[WorkloadRef, float, str | None] | None:
-        """`[<tag>-]<service>.<namespace>[.svc[.cluster.local]]` of a serverless service → its workload,
-        its request timeout and the traffic tag the host names (None: the split decides)."""
-        parts = host.lower().split(":", 1)[0].split(".")
-        if len(parts) not in (2, 3, 5) or not parts[1].startswith("cai-p-"):
-            return None
-        if parts[2:] not in ([], ["svc"], ["svc", "cluster", "local"]):
-            return None
-        label, short = parts[0], parts[1][len("cai-p-"):]
-
-        def run(session: Session) -> tuple[WorkloadRef, float, str | None] | None:
-            project = session.scalar(select(Project).where(Project.short == short))
-            if project is None:
-                return None
-            rows = session.scalars(select(ServiceRow).where(ServiceRow.project_id == project.id)).all()
-            for row in sorted(rows, key=lambda r: len(r.name), reverse=True):
-                tag = None
-                if label != row.name:
-                    tag = label.removesuffix("-" + row.name) if label.endswith("-" + row.name) else ""
-                    if not tag or tag not in {e.get("tag") for e in row.spec.get("traffic", [])}:
-                        continue
-                ref = WorkloadRef(project.id, project.short, row.name, kind="service")
-                return ref, float(row.spec.get("timeout_seconds", 300)), tag
-            return None
-
-        return await self.db.run(run)
-
-
-class _RevisionProblem(Exception):
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
-def _upstream(endpoint: Any, timeout: float) -> Upstream:
-    return Upstream(endpoint.base_url, endpoint.release, timeout, transport=endpoint.transport)
 
 
 async def _log_text(name: str, stream: AsyncIterator[str] | None) -> AsyncIterator[str]:

@@ -21,8 +21,8 @@ from caiplatform.db.models import Project
 from caiplatform.db.models.serverless import ServerlessRevision
 from caiplatform.db.models.serverless import ServerlessService as ServiceRow
 from caiplatform.domain.serverless import ServiceSpec
+from caiplatform.periodic import PeriodicWork
 from caiplatform.services.access import ProjectRef
-from caiplatform.services.periodic import PeriodicWork
 
 if TYPE_CHECKING:
     from caiplatform.services.serverless import ServerlessService

@@ -8,7 +8,7 @@
   tick of any replica fires it again.
 - `pubsub`: the platform creates a push subscription on the topic whose URL is the trigger's
   `delivery_url`; the messaging area delivers each message there as a CloudEvent, and
-  `ServerlessService.resolve_internal` (through `InternalTransport`) routes that private hostname to
+  `ServerlessService.resolve_internal` (through `caiplatform.web.internal_transport`) routes that private hostname to
   the runtime. The messaging side is reached through the small `PushSubscriptions` hook.
 - `objectstore`: polls a bucket, a directory `<buckets-root>/<project-short>/<bucket>` (the data dir's
   `buckets/` for the embedded platform), and fires once per new or changed object (one modified after
@@ -25,13 +25,12 @@ import builtins
 import functools
 import json
 import logging
-import re
 import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, cast
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import anyio.to_thread
 import httpx
@@ -47,6 +46,7 @@ from caiplatform.db.models.serverless import ServerlessService as ServiceRow
 from caiplatform.db.models.serverless import ServerlessTrigger as TriggerRow
 from caiplatform.db.models.serverless import ServerlessTriggerRun as RunRow
 from caiplatform.domain.serverless import TRIGGER_NAME_TAKEN, TRIGGER_NOT_FOUND
+from caiplatform.domain.serverless_triggers import parse_source, parse_target, require_invoke_body
 from caiplatform.errors import BadRequest, Conflict, NotFound
 from caiplatform.models import serverless as models
 from caiplatform.models.messaging import SubscriptionCreate
@@ -61,18 +61,11 @@ from caiplatform.worklocks import LocalWorkLocks
 
 log = logging.getLogger(__name__)
 
-TRIGGER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-TRIGGER_NAME_RULE = (
-    "name must be 1 to 63 characters of lowercase letters, digits and hyphens, "
-    "starting with a letter and ending with a letter or digit"
-)
-SOURCE_TYPES = ("schedule", "pubsub", "objectstore")
 AGENT_PATHS = ("/invoke", "/invoke/stream")
 RUNS_SHOWN = 50
 # Occurrences missed while no scheduler ran (every replica down): only the newest fires, as a
 # Kubernetes CronJob starts only its most recent missed schedule.
 MAX_CATCH_UP = 1
-BUCKET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 OBJECT_EVENT_TYPE = "ai.platform.objectstore.object.v1.finalized"
 # Buckets are listed at most this often (the scheduler ticks every second).
 OBJECTSTORE_POLL_SECONDS = 5.0
@@ -197,7 +190,7 @@ class TriggerService:
             raise BadRequest(f"{article} {kind} serves only /invoke and /invoke/stream; set target.path to /invoke")
         parsed_source = parse_source(raw_source)
         if kind == "agent" and parsed_source["type"] == "schedule":
-            _require_invoke_body(parsed_source["schedule"]["payload"])
+            require_invoke_body(parsed_source["schedule"]["payload"])
         return target, parsed_source
 
     # ------------------------------------------------------------------------------------ view
@@ -697,102 +690,8 @@ def run_lock(trigger_id: str, occurrence: str) -> str:
     return f"trigger-run:{trigger_id}:{occurrence}"
 
 
-def parse_trigger_name(name: Any) -> str:
-    if not isinstance(name, str) or not TRIGGER_NAME.match(name):
-        raise BadRequest(TRIGGER_NAME_RULE)
-    return name
-
-
-def parse_target(target: Any) -> dict[str, Any]:
-    """`{service, path}` as far as it can be checked without the project (the service must exist too)."""
-    if not isinstance(target, Mapping):
-        raise BadRequest("target is required: {service, path}")
-    service = target.get("service")
-    if not isinstance(service, str) or not service:
-        raise BadRequest("target.service is required: the name of a service, function or agent in this project")
-    path = target.get("path")
-    path = "/" if path in (None, "") else path
-    if not isinstance(path, str) or not path.startswith("/"):
-        raise BadRequest("target.path must be a path starting with /")
-    return {"service": service, "path": path}
-
-
-def parse_source(source: Any) -> dict[str, Any]:
-    """`{type, <type>: {...}}` with each source's own rules."""
-    if not isinstance(source, Mapping):
-        raise BadRequest("source is required: {type: schedule|pubsub|objectstore, ...}")
-    kind_of_source = source.get("type")
-    if kind_of_source not in SOURCE_TYPES:
-        raise BadRequest(f"source.type must be one of {', '.join(SOURCE_TYPES)}")
-    if kind_of_source == "objectstore":
-        return {"type": "objectstore", "objectstore": _parse_objectstore(source.get("objectstore"))}
-    if kind_of_source == "schedule":
-        return {"type": "schedule", "schedule": _parse_schedule(source.get("schedule"))}
-    return {"type": "pubsub", "pubsub": _parse_pubsub(source.get("pubsub"))}
-
-
 def _source_json(source: models.TriggerSource) -> dict[str, Any]:
     return source.model_dump(exclude_none=True)
-
-
-def _parse_schedule(raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise BadRequest("source.schedule is required: {cron, time_zone, payload}")
-    cron = raw.get("cron")
-    if not isinstance(cron, str) or len(cron.split()) != 5 or not croniter.is_valid(cron):
-        raise BadRequest(
-            "source.schedule.cron must have five fields (minute, hour, day of month, month, day of week), "
-            f"for example \"*/5 * * * *\" (got {cron!r})"
-        )
-    zone = raw.get("time_zone")
-    zone = "UTC" if zone in (None, "") else zone
-    try:
-        if not isinstance(zone, str):
-            raise ValueError(zone)
-        ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise BadRequest(f"source.schedule.time_zone {zone!r} is not a known IANA time zone") from None
-    payload = raw.get("payload")
-    if payload is None:
-        payload = ""
-    elif not isinstance(payload, str):
-        # The document's payload is a JSON string; an object is accepted and sent as its JSON text.
-        payload = json.dumps(payload)
-    elif payload:
-        try:
-            json.loads(payload)
-        except ValueError as exc:
-            raise BadRequest(f"{PAYLOAD_RULE}: {exc}") from None
-    return {"cron": " ".join(cron.split()), "time_zone": zone, "payload": payload}
-
-
-PAYLOAD_RULE = "source.schedule.payload must be a JSON document (it is sent verbatim as the request body)"
-AGENT_PAYLOAD_RULE = (
-    'source.schedule.payload for an agent is its invoke body: a JSON object with a non-empty "message" '
-    '(and "session_id" to continue one conversation), for example {"message": "hello"}'
-)
-
-
-def _require_invoke_body(payload: str) -> None:
-    """An agent answers only an invoke body; a firing without `message` would fail every time."""
-    body = json.loads(payload) if payload else None
-    message = body.get("message") if isinstance(body, dict) else None
-    if not isinstance(message, str) or not message.strip():
-        raise BadRequest(AGENT_PAYLOAD_RULE)
-
-
-def _parse_objectstore(raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise BadRequest("source.objectstore is required: {bucket, prefix}")
-    bucket = raw.get("bucket")
-    if not isinstance(bucket, str) or not BUCKET_NAME.match(bucket) or ".." in bucket:
-        raise BadRequest("source.objectstore.bucket must be a bucket name: 1 to 63 lowercase letters, digits, "
-                         "hyphens and dots, starting and ending with a letter or digit")
-    prefix = raw.get("prefix")
-    prefix = "" if prefix is None else prefix
-    if not isinstance(prefix, str) or prefix.startswith("/") or ".." in prefix.split("/"):
-        raise BadRequest("source.objectstore.prefix must be a relative object name prefix")
-    return {"bucket": bucket, "prefix": prefix}
 
 
 def _list_objects(bucket: Path, prefix: str) -> list[tuple[str, int, int]]:
@@ -812,15 +711,6 @@ def _list_objects(bucket: Path, prefix: str) -> list[tuple[str, int, int]]:
         if path.is_file():
             out.append((name, stat.st_mtime_ns, stat.st_size))
     return sorted(out)
-
-
-def _parse_pubsub(raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise BadRequest("source.pubsub is required: {topic}")
-    topic = raw.get("topic")
-    if not isinstance(topic, str) or not topic:
-        raise BadRequest("source.pubsub.topic is required: a topic of this project")
-    return {"topic": topic}
 
 
 def _due(schedule: Mapping[str, Any], since: datetime, now: datetime) -> list[datetime]:
@@ -848,66 +738,6 @@ def _run_view(run: RunRow) -> dict[str, Any]:
         "started_at": rfc3339(run.started_at),
         "finished_at": rfc3339(run.finished_at) if run.finished_at else None,
     }
-
-
-class InternalTransport(httpx.AsyncBaseTransport):
-    """An httpx transport that sends requests for the private hostnames of serverless services
-    (`<service>.<namespace>[.svc[.cluster.local]]`) to the workload runtime, and everything else to
-    the network. The messaging area's push deliverer uses it so that pubsub triggers reach services
-    on one machine."""
-
-    def __init__(self, resolve: Callable[[str], Awaitable[tuple[WorkloadRef, float, str | None] | None]],
-                 runtime: WorkloadRuntime, fallback: httpx.AsyncBaseTransport | None = None,
-                 on_delivery: Callable[[WorkloadRef, httpx.Headers, int | None, str], Awaitable[None]] | None = None):
-        self._resolve = resolve
-        self._runtime = runtime
-        # Made on first use: a transport to the network loads the machine's certificates (~40 ms of CPU),
-        # and one is made for every platform that serves a service, most of which never push elsewhere.
-        self._fallback = fallback
-        self._on_delivery = on_delivery
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        found = await self._resolve(request.url.host)
-        if found is None:
-            if self._fallback is None:
-                self._fallback = httpx.AsyncHTTPTransport()
-            return await self._fallback.handle_async_request(request)
-        ref, timeout, tag = found
-        try:
-            endpoint = await self._runtime.acquire(ref, timeout=timeout, tag=tag)
-            try:
-                async with endpoint.client(timeout=timeout) as client:
-                    target = endpoint.base_url.rstrip("/") + request.url.raw_path.decode("ascii")
-                    headers = [(k, v) for k, v in request.headers.raw
-                               if k.lower() not in (b"host", b"content-length")]
-                    body = await request.aread()
-                    response = await client.request(request.method, target, headers=headers, content=body)
-                    content = await response.aread()
-            finally:
-                await endpoint.release()
-        except Exception as exc:
-            await self._record(ref, request.headers, None, one_line(str(exc)) or type(exc).__name__)
-            raise
-        error = "" if 200 <= response.status_code < 300 else f"the target answered {response.status_code}"
-        await self._record(ref, request.headers, response.status_code, error)
-        # A stream, not `content=`: the caller may read the answer as a stream (push delivery does), and
-        # a response built from content counts as already streamed. The content is decoded already.
-        headers = [(k, v) for k, v in response.headers.raw
-                   if k.lower() not in (b"content-encoding", b"content-length", b"transfer-encoding")]
-        headers.append((b"content-length", str(len(content)).encode()))
-        return httpx.Response(response.status_code, headers=headers, stream=httpx.ByteStream(content))
-
-    async def _record(self, ref: WorkloadRef, headers: httpx.Headers, status: int | None, error: str) -> None:
-        if self._on_delivery is None:
-            return
-        try:
-            await self._on_delivery(ref, headers, status, error)
-        except Exception:  # noqa: BLE001 - the runs record never fails a delivery
-            log.warning("serverless: could not record a push delivery", exc_info=True)
-
-    async def aclose(self) -> None:
-        if self._fallback is not None:
-            await self._fallback.aclose()
 
 
 def next_occurrence(schedule: Mapping[str, Any], after: datetime) -> datetime:

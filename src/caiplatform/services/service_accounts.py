@@ -46,11 +46,7 @@ class ServiceAccountService:
 
     async def _grant(self, principal: Principal, project_id: str, need: Role, *, manage: bool) -> ProjectGrant:
         """Listing needs membership; create, delete and key management need resource admin and a person."""
-        if manage:
-            self.access.require_human(principal)
-        else:
-            self.access.require_management(principal)
-        return await self.access.project(principal, project_id, need=need)
+        return await self.access.project_grant(principal, project_id, need, human=manage)
 
     @staticmethod
     def _view(sa: ServiceAccount, short: str, role: str | None) -> api.ServiceAccount:

@@ -175,11 +175,9 @@ class IndexService:
     # ------------------------------------------------------------------------------------ helpers
 
     async def _project(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef:
-        self.access.require_management(principal)
-        grant = await self.access.project(
-            principal, project_id, need=Role.ADMIN if admin else Role.MEMBER, bad_id=BadRequest
-        )
-        return grant.project
+        """The project gate (a malformed project id is 400)."""
+        return await self.access.project_ref(principal, project_id, Role.ADMIN if admin else Role.MEMBER,
+                                             bad_id=BadRequest)
 
     async def require_member(self, principal: Principal, project_id: str) -> ProjectRef:
         """The member gate alone, so that a route can refuse a stranger before it reads the body. A data

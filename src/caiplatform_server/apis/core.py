@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from caiplatform.models.auth import CoreHealth, LoginRequest, Me, PasswordChange, SignIn
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform.web.http import json_body
 from caiplatform_server.app_deps import caller_of, platform_of, principal_of
 from caiplatform_server.contract import (
     ANONYMOUS,
@@ -20,7 +21,6 @@ from caiplatform_server.contract import (
     operation,
     reply,
 )
-from caiplatform_server.http import json_body
 
 router = APIRouter(tags=["auth"])
 

@@ -12,9 +12,9 @@ from caiplatform.models import accounts as api
 from caiplatform.models.projects import InvitationAccept, InvitationAccepted, InvitationPreview
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform.web.http import json_body
 from caiplatform_server.app_deps import platform_of, principal_of
 from caiplatform_server.contract import ANONYMOUS, AUTOMATION_TOKEN, CALLERS, PEOPLE, operation, reply
-from caiplatform_server.http import json_body
 
 router = APIRouter(tags=["accounts"])
 

@@ -50,10 +50,10 @@ from caiplatform.models.agents import (
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.services.agents import FILE_BODY_LIMIT, SECRETS_BODY_LIMIT, DeployUpload
+from caiplatform.web.http import MiB, json_body, read_body
 from caiplatform_server.app_deps import caller_of, platform_of, principal_of
 from caiplatform_server.contract import operation, reply
 from caiplatform_server.dispatch import prefetched_of, reads_with_credential
-from caiplatform_server.http import MiB, json_body, read_body
 
 router = APIRouter(tags=["agents"])
 

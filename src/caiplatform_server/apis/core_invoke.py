@@ -27,11 +27,11 @@ from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.services.agent_directory import EmbedTarget
 from caiplatform.services.invoke import AGENT_BODY_LIMIT, FUNCTION_BODY_LIMIT, TurnStream
+from caiplatform.web.http import read_body
 from caiplatform_server.apis.core_agents import OWNER, PROJECT, A, op, owner_gate_read, project_param
 from caiplatform_server.app_deps import caller_of, platform_of, principal_of
 from caiplatform_server.contract import ANONYMOUS, CALLERS, _schema_ref, operation, reply
 from caiplatform_server.dispatch import prefetched_of, reads_with_credential
-from caiplatform_server.http import read_body
 
 router = APIRouter(tags=["invoke"])
 

@@ -28,9 +28,9 @@ from caiplatform.models.mcp import (
 )
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform.web.http import KiB, MiB, json_body
 from caiplatform_server.app_deps import platform_of, principal_of
 from caiplatform_server.contract import operation, reply
-from caiplatform_server.http import KiB, MiB, json_body
 
 router = APIRouter(prefix="/v1/projects/{projectID}/mcpservers", tags=["mcp servers"])
 

@@ -10,10 +10,10 @@ from caiplatform.models import projects as api
 from caiplatform.models.accounts import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyRevoked
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform.web.http import json_body
 from caiplatform_server.apis.core_accounts import MANAGERS, page_of
 from caiplatform_server.app_deps import platform_of, principal_of
 from caiplatform_server.contract import AUTOMATION_TOKEN, PEOPLE, operation, reply
-from caiplatform_server.http import json_body
 
 router = APIRouter(tags=["projects"])
 

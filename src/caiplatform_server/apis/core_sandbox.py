@@ -12,9 +12,9 @@ from caiplatform.codesandbox.models import ExecuteRequest, ExecuteResult, inline
 from caiplatform.models.agents import SandboxToolAnswer, SandboxToolCall
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform.web.http import json_body
 from caiplatform_server.app_deps import platform_of, principal_of
 from caiplatform_server.contract import WORKLOAD_KEY, operation, reply
-from caiplatform_server.http import json_body
 
 router = APIRouter(tags=["code sandbox"])
 

@@ -41,9 +41,9 @@ from caiplatform.services.secrets import (
     SECRET_VERBS,
     unknown_verb_message,
 )
+from caiplatform.web.http import json_body
 from caiplatform_server.app_deps import platform_of, principal_of
 from caiplatform_server.contract import API_KEY, SERVICE_ACCOUNT_KEY, SESSION, WORKLOAD_KEY, operation, reply
-from caiplatform_server.http import json_body
 
 router = APIRouter(tags=["secrets"])
 

@@ -16,9 +16,9 @@ from caiplatform.models import memorystore as views
 from caiplatform.models.memorystore import MemoryStoreCreate
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform.web.http import decode_object, read_body
 from caiplatform_server.app_deps import platform_of, principal_of
 from caiplatform_server.contract import operation, reply
-from caiplatform_server.http import decode_object, read_body
 
 router = APIRouter(tags=["memorystore"])
 

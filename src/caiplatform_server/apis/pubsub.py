@@ -35,9 +35,9 @@ from caiplatform.models.messaging import (
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.validation import resource_segment
+from caiplatform.web.http import json_body
 from caiplatform_server.app_deps import caller_of, platform_of, principal_of
 from caiplatform_server.contract import operation, reply
-from caiplatform_server.http import json_body
 
 router = APIRouter(tags=["pubsub"])
 

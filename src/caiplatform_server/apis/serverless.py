@@ -30,9 +30,9 @@ from caiplatform.models.serverless import (
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
 from caiplatform.validation import resource_segment
+from caiplatform.web.http import json_body
 from caiplatform_server.app_deps import platform_of, principal_of
 from caiplatform_server.contract import operation, reply
-from caiplatform_server.http import json_body
 
 router = APIRouter(tags=["serverless"])
 

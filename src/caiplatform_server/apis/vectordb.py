@@ -33,9 +33,9 @@ from caiplatform.models.vector import (
 )
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal
+from caiplatform.web.http import json_body, read_body
 from caiplatform_server.app_deps import platform_of, principal_of
 from caiplatform_server.contract import operation, reply
-from caiplatform_server.http import json_body, read_body
 
 router = APIRouter(tags=["vectordb"])
 

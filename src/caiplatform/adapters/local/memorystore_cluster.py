@@ -49,8 +49,8 @@ from caiplatform.db.base import new_id
 from caiplatform.db.models import MemoryStoreInstance
 from caiplatform.domain.memorystore import DOCUMENTED_PORT, FALLBACK_NOTE, Instance, InstanceSpec, State
 from caiplatform.errors import Conflict, NotFound
+from caiplatform.periodic import PeriodicWork
 from caiplatform.ports.memorystore import MemoryStoreProvisioner, ProvisionerHealth
-from caiplatform.services.periodic import PeriodicWork
 from caiplatform.supervisor import (
     ProcessSupervisor,
     free_port,

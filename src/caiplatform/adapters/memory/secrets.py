@@ -1,7 +1,7 @@
 """In-process secret backend: versioned values in a dict, read tokens it honours itself.
 
 Its address is `memory://<id>`; `caiplatform.workload` resolves that address to the live backend in the
-same process (`lookup`), so the workload helper works in unit tests exactly as against OpenBao.
+same process (`ports.secrets.in_process_store`), so the workload helper works in unit tests exactly as against OpenBao.
 For tests it can pretend to be sealed, unreachable or unconfigured (`set_health`).
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import builtins
 import secrets
 import threading
-import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -29,17 +28,17 @@ from caiplatform.ports.secrets import (
     TokenRejected,
     VersionDestroyed,
     VersionMissing,
+    in_process_store,
+    register_in_process,
 )
 
-_INSTANCES: weakref.WeakValueDictionary[str, InMemorySecretBackend] = weakref.WeakValueDictionary()
 _PREFIX = "mem/data/projects/"
 
 
 def lookup(addr: str) -> InMemorySecretBackend | None:
     """The live in-memory backend behind a `memory://<id>` address, if any."""
-    if not addr.startswith("memory://"):
-        return None
-    return _INSTANCES.get(addr.removeprefix("memory://").rstrip("/"))
+    backend = in_process_store(addr)
+    return backend if isinstance(backend, InMemorySecretBackend) else None
 
 
 @dataclass
@@ -71,12 +70,11 @@ class InMemorySecretBackend(SecretBackend):
         self.clock = clock or Clock()
         self.max_token_ttl = min(max_token_ttl, MAX_TOKEN_TTL_SECONDS)
         self.id = secrets.token_hex(8)
-        self.addr = f"memory://{self.id}"
         self._lock = threading.Lock()
         self._data: dict[str, dict[str, _Secret]] = {}
         self._tokens: dict[str, _Token] = {}
         self._health = StoreHealth.OK
-        _INSTANCES[self.id] = self
+        self.addr = register_in_process(self.id, self)
 
     # -- test controls ------------------------------------------------------------------------------------
 

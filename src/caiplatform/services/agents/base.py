@@ -24,7 +24,7 @@ from caiplatform.errors import Conflict, Forbidden, NotFound
 from caiplatform.metrics import Metrics
 from caiplatform.models.agents import AgentView
 from caiplatform.pagination import Pager
-from caiplatform.ports.agent_secrets import AgentRef
+from caiplatform.ports.agent_secrets import AgentRef, AgentSecrets
 from caiplatform.ports.builder import Builder
 from caiplatform.ports.runtime import (
     WorkloadRef,
@@ -82,6 +82,7 @@ class AgentBase:
         quota: ServiceQuota | None = None,
         session_access: Any = None,
         metrics: Metrics | None = None,
+        secret_tables: Callable[[Database, Callable[[str, str], Awaitable[bool]]], AgentSecrets] | None = None,
     ):
         self.db = db
         self.access = access
@@ -104,6 +105,9 @@ class AgentBase:
         # Server mode: each agent's own Valkey user for its sessions (`adapters/redis/session_access.py`);
         # None: sessions are in a file of the agent's own, or in memory.
         self.session_access = session_access
+        # The agent-secret port on this service's tables, given the database and this service's rollout
+        # (`adapters/tables/agent_secrets.py`, which the platform passes): bindings write into it and roll.
+        self.secret_tables = secret_tables
         # cai_builds_total and cai_build_duration_seconds (the platform's registry; a private one alone).
         self.prometheus = metrics or Metrics()
         self._tasks: dict[str, set[asyncio.Task[Any]]] = {}

@@ -13,7 +13,6 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from caiplatform.adapters.tables.agent_secrets import AgentSecretsOnTables
 from caiplatform.clock import rfc3339
 from caiplatform.db.models import PlatformSetting, Project
 from caiplatform.db.models.agents import Agent, AgentRevision, AgentSecret
@@ -21,6 +20,7 @@ from caiplatform.domain import agents as rules
 from caiplatform.domain.spec_document import sanitize_spec
 from caiplatform.errors import BadRequest
 from caiplatform.models.agents import AgentMetrics, AgentSpec, RevisionList, TrafficSet, TrafficSplit
+from caiplatform.ports.agent_secrets import AgentSecrets
 from caiplatform.ports.runtime import (
     Resources,
     RevisionSpec,
@@ -52,9 +52,11 @@ class AgentRollout(AgentPublishing):
     """Rolling immutable revisions, watching them become ready, the traffic split, spec and metrics."""
 
     @functools.cached_property
-    def secret_port(self) -> AgentSecretsOnTables:
+    def secret_port(self) -> AgentSecrets:
         """The agent-secret port on this service's tables (bindings write into it and roll)."""
-        return AgentSecretsOnTables(self.db, self._roll)
+        if self.secret_tables is None:
+            raise RuntimeError("the agents service was built without its agent-secret tables (secret_tables)")
+        return self.secret_tables(self.db, self._roll)
 
     # == revisions ===================================================================================
 
