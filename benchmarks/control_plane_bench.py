@@ -7,7 +7,9 @@ any Python route), signs in, deploys one Python function and the echo LangGraph 
 (so it has a warm instance: issue 35's shape, where the view once cost 2.4 ms of CPU), then alternates
 rounds of `GET /v1/auth/me` (session token), `GET /v1/agents/{name}` of the function and of the warm agent
 against the bare route, each over 8 keep-alive connections, and prints requests per second with the ratio
-platform / bare.
+platform / bare. A second `caiplatform serve` traces every request (OTEL_EXPORTER_OTLP_ENDPOINT on a local
+OTLP/HTTP sink) and its `/v1/auth/me` runs in the same rounds: the cost of tracing on, against the first
+server's (tracing off, the default).
 
     python benchmarks/control_plane_bench.py [--seconds 3] [--rounds 4]
 """
@@ -32,8 +34,11 @@ from benchsupport import (
 )
 from served import served
 
+from caiplatform.testing.otlp import OTLPReceiver
+
 CONNECTIONS = 8
 TARGET = 0.5
+TRACED_TARGET = 0.6  # tracing on (every request sampled), against off; a ratio sampler costs less
 
 
 async def main(seconds: float, rounds: int) -> None:
@@ -43,7 +48,8 @@ async def main(seconds: float, rounds: int) -> None:
         floor, floor_port = bare_app(work, FLOOR_APP, "floor_app")
         raw, raw_port = bare_app(work, UVICORN_APP, "uvicorn_app")
         try:
-            with served(work / "data") as server:
+            with OTLPReceiver(keep=False).serve() as sink, served(work / "data") as server, \
+                    served(work / "traced", OTEL_EXPORTER_OTLP_ENDPOINT=sink, OTEL_SERVICE_NAME="bench") as traced:
                 auth = server.auth
                 server.deploy("bench", framework="function")
                 server.deploy("echo")
@@ -56,7 +62,9 @@ async def main(seconds: float, rounds: int) -> None:
 
                 await rate(server.port, "/v1/auth/me", auth)()  # warm both
                 await rate(bare_port, "/v1/auth/me", {})()
+                await rate(traced.port, "/v1/auth/me", traced.auth)()
                 got = await interleaved(rounds, me=rate(server.port, "/v1/auth/me", auth),
+                                        traced=rate(traced.port, "/v1/auth/me", traced.auth),
                                         agent=rate(server.port, "/v1/agents/bench", auth),
                                         warm=rate(server.port, "/v1/agents/echo", auth),
                                         bare=rate(bare_port, "/v1/auth/me", {}),
@@ -77,6 +85,11 @@ async def main(seconds: float, rounds: int) -> None:
                         note=f"floor: uvicorn alone {median(got['uvicorn']):.0f} req/s, ratio "
                              f"{median(got['uvicorn']) / bare_rate:.2f}; a FastAPI route with one worker-thread hop "
                              f"{median(got['floor']):.0f} req/s, ratio {median(got['floor']) / bare_rate:.2f}"))
+    traced_ratio = median(got["traced"]) / median(got["me"])
+    rows.append(Row("GET /v1/auth/me, tracing on (every request sampled and exported)",
+                    f"{median(got['traced']):.0f} req/s", f"tracing off {median(got['me']):.0f} req/s",
+                    f"{traced_ratio:.2f}", f"≥ {TRACED_TARGET}", traced_ratio >= TRACED_TARGET,
+                    note="root span, the credential's SQL spans, BatchSpanProcessor to a local OTLP/HTTP sink"))
     report(*rows)
 
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 UNMATCHED = "<unmatched>"
+# The health answers' top-level checks (those without a `checks` or `dependencies` map).
+HEALTH_KEYS = ("database", "sessions", "kubernetes", "crd")
+NOT_CONFIGURED = "not configured"
 
 # Requests are mostly milliseconds; invokes and starts run to minutes; builds to many minutes.
 HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -48,6 +51,38 @@ class _InstancesCollector(Collector):
         yield family
 
 
+class _PoolsCollector(Collector):
+    """The warm sandbox pools (`caiplatform.codesandbox.pool.BasePool.describe()`), read at scrape time:
+    `cai_sandbox_pool_size`, `cai_sandbox_pool_sandboxes{state}` (warm, starting, running) and the
+    pools' own counts of snippets served, callers refused after the wait, and sandboxes that failed to start."""
+
+    def __init__(self) -> None:
+        self.pools: dict[str, Any] = {}
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        size = GaugeMetricFamily("cai_sandbox_pool_size", "Sandboxes a warm pool keeps", labels=["pool"])
+        states = GaugeMetricFamily("cai_sandbox_pool_sandboxes", "A warm pool's sandboxes by state",
+                                   labels=["pool", "state"])
+        served = CounterMetricFamily("cai_sandbox_pool_served", "Snippets a pool's sandboxes ran", labels=["pool"])
+        refused = CounterMetricFamily("cai_sandbox_pool_refused",
+                                      "Callers refused (503) after waiting the pool's wait for a warm sandbox",
+                                      labels=["pool"])
+        failed = CounterMetricFamily("cai_sandbox_pool_failed_starts", "Sandboxes that failed to start",
+                                     labels=["pool"])
+        for name, pool in list(self.pools.items()):
+            try:
+                described = pool.describe()
+            except Exception:  # noqa: BLE001 - a scrape never fails on a pool
+                continue
+            size.add_metric([name], described.get("size", 0))
+            for state in ("warm", "starting", "running"):
+                states.add_metric([name, state], described.get(state, 0))
+            served.add_metric([name], described.get("served", 0))
+            refused.add_metric([name], described.get("refused", 0))
+            failed.add_metric([name], described.get("failed_starts", 0))
+        yield from (size, states, served, refused, failed)
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -73,12 +108,42 @@ class Metrics:
         self.push_deliveries = Counter(
             "cai_push_deliveries", "Push delivery attempts, by outcome (acked, retry, dead_lettered, dropped)",
             ["project", "topic", "outcome"], registry=r)
+        self.sandbox_waits = Histogram("cai_sandbox_pool_wait_seconds", "Time a caller waited for a warm sandbox",
+                                       ["pool"], buckets=HTTP_BUCKETS, registry=r)
+        self.trigger_firings = Counter("cai_trigger_firings", "Trigger deliveries to their target, by outcome",
+                                       ["project", "kind", "outcome"], registry=r)
+        self.engine_up = Gauge("cai_engine_up", "1 when a dependency passed the last /healthz check, else 0",
+                               ["api", "check"], registry=r)
         self._instances = _InstancesCollector()
         r.register(self._instances)
+        self._pools = _PoolsCollector()
+        r.register(self._pools)
 
     def instances_from(self, source: Callable[[], Iterable[tuple[str, str, int]]]) -> None:
         """Where `cai_agent_instances` is read at scrape time: (project, agent, count) rows."""
         self._instances.source = source
+
+    def pool(self, name: str, pool: Any) -> None:
+        """Export a warm sandbox pool (`describe()` at scrape time, `observe_wait` per acquisition)."""
+        self._pools.pools[name] = pool
+        waits = self.sandbox_waits.labels(name)
+        pool.observe_wait = waits.observe
+
+    def observe_trigger(self, project: str, kind: str, ok: bool) -> None:
+        self.trigger_firings.labels(project, kind, "ok" if ok else "error").inc()
+
+    def observe_health(self, api: str, body: Mapping[str, Any]) -> None:
+        """`cai_engine_up{api,check}` from one API's `/healthz` answer, whichever shape it has (`checks`,
+        `dependencies`, or top-level `database`/`sessions`/...); a check that is `not configured` is left out."""
+        checks = body.get("checks") or body.get("dependencies")
+        if not isinstance(checks, Mapping):
+            checks = {k: v for k, v in body.items() if k in HEALTH_KEYS}
+        for check, result in checks.items():
+            state = result.get("status") if isinstance(result, Mapping) else result
+            if state == NOT_CONFIGURED:
+                continue
+            up = state == "ok" or (isinstance(result, Mapping) and result.get("ok") is True)
+            self.engine_up.labels(api, check).set(1 if up else 0)
 
     def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
         self.http_requests.labels(method, route, status_class(status)).inc()

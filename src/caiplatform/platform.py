@@ -439,6 +439,7 @@ class Platform:
                             wait_seconds=self.settings.code_sandbox_wait_seconds,
                             network=self.settings.code_sandbox_network)
         self._closers.append(pool.close)
+        self.metrics.pool("code", pool)  # cai_sandbox_pool_* (docs/observability.md)
         return CodeSandboxService(pool, CODE)
 
     @cached_property
@@ -842,6 +843,7 @@ class Platform:
             self.serverless.triggers.find_workload = directory_finder(self.agents)
         await self.serverless.start()
         self.serverless.triggers.locks = self.work_locks
+        self.serverless.triggers.metrics = self.metrics  # cai_trigger_firings_total
         self.serverless.triggers.start()
         self._closers.append(self.serverless.triggers.close)
         if self.db.dialect == "postgresql":  # other replicas may accept services: serve them here too

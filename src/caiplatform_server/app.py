@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive, Scope, Send
 
+from caiplatform import logjson, tracing
 from caiplatform.db.database import DATABASE_UNAVAILABLE_MESSAGE, is_database_unavailable
 from caiplatform.errors import MethodNotAllowed, PlatformError, RateLimited
 from caiplatform.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -110,8 +111,14 @@ class ConventionsMiddleware:
             await send(message)
 
         began = time.perf_counter()
+        # The trace's root span when tracing is on (caiplatform.tracing); one test when it is off.
+        traced = tracing.ServerSpan(scope) if tracing.tracer() is not None else None
+        error: BaseException | None = None
         try:
             await self._serve(scope, receive, counted)
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
             # The route's template (set by whichever router answered), never the raw path.
             state = scope.get("state") or {}
@@ -119,6 +126,8 @@ class ConventionsMiddleware:
             if route == UNMATCHED and scope["path"].startswith(DOCS_ASSETS):  # a mount: no route of its own
                 route = DOCS_ASSETS + "{path}"
             self.platform.metrics.observe_http(scope["method"], route, status, time.perf_counter() - began)
+            if traced is not None:
+                traced.close(route, status, state.get("request_id", ""), error)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send, principal: Principal) -> None:
         """GET /metrics: the service decides who may read it (`ObservabilityService.scrape`)."""
@@ -144,6 +153,7 @@ class ConventionsMiddleware:
         request_id = request_id_from(incoming)
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
+        logjson.request_id.set(request_id)  # every log line of this request carries it (its own task's context)
         started = False
 
         async def send_with_id(message: Message) -> None:
@@ -233,13 +243,15 @@ async def healthz(request: Request) -> JSONResponse:
     platform: Platform = request.app.state.platform
     health_fns: dict[str, HealthFn] = request.app.state.health_fns
     if len(health_fns) == 1:
-        (fn,) = health_fns.values()
+        ((name, fn),) = health_fns.items()
         status, body = await fn(platform)
+        platform.metrics.observe_health(name, body)  # cai_engine_up
         return JSONResponse(body, status_code=status)
     bodies = {}
     ok = True
     for name, fn in health_fns.items():
         status, body = await fn(platform)
+        platform.metrics.observe_health(name, body)
         bodies[name] = body
         ok = ok and status < 400 and body.get("status", "ok") == "ok"
     return JSONResponse({"status": "ok" if ok else "degraded", "apis": bodies, "sandbox": platform.sandbox_status()},

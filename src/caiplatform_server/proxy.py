@@ -7,6 +7,7 @@ import logging
 import httpx
 from starlette.types import Receive, Scope, Send
 
+from caiplatform import tracing
 from caiplatform.redaction import one_line
 from caiplatform.routing import HostRouter
 from caiplatform.web.envelope import envelope_bytes
@@ -75,6 +76,11 @@ async def proxy(router: HostRouter, client: httpx.AsyncClient, scope: Scope, rec
     headers.append((b"x-forwarded-proto", str(scope.get("scheme") or "http").encode("latin-1")))
     if scope.get("client"):
         headers.append((b"x-forwarded-for", str(scope["client"][0]).encode("latin-1")))
+    if tracing.tracer() is not None:  # the workload's spans continue this request's trace, not the caller's
+        carrier: dict[str, str] = {}
+        tracing.inject(carrier)
+        headers = [(k, v) for k, v in headers if k.lower() not in (b"traceparent", b"tracestate")]
+        headers.extend((k.encode("latin-1"), v.encode("latin-1")) for k, v in carrier.items())
     if upstream.transport is not None:  # in-process upstream: a client of its own over its transport
         client = httpx.AsyncClient(transport=upstream.transport, timeout=None)
     try:

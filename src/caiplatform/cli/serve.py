@@ -12,9 +12,11 @@ APIS = ("core", "serverless", "pubsub", "memorystore", "vectordb")
 
 
 def serve(args: argparse.Namespace) -> int:
+    from caiplatform import logjson
     from caiplatform.startup import configure_logging, scripted_model
 
     configure_logging(args.log_level)
+    logjson.configure(getattr(args, "log_format", "text"))
     with contextlib.ExitStack() as stack:
         model = stack.enter_context(scripted_model()) if args.scripted_model else None
         return _serve(args, model)
@@ -23,6 +25,7 @@ def serve(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
     import uvicorn
 
+    from caiplatform import logjson, tracing
     from caiplatform.errors import PlatformError
     from caiplatform.platform import Platform
     from caiplatform.settings import Settings
@@ -43,19 +46,26 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
                        model_name=model["MODEL_NAME"])
         startup_log.info("scripted model: %s (it echoes `you said: <message>`; agents use it)", model["MODEL_BASE_URL"])
     settings = settings.model_copy(update=updates)
+    # Traces when OTEL_EXPORTER_OTLP_ENDPOINT (or the traces one) is set; nothing of the SDK otherwise.
+    traced = tracing.setup()
     try:
         platform = Platform.from_settings(settings)
     except PlatformError as exc:  # e.g. a bootstrap password under 12 characters: say so, no traceback
         print(f"caiplatform serve: {exc.message}", file=sys.stderr)
         return 2
+    if traced:
+        tracing.instrument_engine(platform.db.engine)
+        startup_log.info("tracing: OTLP/HTTP to %s", tracing.traces_endpoint(os.environ))
     refusal = sandbox_refusal(platform)
     if refusal:
         print(f"caiplatform serve: {refusal}", file=sys.stderr)
         return 2
     apis = args.apis or APIS
     app = create_app(platform, apis=apis)
+    log_config = logjson.uvicorn_log_config(args.log_level)  # JSON lines: uvicorn's through the root's handler
     config = serving.uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                    forwarded_allow_ips=settings.cai_forwarded_allow_ips)
+                                    forwarded_allow_ips=settings.cai_forwarded_allow_ips,
+                                    **({"log_config": log_config} if log_config else {}))
 
     class AnnouncingServer(uvicorn.Server):
         async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]

@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -120,6 +121,8 @@ class BasePool(Generic[S]):
         self._last_error = ""
         self._changed = asyncio.Event()
         self._filler: asyncio.Task[None] | None = None
+        # Set by the platform's metrics (`Metrics.pool`): each caller's wait for a warm sandbox, in seconds.
+        self.observe_wait: Callable[[float], None] | None = None
 
     # -- what a pool says of itself ------------------------------------------------------------------
 
@@ -214,7 +217,10 @@ class BasePool(Generic[S]):
                 raise Unavailable(NO_WARM_SANDBOX) from None
             self._busy += 1
             if await self._still_warm(sandbox):
-                return sandbox, time.monotonic() - begun
+                waited = time.monotonic() - begun
+                if self.observe_wait is not None:
+                    self.observe_wait(waited)
+                return sandbox, waited
             await self.release(sandbox, ran=False)
 
     async def release(self, sandbox: S, *, ran: bool = True) -> None:

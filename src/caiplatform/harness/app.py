@@ -42,8 +42,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from caiplatform import json_input
+from caiplatform import json_input, logjson, tracing
 from caiplatform.errors import BadRequest, MethodNotAllowed, NotFound, PlatformError, Unavailable
+from caiplatform.metrics import UNMATCHED, route_template
 from caiplatform.pagination import Pager
 from caiplatform.ports.builder import FUNCTION_FRAMEWORKS
 from caiplatform.ports.runtime import HARNESS_TOKEN_HEADER
@@ -68,6 +69,7 @@ NDJSON = "application/x-ndjson"
 SESSION_HEADER = "X-CAI-Session-Id"
 BAD_HARNESS_TOKEN = f"this harness answers only the platform: present its per-instance secret in {HARNESS_TOKEN_HEADER}"
 USER_HEADER = "X-CAI-User-Id"
+HARNESS_SPAN_SERVICE = "harness"
 
 # What the platform injects; everything else in the environment is the agent's own configuration.
 PLATFORM_VARIABLES = frozenset({
@@ -75,6 +77,7 @@ PLATFORM_VARIABLES = frozenset({
     "MODEL_BASE_URL", "MODEL_API_KEY", "MODEL_NAME", "EMBED_BASE_URL", "CAI_API_URL", "CAI_PROJECT_ID",
     "CAI_PROJECT_KEY", "SANDBOX_URL", "PLATFORM_REQUEST_TIMEOUT_SECONDS", "PORT", "K_REVISION", "CAI_HARNESS_TOKEN", "CAI_HARNESS_SOCKET", "PATH", "HOME", "PYTHONPATH",
     "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "CAI_SECRET_NAMES", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
+    tracing.WORKLOAD_ENDPOINT, tracing.WORKLOAD_CAPTURE, logjson.ENV,
 })
 
 # Paths of the session, memory and browsing family that the harness does not serve itself; they still
@@ -204,6 +207,13 @@ class Harness:
         """A failure as the caller reads it (one line, no paths, the missing model setting named)."""
         return upstream_reason(detail, agent=not self.is_function, model_base_url=self.env.get("MODEL_BASE_URL"))
 
+    def turn_span(self, ids: invoke_ids.InvokeIds, *, start: bool = False) -> Any:
+        """The span of the framework's turn (GenAI `invoke_agent`); only called while tracing is on."""
+        name, attributes = f"turn {self.framework}", {
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": self.agent,
+            "gen_ai.conversation.id": ids.session_id, "caiplatform.framework": self.framework}
+        return tracing.start(name, attributes) if start else tracing.span(name, attributes)
+
     # -- callers ---------------------------------------------------------------------------------
     def internal_presented(self, request: Request) -> bool:
         presented = request.headers.get(INTERNAL_HEADER)
@@ -265,8 +275,9 @@ def create_harness_app(env: Mapping[str, str]) -> ASGIApp:
         message, ids, event, memories = await turn_input(request)
         assert harness.conversation is not None
         try:
-            result = await harness.conversation.invoke(message, ids.session_id, ids.user_id, body=event,
-                                                       preamble=memory_preamble(memories) if memories else "")
+            with harness.turn_span(ids) if tracing.tracer() else tracing.NULL:
+                result = await harness.conversation.invoke(message, ids.session_id, ids.user_id, body=event,
+                                                           preamble=memory_preamble(memories) if memories else "")
         except TurnError as exc:
             log.error("turn failed: %s", exc)
             raise TurnFailed(harness.caller_reason(str(exc))) from None
@@ -281,11 +292,18 @@ def create_harness_app(env: Mapping[str, str]) -> ASGIApp:
         assert conversation is not None
 
         async def lines() -> AsyncIterator[bytes]:
-            async for line in conversation.stream(message, ids.session_id, ids.user_id, body=event,
-                                                  preamble=memory_preamble(memories) if memories else ""):
-                if line.get("type") == "error":
-                    line = {**line, "message": harness.caller_reason(str(line.get("message", "")))}
-                yield (json.dumps(line, ensure_ascii=False) + "\n").encode()
+            traced = harness.turn_span(ids, start=True) if tracing.tracer() else None
+            failed: str | None = None
+            try:
+                with tracing.current(traced):
+                    async for line in conversation.stream(message, ids.session_id, ids.user_id, body=event,
+                                                          preamble=memory_preamble(memories) if memories else ""):
+                        if line.get("type") == "error":
+                            line = {**line, "message": harness.caller_reason(str(line.get("message", "")))}
+                            failed = line["message"]
+                        yield (json.dumps(line, ensure_ascii=False) + "\n").encode()
+            finally:
+                tracing.finish(traced, failed)
 
         return StreamingResponse(lines(), media_type=NDJSON, headers=_ids_headers(ids))
 
@@ -383,6 +401,11 @@ def request_id_of(request: Request) -> str:
     return str(request.scope.get("state", {}).get("request_id", ""))
 
 
+def _route(scope: Scope) -> str:
+    route = route_template(scope)
+    return scope.get("path", "") if route == UNMATCHED else route
+
+
 class HarnessMiddleware:
     """Sets the agent's environment for the whole request; request ids like the platform's."""
 
@@ -397,6 +420,7 @@ class HarnessMiddleware:
         incoming = dict(scope.get("headers", [])).get(b"x-request-id", b"").decode("latin-1")
         request_id = request_id_from(incoming)
         scope.setdefault("state", {})["request_id"] = request_id
+        logjson.request_id.set(request_id)
         if self.harness.harness_token is not None:
             presented = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
                          if k.lower() == HARNESS_TOKEN_HEADER.lower().encode()}
@@ -404,15 +428,19 @@ class HarnessMiddleware:
                 await error_response(401, BAD_HARNESS_TOKEN, request_id)(scope, receive, send)
                 return
         started = False
+        status = 0
 
         async def tracking_send(message: Any) -> None:
-            nonlocal started
+            nonlocal started, status
             if message["type"] == "http.response.start":
                 started = True
+                status = message["status"]
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
                 message = {**message, "headers": [*headers, (b"x-request-id", request_id.encode("latin-1"))]}
             await send(message)
 
+        # The harness's server span, a child of the platform's (its `traceparent`); none when tracing is off.
+        traced = tracing.ServerSpan(scope, HARNESS_SPAN_SERVICE) if tracing.tracer() is not None else None
         try:
             with agent_env(self.harness.env):
                 await self.app(scope, receive, tracking_send)
@@ -421,5 +449,9 @@ class HarnessMiddleware:
             if not started:
                 await error_response(500, "internal error", request_id)(scope, receive, send)
             self.harness.request_ended(exc)
+            if traced is not None:
+                traced.close(_route(scope), 500, request_id, exc)
             return
+        if traced is not None:
+            traced.close(_route(scope), status, request_id)
         self.harness.request_ended()

@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 from pydantic import ValidationError
 
-from caiplatform import json_input, validation
+from caiplatform import json_input, logjson, tracing, validation
 from caiplatform.db.prefetch import Prefetched
 from caiplatform.errors import (
     BadGateway,
@@ -112,6 +112,15 @@ class Prepared:
     @property
     def id_headers(self) -> dict[str, str]:
         return {SESSION_HEADER: self.ids.session_id, USER_HEADER: self.ids.user_id}
+
+
+def _invoke_span(prepared: Prepared) -> tuple[str, dict[str, Any]]:
+    """The service's span of one invoke, in the GenAI conventions (an agent invoked over the network)."""
+    target = prepared.target
+    return f"invoke_agent {target.agent}", {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": target.agent,
+        "gen_ai.conversation.id": prepared.ids.session_id, "caiplatform.project": target.project_short,
+        "caiplatform.kind": target.kind, "caiplatform.framework": target.framework}
 
 
 @dataclass
@@ -439,7 +448,11 @@ class InvokeService:
             raise BadRequest(f"invalid JSON body: {exc}") from None
 
     def _turn_headers(self, prepared: Prepared) -> dict[str, str]:
-        return {"Content-Type": prepared.content_type, **prepared.id_headers, **self._internal_headers(prepared.target)}
+        headers = {"Content-Type": prepared.content_type, **prepared.id_headers, **self._internal_headers(prepared.target)}
+        request_id = logjson.request_id.get()
+        if request_id:  # the harness's log lines and spans carry the caller's request id
+            headers["X-Request-Id"] = request_id
+        return headers
 
     async def invoke(self, principal: Principal, name: str, project: str | None, raw: bytes | InvokeRequest, *,
                      prepared: Prepared | None = None, prefetched: Prefetched | None = None) -> Reply:
@@ -448,13 +461,16 @@ class InvokeService:
         prepared = prepared or await self.prepare(principal, name, project, raw, prefetched=prefetched)
         began, ok = time.monotonic(), False
         try:
-            status, content, headers = await self._exchange(
-                prepared.target, "POST", "/invoke", deadline=deadline, content=prepared.body,
-                headers=self._turn_headers(prepared))
-            if status != 200:
-                self._raise_upstream(prepared.target, status, content)
-            if prepared.memorize:
-                await self._memorize(prepared.target, prepared.ids.session_id, deadline)
+            with tracing.span(*_invoke_span(prepared), kind="CLIENT") if tracing.tracer() else tracing.NULL:
+                turn_headers = self._turn_headers(prepared)
+                tracing.inject(turn_headers)  # the harness's spans join this trace
+                status, content, headers = await self._exchange(
+                    prepared.target, "POST", "/invoke", deadline=deadline, content=prepared.body,
+                    headers=turn_headers)
+                if status != 200:
+                    self._raise_upstream(prepared.target, status, content)
+                if prepared.memorize:
+                    await self._memorize(prepared.target, prepared.ids.session_id, deadline)
             ok = True
         finally:
             self._observe(prepared.target, ok, began)
@@ -472,10 +488,14 @@ class InvokeService:
         prepared = prepared or await self.prepare(principal, name, project, raw, prefetched=prefetched)
         target = prepared.target
         began = time.monotonic()
+        # The service's span lasts as long as the stream (ended in finish); None when tracing is off.
+        traced = tracing.start(*_invoke_span(prepared), kind="CLIENT") if tracing.tracer() else None
         try:
-            endpoint = await self._acquire(target, deadline)
-        except BaseException:
+            with tracing.current(traced):
+                endpoint = await self._acquire(target, deadline)
+        except BaseException as exc:
             self._observe(target, False, began)
+            tracing.finish(traced, exc)
             raise
         response: Upstream | None = None
         finished = False
@@ -487,6 +507,7 @@ class InvokeService:
                 return
             finished = True
             self._observe(target, not failed, began)
+            tracing.finish(traced, "the stream ended with an error" if failed else None)
             try:
                 if response is not None:
                     await response.aclose()
@@ -495,8 +516,10 @@ class InvokeService:
 
         try:
             async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
+                turn_headers = self._turn_headers(prepared)
+                tracing.inject(turn_headers, traced)  # the harness's spans join this trace
                 response = await self._send(endpoint, "POST", "/invoke/stream", content=prepared.body,
-                                            headers=self._turn_headers(prepared))
+                                            headers=turn_headers)
                 if response.status_code != 200:
                     content = await response.aread()
                     self._raise_upstream(target, response.status_code, content)

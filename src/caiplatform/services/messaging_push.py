@@ -25,7 +25,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from caiplatform import json_input
+from caiplatform import json_input, tracing
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.domain import messaging as m
 from caiplatform.domain.messaging import Subscription, Topic
@@ -212,7 +212,16 @@ class PushWorker:
         """`handle`, with a failure of its own (not the endpoint's) logged: the message is left to come
         back after the ack deadline, and the loop goes on."""
         try:
-            outcome = await self.handle(sub, dead, delivery)
+            if tracing.tracer() is None:
+                outcome = await self.handle(sub, dead, delivery)
+            else:  # a trace of its own per delivery; the endpoint gets its traceparent (`post`)
+                with tracing.span(f"process {sub.topic}", {
+                        "messaging.system": "nats", "messaging.operation.name": "process",
+                        "messaging.destination.name": sub.topic, "messaging.consumer.group.name": sub.name,
+                        "messaging.message.id": m.message_id(delivery.sequence),
+                        "caiplatform.project": sub.project_short}, kind="CONSUMER", root=True) as current:
+                    outcome = await self.handle(sub, dead, delivery)
+                    current.set_attribute("caiplatform.push.outcome", outcome)
             self.topics.prometheus.observe_push(sub.project_short, sub.topic, outcome)
         except Exception:  # noqa: BLE001 - never end the subscription's delivery loop
             log.exception("push: delivering %s of %s/%s failed", m.message_id(delivery.sequence), sub.topic, sub.name)
@@ -230,6 +239,7 @@ class PushWorker:
     async def post(self, sub: Subscription, delivery: Delivery) -> tuple[bool, str]:
         """One POST; (acknowledged, why not). Reads at most 64 KiB of the answer."""
         headers, body = build_cloudevent(sub, delivery)
+        tracing.inject(headers)  # the push endpoint continues the delivery's trace (nothing when off)
         url, transport = self.targets.resolve(sub.push_url)
         client = self._client(transport)
         deadline = float(sub.ack_deadline_seconds)

@@ -39,6 +39,7 @@ from sqlalchemy import Table, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from caiplatform import tracing
 from caiplatform.clock import Clock, rfc3339
 from caiplatform.db import Database
 from caiplatform.db.models.serverless import ServerlessService as ServiceRow
@@ -163,6 +164,7 @@ class TriggerService:
         self._scheduler: asyncio.Task[None] | None = None
         # Replaced by the platform with locks shared through its database (several replicas).
         self.locks: Any = LocalWorkLocks()
+        self.metrics: Any = None  # the platform's `Metrics` (cai_trigger_firings_total), set by the platform
 
     # ------------------------------------------------------------------------------------ parsing
 
@@ -588,8 +590,21 @@ class TriggerService:
         await self._deliver(row, occurrence, payload.encode(), headers)
 
     async def _deliver(self, row: TriggerRow, occurrence: str, content: bytes, headers: dict[str, str]) -> None:
+        if tracing.tracer() is None:
+            await self._deliver_once(row, occurrence, content, headers)
+            return
+        # A trace of its own per firing; the target gets its traceparent.
+        with tracing.span(f"trigger {row.name}", {"caiplatform.trigger": row.name,
+                                                  "caiplatform.trigger.kind": str(row.source.get("type", "")),
+                                                  "caiplatform.trigger.occurrence": occurrence},
+                          kind="PRODUCER", root=True):
+            tracing.inject(headers)
+            await self._deliver_once(row, occurrence, content, headers)
+
+    async def _deliver_once(self, row: TriggerRow, occurrence: str, content: bytes, headers: dict[str, str]) -> None:
         status: int | None = None
         error = ""
+        ref: WorkloadRef | None = None
         try:
             ref = await self._target_ref(row)
             endpoint = await self.runtime.acquire(ref, timeout=self.acquire_timeout)
@@ -604,7 +619,23 @@ class TriggerService:
         except Exception as exc:  # noqa: BLE001 - recorded in the runs record, one line without server paths
             log.warning("trigger %s: delivery failed: %s", row.name, exc)
             error = one_line(str(exc)) or type(exc).__name__
+        if self.metrics is not None:
+            short = ref.project_short if ref is not None else await self._project_short(row.project_id)
+            self.metrics.observe_trigger(short, str(row.source.get("type", "")), not error)
         await self._finish_run(row, occurrence, status, error)
+
+    async def _project_short(self, project_id: str) -> str:
+        """A project's short id (the metrics' label) when no target resolved it."""
+        from caiplatform.db.models import Project
+
+        def read(session: Session) -> str:
+            project = session.get(Project, project_id)
+            return project.short if project is not None else ""
+
+        try:
+            return await self.db.run(read)
+        except Exception:  # noqa: BLE001 - a label is not worth a failed run record
+            return ""
 
     async def _finish_run(self, row: TriggerRow, occurrence: str, status: int | None, error: str) -> None:
         """Record the run's end, then let go of its work lock (in that order: a free lock on a `running`

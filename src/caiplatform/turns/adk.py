@@ -23,6 +23,7 @@ from typing import Any
 from caiplatform.clock import rfc3339
 from caiplatform.errors import Conflict
 from caiplatform.ports.sessions import SessionStore
+from caiplatform.turns import telemetry
 from caiplatform.turns.base import StreamLine, TurnContext, TurnError, TurnRunner
 from caiplatform.turns.loader import load_entry
 
@@ -182,8 +183,10 @@ class AdkRunner(TurnRunner):
         self.root_agent = root_agent
         # ADK's code executors need an artifact service (they keep a snippet's output files there); they
         # live only as long as this process, like the turn that made them.
+        # Model and tool spans while tracing is on; otherwise no plugins argument at all (ADK deprecates it).
+        extra: dict[str, Any] = {"plugins": plugins} if (plugins := telemetry.adk_plugins()) else {}
         self.runner = Runner(app_name=self.agent, agent=root_agent, session_service=self.session_service,
-                             artifact_service=InMemoryArtifactService(), auto_create_session=True)
+                             artifact_service=InMemoryArtifactService(), auto_create_session=True, **extra)
 
     @classmethod
     def from_dir(cls, code_dir: str | Path, **kwargs: Any) -> AdkRunner:

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from caiplatform.turns import telemetry
 from caiplatform.turns.base import StreamLine, TurnContext, TurnRunner
 from caiplatform.turns.loader import load_entry
 
@@ -128,7 +129,10 @@ class LangGraphRunner(TurnRunner):
         return cls(load_entry(code_dir, "langgraph").graph, **kwargs)
 
     async def _turn(self, ctx: TurnContext) -> AsyncIterator[StreamLine]:
-        config = {"configurable": {"thread_id": ctx.session_id, "user_id": ctx.user_id}}
+        config: dict[str, Any] = {"configurable": {"thread_id": ctx.session_id, "user_id": ctx.user_id}}
+        callbacks = telemetry.langchain_callbacks()  # model and tool spans while tracing is on
+        if callbacks:
+            config["callbacks"] = callbacks
         messages: list[Any] = [HumanMessage(ctx.message)]
         if ctx.history:
             state = await self.graph.aget_state(config)

@@ -47,6 +47,7 @@ from typing import Any
 
 import httpx
 
+from caiplatform import logjson, tracing
 from caiplatform.adapters.instances import (
     DEFAULT_IDLE_SECONDS,
     DEFAULT_LOG_RETENTION,
@@ -292,6 +293,9 @@ class LocalProcessRuntime(InstanceRuntime):
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",  # an image directory never changes
             **instance_env(image, spec, port),
+            # After the tenant's variables: theirs never redirect the platform's spans or change its log format.
+            **tracing.workload_env(),
+            **logjson.workload_env(),
             "CAI_HARNESS_TOKEN": transport.token,
         }
         log_path = self._logs_dir(key) / f"{pod}.log"
@@ -325,7 +329,8 @@ class LocalProcessRuntime(InstanceRuntime):
                     read_only=tuple(host for host, _ in own), writable=(home, *state),
                     places=(*own, (home, paths.HOME), *paths.state_places(state)),
                     limits=workload_limits(spec.resources.limits), label=process.name,
-                    forward=given_ports(env), socket_dir=sockets, project=workload.ref.project_id,
+                    forward=tuple(sorted({*given_ports(env), *tracing.collector_ports()})), socket_dir=sockets,
+                    project=workload.ref.project_id,
                 ),
             ))
         except ProcessStartError as exc:
