@@ -40,6 +40,7 @@ from caiplatform.db.models import Agent, AuditEntry, Erasure, Project
 from caiplatform.domain import erasure as rules
 from caiplatform.errors import Forbidden, NotFound
 from caiplatform.models import erasures as api
+from caiplatform.periodic import PeriodicWork
 from caiplatform.ports.runtime import WorkloadRuntime
 from caiplatform.ports.sessions import SessionStore
 from caiplatform.principal import Principal
@@ -47,7 +48,6 @@ from caiplatform.services.access import Access, ProjectGrant, ProjectRef, Role
 from caiplatform.services.agent_directory import InvokeTarget
 from caiplatform.services.agents.records import unknown_agent
 from caiplatform.services.audit import actor_of
-from caiplatform.services.periodic import PeriodicWork
 
 log = logging.getLogger(__name__)
 
