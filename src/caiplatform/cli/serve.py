@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 APIS = ("core", "serverless", "pubsub", "memorystore", "vectordb")
 
@@ -28,7 +30,6 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
     from caiplatform.settings import Settings
     from caiplatform.startup import startup_log
     from caiplatform_server import serving
-    from caiplatform_server.app import create_app
 
     os.umask(0o077)  # the server's own files (database, keys, engine state, logs) are owner-only
     settings = Settings()
@@ -53,8 +54,14 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
         print(f"caiplatform serve: {refusal}", file=sys.stderr)
         return 2
     apis = args.apis or APIS
-    app = create_app(platform, apis=apis)
-    config = serving.uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level,
+    failed: list[BaseException] = []
+
+    def start_failed(exc: BaseException) -> None:  # the engines did not come up: stop serving
+        failed.append(exc)
+        server.should_exit = True
+
+    # The app is set below, once built (`config.load()` reads it when the server starts).
+    config = serving.uvicorn_config(None, host=args.host, port=args.port, log_level=args.log_level,
                                     forwarded_allow_ips=settings.cai_forwarded_allow_ips)
 
     class AnnouncingServer(uvicorn.Server):
@@ -63,7 +70,32 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
             if self.started:
                 startup_log.info("serving %s on http://%s:%d", ", ".join(apis), args.host, args.port)
 
-    AnnouncingServer(config).run()
+    server = AnnouncingServer(config)
+
+    def build_app() -> Any:
+        from caiplatform_server.app import create_app
+
+        return create_app(platform, apis=apis, answer_while_starting=True, on_start_failed=start_failed)
+
+    async def run() -> None:
+        # The platform starts first (docs/performance.md, "Restart"): the instances that ran at the stop
+        # import their frameworks in their own processes while this one builds its app in a worker thread;
+        # the app then answers at once, each request waiting for the engines its route needs.
+        starting = platform.start_soon()
+        try:
+            config.app = await asyncio.to_thread(build_app)
+        except BaseException:
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            await platform.aclose()
+            raise
+        await server.serve()
+
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(run())
+    if failed:
+        print(f"caiplatform serve: the platform could not start: {failed[0]}", file=sys.stderr)
+        return 3
     return 0
 
 
