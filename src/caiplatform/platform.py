@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from caiplatform.services.vector import IndexService
 
 log = logging.getLogger(__name__)
+# How long agents' long-term memory waits for the vector engine to open while the platform starts.
+VECTOR_OPEN_SECONDS = 60.0
 
 
 def load_or_create_key(path: Path) -> bytes:
@@ -688,10 +690,17 @@ class Platform:
 
         embedder = Embedder(getattr(self.settings, "embed_base_url", None), getattr(self.settings, "model_api_key", None))
         # The agents area's service is the directory (`self.agents`, once that area is merged in).
-        service = InvokeService(self.settings, memory=VectorMemory(lambda: self.vector_engine, embedder),
+        memory = VectorMemory(lambda: self.vector_engine, embedder, ready=self._vector_open)
+        service = InvokeService(self.settings, memory=memory,
                                 wiring=lambda: (getattr(self, "agents", None), self.runtime), metrics=self.metrics)
         self._closers.append(service.aclose)
         return service
+
+    async def _vector_open(self) -> None:
+        """Until the vector engine is open, while the platform starts: invoke (agents' long-term memory) is
+        answered before it is (`caiplatform_server.app.gates_of`). A start that failed raises its error."""
+        if self._started and not self.gates.is_open("vector"):
+            await self.gates.wait(("vector",), VECTOR_OPEN_SECONDS)
 
     def _build_memorystore(self) -> MemoryStoreService:
         from caiplatform.ports.memorystore import ProvisionerHealth

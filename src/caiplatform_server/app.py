@@ -58,14 +58,14 @@ UNMETERED_FOR_CALLERS = re.compile(r"^/v1/projects/[^/]+/(topics|pubsub)(/|$)")
 
 # While the platform starts (`create_app(answer_while_starting=True)`, as `caiplatform serve` runs it), a
 # request waits for the engines its route needs, at most this long, then answers 503 (docs/performance.md,
-# "Restart"). Invoke needs the runtime and the vector engine (long-term memory), not the secret store,
-# the broker or the other areas; liveness, the API document and the docs need nothing started; every
+# "Restart"). Invoke needs the runtime, not the secret store, the broker or the other areas (agents'
+# long-term memory waits for the vector engine itself: `Platform._vector_open`); liveness, the API document and the docs need nothing started; every
 # other route, /healthz included, waits for the whole start, so a route never answers from an engine
 # that is not there yet.
 START_WAIT_SECONDS = 60.0
 STARTING_MESSAGE = "the platform is starting; retry shortly"
 START_FAILED_MESSAGE = "the platform could not start; see its log"
-INVOKE_GATES = ("workloads", "vector")
+INVOKE_GATES = ("workloads",)
 ALL_STARTED = ("started",)
 NOTHING_NEEDED: tuple[str, ...] = ()
 INVOKE_PATH = re.compile(r"^/v1/agents/[^/]+/invoke(/stream)?$")
