@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,39 @@ APIS = ("core", "serverless", "pubsub", "memorystore", "vectordb")
 
 
 def serve(args: argparse.Namespace) -> int:
+    probe = probe_sandbox_early()
     from caiplatform.startup import configure_logging, scripted_model
 
     configure_logging(args.log_level)
-    with contextlib.ExitStack() as stack:
-        model = stack.enter_context(scripted_model()) if args.scripted_model else None
-        return _serve(args, model)
+    try:
+        with contextlib.ExitStack() as stack:
+            model = stack.enter_context(scripted_model()) if args.scripted_model else None
+            return _serve(args, model)
+    finally:
+        probe.join(PROBE_JOIN_SECONDS)  # never left half done (its probe network is closed by it)
+
+
+PROBE_JOIN_SECONDS = 30.0
+
+
+def probe_sandbox_early() -> threading.Thread:
+    """The sandbox's probe (a sandboxed `true`, a probe network: child processes, about 1.7 s on a loaded
+    2-core machine) in a thread from the first moment, while the server imports its modules and opens its
+    database; `sandbox_refusal` reads its outcome later, in order (the probe is made once per process and
+    waited for under its lock), and nothing runs in the sandbox before (docs/performance.md, "Restart")."""
+
+    def probe() -> None:
+        try:
+            from caiplatform.sandbox import shared_sandbox
+            from caiplatform.settings import Settings
+
+            shared_sandbox(Settings()).describe()  # type: ignore[call-arg]  # (from the environment)
+        except Exception:  # noqa: BLE001 - the same probe runs again where its answer is used, and says why
+            return
+
+    thread = threading.Thread(target=probe, name="cai-sandbox-probe", daemon=True)
+    thread.start()
+    return thread
 
 
 def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
