@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -109,14 +110,32 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
         # The platform starts first (docs/performance.md, "Restart"): the instances that ran at the stop
         # import their frameworks in their own processes while this one builds its app in a worker thread;
         # the app then answers at once, each request waiting for the engines its route needs.
+        # Until uvicorn takes the signals over, a stop asked for meanwhile stops what has started (the engines'
+        # processes) rather than leaving them behind.
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        signals = (signal.SIGINT, signal.SIGTERM)
+        for signum in signals:
+            loop.add_signal_handler(signum, stop.set)
         starting = platform.start_soon()
+        building = asyncio.ensure_future(asyncio.to_thread(build_app))
         try:
-            config.app = await asyncio.to_thread(build_app)
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait((building, stopped), return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if stop.is_set():
+                raise asyncio.CancelledError
+            config.app = building.result()
         except BaseException:
             starting.cancel()
-            await asyncio.gather(starting, return_exceptions=True)
+            await asyncio.gather(starting, building, return_exceptions=True)
             await platform.aclose()
+            if stop.is_set():
+                return
             raise
+        finally:
+            for signum in signals:
+                loop.remove_signal_handler(signum)
         await server.serve()
 
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
