@@ -68,10 +68,11 @@ class StartGates:
     part has started; a failed start fails every gate still shut, so a waiting request answers at once.
 
     - `workloads`: the runtime serves the recorded revisions (invoke);
+    - `engines`: the secret store and the broker answer (workloads' secret reads through the relay);
     - `vector`: the vector engine is open (agents' long-term memory, the vector API);
     - `started`: everything (every other route)."""
 
-    NAMES = ("workloads", "vector", "started")
+    NAMES = ("workloads", "engines", "vector", "started")
 
     def __init__(self) -> None:
         self._futures: dict[str, asyncio.Future[None]] = {}
@@ -546,6 +547,7 @@ class Platform:
         workloads = asyncio.create_task(self._start_workloads(), name="start-workloads")
         workloads.add_done_callback(opens("workloads"))
         engines = asyncio.create_task(self._start_engines(), name="start-engines")
+        engines.add_done_callback(opens("engines"))
         vector: asyncio.Task[None] | None = None
         try:
             await workloads

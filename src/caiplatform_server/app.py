@@ -66,6 +66,9 @@ START_WAIT_SECONDS = 60.0
 STARTING_MESSAGE = "the platform is starting; retry shortly"
 START_FAILED_MESSAGE = "the platform could not start; see its log"
 INVOKE_GATES = ("workloads",)
+# Workloads' secret reads (the relay): the secret store only, not the rest of the start (an MCP server or an
+# instance the start waits for may read its secrets while it starts).
+RELAY_GATES = ("engines",)
 ALL_STARTED = ("started",)
 NOTHING_NEEDED: tuple[str, ...] = ()
 INVOKE_PATH = re.compile(r"^/v1/agents/[^/]+/invoke(/stream)?$")
@@ -79,6 +82,8 @@ def gates_of(path: str) -> tuple[str, ...]:
         return NOTHING_NEEDED
     if INVOKE_PATH.match(path):
         return INVOKE_GATES
+    if is_relay_path(path):
+        return RELAY_GATES
     return ALL_STARTED
 
 

@@ -18,8 +18,8 @@ from caiplatform_server.app import ALL_APIS, START_FAILED_MESSAGE, STARTING_MESS
 def test_each_route_waits_for_what_it_needs():
     assert gates_of("/v1/agents/a0/invoke") == ("workloads",)
     assert gates_of("/v1/agents/a0/invoke/stream") == ("workloads",)
-    for path in ("/v1/agents/a0", "/v1/auth/login", "/v1/projects/p/topics/t:publish", "/v1/agents/a0/invoke/x",
-                 "/v1/secret-store/v1/x"):
+    assert gates_of("/v1/secret-store/v1/secret/data/x") == ("engines",)
+    for path in ("/v1/agents/a0", "/v1/auth/login", "/v1/projects/p/topics/t:publish", "/v1/agents/a0/invoke/x"):
         assert gates_of(path) == ("started",), path
     for path in ("/healthz", "/livez", "/metrics", "/openapi.json", "/docs", "/docs/assets/app.js"):
         assert gates_of(path) == (), path
