@@ -9,7 +9,11 @@ rounds of `GET /v1/auth/me` (session token), `GET /v1/agents/{name}` of the func
 against the bare route, each over 8 keep-alive connections, and prints requests per second with the ratio
 platform / bare. A second `caiplatform serve` traces every request (OTEL_EXPORTER_OTLP_ENDPOINT on a local
 OTLP/HTTP sink) and its `/v1/auth/me` runs in the same rounds: the cost of tracing on, against the first
-server's (tracing off, the default).
+server's (tracing off, the default). Then the project grows (issue 35's thousand agents): agent records are added beside the
+function, copies of its row (records only: a thousand deploys would start a thousand instances for their
+readiness proofs, which does not fit on two cores; the route reads records, and asks the runtime for one
+address), and at 10, 100 and 1,000 agents in the project `GET /v1/agents/{name}` of the function alternates
+with the bare route again; a table and a plot (`docs/agents_growth.svg`) show the cost against the count.
 
     python benchmarks/control_plane_bench.py [--seconds 3] [--rounds 4]
 """
@@ -18,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sqlite3
 import tempfile
+import uuid
 from pathlib import Path
 
 from benchsupport import (
@@ -28,6 +34,7 @@ from benchsupport import (
     Row,
     bare_app,
     interleaved,
+    line_chart_svg,
     median,
     report,
     requests_per_second,
@@ -39,9 +46,25 @@ from caiplatform.testing.otlp import OTLPReceiver
 CONNECTIONS = 8
 TARGET = 0.5
 TRACED_TARGET = 0.6  # tracing on (every request sampled), against off; a ratio sampler costs less
+GROWTH = (10, 100, 1000)  # agents in the project
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def add_agents(database: Path, like: str, until: int) -> None:
+    """Copies of agent `like`'s record (new id and name, no embed key or workload key) until its project holds
+    `until` agents."""
+    with sqlite3.connect(database) as db:
+        columns = [row[1] for row in db.execute("PRAGMA table_info(agents)")]
+        row = dict(zip(columns, db.execute(f"SELECT {', '.join(columns)} FROM agents WHERE name = ?", (like,)).fetchone(),
+                       strict=True))
+        have = db.execute("SELECT count(*) FROM agents WHERE project_id = ?", (row["project_id"],)).fetchone()[0]
+        copies = [{**row, "id": str(uuid.uuid4()), "name": f"{like}-{n:04d}", "embed_key": None, "workload_key_id": None,
+                   "workload_key": None} for n in range(have, until)]
+        db.executemany(f"INSERT INTO agents ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)})", copies)
 
 
 async def main(seconds: float, rounds: int) -> None:
+    growth: dict[int, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="cai-cp-bench-") as tmp:
         work = Path(tmp)
         bare, bare_port = bare_app(work)
@@ -70,6 +93,11 @@ async def main(seconds: float, rounds: int) -> None:
                                         bare=rate(bare_port, "/v1/auth/me", {}),
                                         floor=rate(floor_port, "/v1/auth/me", {}),
                                         uvicorn=rate(raw_port, "/v1/auth/me", {}))
+                for count in GROWTH:
+                    add_agents(work / "data" / "platform.db", "bench", count)
+                    grown = await interleaved(rounds, agent=rate(server.port, "/v1/agents/bench", auth),
+                                              bare=rate(bare_port, "/v1/auth/me", {}))
+                    growth[count] = (median(grown["agent"]), median(grown["bare"]))
         finally:
             bare.stop()
             floor.stop()
@@ -90,6 +118,20 @@ async def main(seconds: float, rounds: int) -> None:
                     f"{median(got['traced']):.0f} req/s", f"tracing off {median(got['me']):.0f} req/s",
                     f"{traced_ratio:.2f}", f"≥ {TRACED_TARGET}", traced_ratio >= TRACED_TARGET,
                     note="root span, the credential's SQL spans, BatchSpanProcessor to a local OTLP/HTTP sink"))
+    print("  agents in the project | GET /v1/agents/{name} | bare route | ratio | time per request")
+    for count, (agent, bare) in growth.items():
+        print(f"  {count:>21} | {agent:>15.0f} req/s | {bare:>6.0f} req/s | {agent / bare:.2f} | {1000 / agent:.2f} ms")
+    points = list(growth)
+    plot = line_chart_svg(DOCS / "agents_growth.svg", "GET /v1/agents/{name} against the agents in its project",
+                          "agents in the project", points,
+                          {"platform (1 / rate)": [1 / growth[p][0] for p in points],
+                           "bare route (1 / rate)": [1 / growth[p][1] for p in points]}, log_x=True)
+    print(f"  plot: docs/{plot.name}")
+    most = points[-1]
+    agent, bare = growth[most]
+    rows.append(Row(f"GET /v1/agents/{{name}}, {most} agents in the project", f"{agent:.0f} req/s",
+                    f"bare Starlette route {bare:.0f} req/s", f"{agent / bare:.2f}", f"≥ {TARGET}", agent / bare >= TARGET,
+                    note=f"at {points[0]} agents {growth[points[0]][0] / growth[points[0]][1]:.2f} of the bare route"))
     report(*rows)
 
 

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from caiplatform.services.vector import IndexService
 
 log = logging.getLogger(__name__)
+# How long agents' long-term memory waits for the vector engine to open while the platform starts.
+VECTOR_OPEN_SECONDS = 60.0
 
 
 def load_or_create_key(path: Path) -> bytes:
@@ -59,6 +61,59 @@ def load_or_create_key(path: Path) -> bytes:
     with os.fdopen(fd, "wb") as fh:
         fh.write(key)
     return key
+
+
+class StartGates:
+    """What `Platform.start()` has brought up so far, for requests that arrive while it runs (`caiplatform
+    serve` answers before every engine is up; docs/performance.md, "Restart"). Each gate opens once its
+    part has started; a failed start fails every gate still shut, so a waiting request answers at once.
+
+    - `workloads`: the runtime serves the recorded revisions (invoke);
+    - `engines`: the secret store and the broker answer (workloads' secret reads through the relay);
+    - `vector`: the vector engine is open (agents' long-term memory, the vector API);
+    - `started`: everything (every other route)."""
+
+    NAMES = ("workloads", "engines", "vector", "started")
+
+    def __init__(self) -> None:
+        self._futures: dict[str, asyncio.Future[None]] = {}
+        self._failed: BaseException | None = None
+
+    def _future(self, name: str) -> asyncio.Future[None]:
+        future = self._futures.get(name)
+        if future is None:
+            future = self._futures[name] = asyncio.get_running_loop().create_future()
+            if self._failed is not None:
+                self._settle_failed(future)
+        return future
+
+    def _settle_failed(self, future: asyncio.Future[None]) -> None:
+        assert self._failed is not None
+        future.set_exception(self._failed)
+        future.exception()  # retrieved: nobody may be waiting
+
+    def is_open(self, name: str) -> bool:
+        future = self._futures.get(name)
+        return future is not None and future.done() and not future.cancelled() and future.exception() is None
+
+    def open(self, name: str) -> None:
+        future = self._future(name)
+        if not future.done():
+            future.set_result(None)
+
+    def fail(self, exc: BaseException) -> None:
+        self._failed = exc if isinstance(exc, Exception) else RuntimeError("the platform's start was stopped")
+        for name in self.NAMES:
+            future = self._future(name)
+            if not future.done():
+                self._settle_failed(future)
+
+    async def wait(self, names: tuple[str, ...], timeout: float) -> None:
+        """Until every gate of `names` is open: TimeoutError after `timeout` seconds, the start's own error
+        when it failed."""
+        pending = [self._future(name) for name in names if not self.is_open(name)]
+        if pending:
+            await asyncio.wait_for(asyncio.gather(*(asyncio.shield(f) for f in pending)), timeout)
 
 
 class Platform:
@@ -100,6 +155,8 @@ class Platform:
         self.observability = ObservabilityService(self.metrics, self.access, settings)
         self._build_services()
         self._started = False
+        self._start_task: asyncio.Task[None] | None = None
+        self.gates = StartGates()
         self.secrets = self._build_secrets()
         self._build_identity()
 
@@ -465,6 +522,13 @@ class Platform:
             self._closers.append(supervisor.stop_all)
         return self.components["supervisor"]
 
+    def start_soon(self) -> asyncio.Task[None]:
+        """`start()` as a task of the running loop, created once: every caller gets the same task (a server
+        starts the platform before it has built its app, and its lifespan then watches that start)."""
+        if self._start_task is None:
+            self._start_task = asyncio.ensure_future(self.start())
+        return self._start_task
+
     async def start(self) -> None:
         """Start what needs a running engine (embedded child processes, clients) and wire it in."""
         if self._started:
@@ -474,20 +538,34 @@ class Platform:
         # (docs/performance.md, "Restart"): the workloads that were running come back (each instance imports
         # its framework in a process of its own), the engines start (child processes, each waiting for its
         # health check), and the vector engine is imported and opened (in a worker thread). Neither of the
-        # first and the last needs an engine; what follows the engines waits for the workloads too.
+        # first and the last needs an engine; what follows the engines waits for the workloads too. The
+        # workloads go first: the vector engine's import holds the GIL for about a second, so it starts only
+        # once the instances' processes are on their way (the first invoke waits for them, not for it).
+        gates = self.gates
+
+        def opens(name: str) -> Callable[[asyncio.Task[None]], None]:
+            return lambda t: gates.open(name) if not t.cancelled() and t.exception() is None else None
+
         workloads = asyncio.create_task(self._start_workloads(), name="start-workloads")
-        vector = asyncio.create_task(self._start_vector(), name="start-vector")
+        workloads.add_done_callback(opens("workloads"))
+        engines = asyncio.create_task(self._start_engines(), name="start-engines")
+        engines.add_done_callback(opens("engines"))
+        vector: asyncio.Task[None] | None = None
         try:
-            if self.mode != "memory":
-                await self._start_engines()
             await workloads
+            vector = asyncio.create_task(self._start_vector(), name="start-vector")
+            vector.add_done_callback(opens("vector"))
+            await engines
             await self._start_the_rest()
             await vector
-        except BaseException:
-            for task in (workloads, vector):
+        except BaseException as exc:
+            tasks = [task for task in (workloads, engines, vector) if task is not None]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(workloads, vector, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            gates.fail(exc)
             raise
+        gates.open("started")
         from caiplatform.startup import announce_engines
 
         announce_engines(self)
@@ -568,6 +646,8 @@ class Platform:
     async def _start_engines(self) -> None:
         """Engines of the embedded default, or clients of the configured ones: both child processes start
         at once (each waits for its own health check)."""
+        if self.mode == "memory":
+            return
         await asyncio.gather(self._start_embedded_openbao(), self._start_embedded_nats())
 
     async def aclose(self) -> None:
@@ -580,6 +660,8 @@ class Platform:
                 log.exception("error while stopping a component")
         self._closers.clear()
         self._started = False
+        self._start_task = None
+        self.gates = StartGates()
         self.db.dispose()
 
     async def __aenter__(self) -> Platform:
@@ -614,7 +696,8 @@ class Platform:
 
         embedder = Embedder(getattr(self.settings, "embed_base_url", None), getattr(self.settings, "model_api_key", None))
         # The agents area's service is the directory (`self.agents`, once that area is merged in).
-        service = InvokeService(self.settings, memory=VectorMemory(lambda: self.vector_engine, embedder),
+        memory = VectorMemory(lambda: self.vector_engine, embedder, ready=self._vector_open)
+        service = InvokeService(self.settings, memory=memory,
                                 wiring=lambda: (getattr(self, "agents", None), self.runtime), metrics=self.metrics)
         self._closers.append(service.aclose)
         return service
@@ -629,6 +712,12 @@ class Platform:
             memory=lambda: self.invoke.memory, replica_id=self.work_locks.replica_id,
             shared=bool(self.work_locks.shared), step_pause=self.settings.erasure_step_pause_seconds,
         )
+
+    async def _vector_open(self) -> None:
+        """Until the vector engine is open, while the platform starts: invoke (agents' long-term memory) is
+        answered before it is (`caiplatform_server.app.gates_of`). A start that failed raises its error."""
+        if self._started and not self.gates.is_open("vector"):
+            await self.gates.wait(("vector",), VECTOR_OPEN_SECONDS)
 
     def _build_memorystore(self) -> MemoryStoreService:
         from caiplatform.ports.memorystore import ProvisionerHealth

@@ -6,6 +6,7 @@ unrouted paths and wrong methods), credential parsing into a `Principal`, and pe
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib
 import logging
@@ -56,6 +57,36 @@ DOCS_ASSETS = "/docs/assets/"
 # signed-in caller publishes, pulls and acknowledges unmetered; anonymous callers stay metered per IP.
 UNMETERED_FOR_CALLERS = re.compile(r"^/v1/projects/[^/]+/(topics|pubsub)(/|$)")
 
+# While the platform starts (`create_app(answer_while_starting=True)`, as `caiplatform serve` runs it), a
+# request waits for the engines its route needs, at most this long, then answers 503 (docs/performance.md,
+# "Restart"). Invoke needs the runtime, not the secret store, the broker or the other areas (agents'
+# long-term memory waits for the vector engine itself: `Platform._vector_open`); liveness, the API document and the docs need nothing started; every
+# other route, /healthz included, waits for the whole start, so a route never answers from an engine
+# that is not there yet.
+START_WAIT_SECONDS = 60.0
+STARTING_MESSAGE = "the platform is starting; retry shortly"
+START_FAILED_MESSAGE = "the platform could not start; see its log"
+INVOKE_GATES = ("workloads",)
+# Workloads' secret reads (the relay): the secret store only, not the rest of the start (an MCP server or an
+# instance the start waits for may read its secrets while it starts).
+RELAY_GATES = ("engines",)
+ALL_STARTED = ("started",)
+NOTHING_NEEDED: tuple[str, ...] = ()
+INVOKE_PATH = re.compile(r"^/v1/agents/[^/]+/invoke(/stream)?$")
+# /healthz answers at once: 503 `starting` until the whole start is done (a load balancer's readiness).
+UNGATED_PATHS = {"/healthz", "/livez", "/openapi.json", "/docs", "/metrics"}
+
+
+def gates_of(path: str) -> tuple[str, ...]:
+    """The start gates (`Platform.gates`) a request to `path` waits for."""
+    if path in UNGATED_PATHS or path.startswith(DOCS_ASSETS):
+        return NOTHING_NEEDED
+    if INVOKE_PATH.match(path):
+        return INVOKE_GATES
+    if is_relay_path(path):
+        return RELAY_GATES
+    return ALL_STARTED
+
 
 def request_id_of(request: Request) -> str:
     return getattr(request.state, "request_id", "") or request.headers.get("x-request-id", "")
@@ -78,11 +109,26 @@ def _bearer(authorization: bytes | None) -> str | None:
 class ConventionsMiddleware:
     """Request id on every response; credential → principal; rate limit; envelope for early refusals."""
 
-    def __init__(self, app: FastAPI, platform: Platform):
+    def __init__(self, app: FastAPI, platform: Platform, *, gated: bool = False):
         self.app = app
         self.routes = RouteTable(app)
         self.platform = platform
+        self.gated = gated  # requests may arrive before the platform has started: they wait for their gates
         self._client: httpx.AsyncClient | None = None
+
+    async def _starting_refusal(self, path: str) -> str | None:
+        """None once the engines `path` needs are up (waiting for them, bounded), else why not."""
+        gates = self.platform.gates
+        needed = gates_of(path)
+        if not needed or all(gates.is_open(name) for name in needed):
+            return None
+        try:
+            await gates.wait(needed, START_WAIT_SECONDS)
+        except TimeoutError:
+            return STARTING_MESSAGE
+        except Exception:  # noqa: BLE001 - the start's own error is in the log; the server is stopping
+            return START_FAILED_MESSAGE
+        return None
 
     async def _mcp_route(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
         """`/mcp/<project short>/<server>/<path>` to `<path>` of the replica process that serves it now."""
@@ -170,6 +216,12 @@ class ConventionsMiddleware:
             await error_response(*refusal, request_id)(scope, receive, send_with_id)
             return
 
+        if self.gated:
+            refused = await self._starting_refusal(scope["path"])
+            if refused is not None:
+                await error_response(503, refused, request_id, {"Retry-After": "1"})(scope, receive, send_with_id)
+                return
+
         host = host_raw.decode("latin-1")
         if host and self.platform.hosts.is_apps_host(host):
             # A published workload's own address: its routes, its auth mode; never the platform API.
@@ -242,6 +294,11 @@ liveness_router = APIRouter(tags=["health"])
 async def healthz(request: Request) -> JSONResponse:
     platform: Platform = request.app.state.platform
     health_fns: dict[str, HealthFn] = request.app.state.health_fns
+    if request.app.state.answer_while_starting and not platform.gates.is_open("started"):
+        body: dict[str, Any] = {"status": "starting"}
+        if len(health_fns) > 1:
+            body["sandbox"] = platform.sandbox_status()
+        return JSONResponse(body, status_code=503)
     if len(health_fns) == 1:
         ((name, fn),) = health_fns.items()
         status, body = await fn(platform)
@@ -279,19 +336,51 @@ def _load_api(name: str) -> tuple[Any, list[Any]]:
     return main, parts
 
 
-def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lifecycle: bool = True) -> FastAPI:
+def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lifecycle: bool = True,
+               answer_while_starting: bool = False,
+               on_start_failed: Callable[[BaseException], None] | None = None) -> FastAPI:
+    """The app. `answer_while_starting` (with `manage_lifecycle`): the lifespan starts the platform in the
+    background and the app answers at once, each request waiting for the engines its route needs
+    (`gates_of`); a start that fails calls `on_start_failed` (the server stops) and refuses what waits."""
     unknown = [a for a in apis if a not in ALL_APIS]
     if unknown:
         raise ValueError(f"unknown API {unknown[0]!r}; choose from {', '.join(ALL_APIS)}")
     modules = {name: _load_api(name) for name in dict.fromkeys(apis)}
+    early = manage_lifecycle and answer_while_starting
+
+    def started(task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("the platform could not start", exc_info=exc)
+            if on_start_failed is not None:
+                on_start_failed(exc)
+
+    async def build_routes() -> None:
+        """The route table (FastAPI builds every route's context again for the app) in a worker thread once
+        the workloads are on their way, rather than on the first request."""
+        try:
+            await platform.gates.wait(("workloads",), START_WAIT_SECONDS)
+        except Exception:  # noqa: BLE001 - not started: the first request builds it
+            return
+        await asyncio.to_thread(middleware.routes.build)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
-        if manage_lifecycle:
+        starting: asyncio.Task[None] | None = None
+        if early:
+            starting = platform.start_soon()  # the server may have started it already
+            starting.add_done_callback(started)
+            routes_built = asyncio.create_task(build_routes(), name="route-table")
+        elif manage_lifecycle:
             await platform.start()
         try:
             yield
         finally:
+            if starting is not None:
+                starting.cancel()
+                await asyncio.gather(starting, routes_built, return_exceptions=True)
             if manage_lifecycle:
                 await platform.aclose()
 
@@ -350,12 +439,14 @@ def create_app(platform: Platform, apis: Sequence[str] = ALL_APIS, *, manage_lif
         health_fns[name] = module.health
 
     app.state.health_fns = health_fns
+    app.state.answer_while_starting = early
     mount_docs(app)
     app.include_router(health_router)
     if "memorystore" in modules:
         app.include_router(liveness_router)
 
-    return ConventionsMiddleware(app, platform)  # type: ignore[return-value]
+    middleware = ConventionsMiddleware(app, platform, gated=early)
+    return middleware  # type: ignore[return-value]
 
 
 class _FixedUpstream:

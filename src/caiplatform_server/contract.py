@@ -135,8 +135,12 @@ def operation(
     ones. A tuple of models as `body` or `response` declares one of them (a verb route: one model per
     verb); `other_success`: more success statuses with their models (a 207 partial success)."""
     statuses = sorted(set(errors) | (set(COMMON_ERRORS) if security else {400, 429, 503}))
+    # The envelope by reference, as FastAPI would write it for `"model": ErrorEnvelope`, without FastAPI
+    # building a pydantic field (a TypeAdapter) for each status of each route, twice (once for the route and
+    # once for its inclusion): about half of the server's route building at start (docs/performance.md).
     responses: dict[int | str, dict[str, Any]] = {
-        code: {"model": ErrorEnvelope, "description": STATUS_TEXT.get(code, "Error")} for code in statuses
+        code: {"description": STATUS_TEXT.get(code, "Error"),
+               "content": {"application/json": {"schema": _schema_ref(ErrorEnvelope)}}} for code in statuses
     }
     extra: dict[str, Any] = {"security": [{name: []} for name in security]}
     if body is not None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 import time
 import typing
 from collections.abc import Callable, Iterator
@@ -167,6 +168,14 @@ class RouteTable:
         self._handlers: dict[Any, Any] = {}
         self._telemetry = False
         self._telemetry_asked_until = 0.0
+        self._building = threading.Lock()
+
+    def build(self) -> None:
+        """Build the table now (a server does it in a worker thread while it starts, rather than on its first
+        request); while a build runs elsewhere, requests go through FastAPI."""
+        with self._building:
+            if self._groups is None:
+                self._groups = self._build()
 
     def _build(self) -> dict[str, list[_Entry]]:
         entries = list(_flat_routes(self.app))
@@ -198,7 +207,10 @@ class RouteTable:
         if scope.get("root_path") or self.app.root_path or self._telemetry_on():
             return None
         if self._groups is None:
-            self._groups = self._build()
+            if self._building.locked():  # being built in another thread: FastAPI answers meanwhile
+                return None
+            self.build()
+        assert self._groups is not None
         path = scope["path"]
         method = scope["method"]
         for entry in self._groups.get(group_of(path), self._anywhere):

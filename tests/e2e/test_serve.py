@@ -34,6 +34,22 @@ def test_serve_answers_and_keeps_state_across_restart(tmp_path):
         assert httpx.get(f"{base}/v1/auth/me", headers={"Authorization": f"Bearer {token}"}).status_code == 200
 
 
+def test_serve_answers_while_it_starts_and_no_route_answers_early(tmp_path):
+    """A restart answers before its engines are up: /healthz says `starting` (503) until they are, and a
+    route that needs them waits for them instead of answering without them."""
+    data_dir = tmp_path / "data"
+    with ServeProcess(data_dir):  # the data dir, the account, the engines' state
+        pass
+    with ServeProcess(data_dir, answering=True) as server:
+        base = server.base_url
+        first = httpx.get(f"{base}/healthz")
+        assert first.status_code == 200 or (first.status_code == 503 and first.json()["status"] == "starting"), first.text
+        login = httpx.post(f"{base}/v1/auth/login", json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}, timeout=90)
+        assert login.status_code == 200, login.text
+        health = httpx.get(f"{base}/healthz")
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+
+
 def test_serve_a_single_api(tmp_path):
     with ServeProcess(tmp_path / "data", "--api", "memorystore") as server:
         base = server.base_url

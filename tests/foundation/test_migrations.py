@@ -120,3 +120,29 @@ def test_a_wrong_key_is_named_not_an_integrity_error():
         assert "integrity" in str(exc)
     else:
         raise AssertionError("a changed value opened")
+
+
+def test_a_current_schema_is_told_without_alembic_and_an_older_one_is_migrated(tmp_path):
+    """A restart reads `alembic_version` against the package's heads (`migration_heads`, read from the
+    scripts) and skips Alembic only when they are the same; the heads are Alembic's own."""
+    from importlib.resources import files
+
+    from alembic import command
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from caiplatform.db.database import migration_heads
+
+    config = Config()
+    config.set_main_option("script_location", str(files("caiplatform.db") / "migrations"))
+    assert migration_heads() == frozenset(ScriptDirectory.from_config(config).get_heads())
+    db = Database.sqlite_file(tmp_path / "m.db")
+    assert not db.schema_is_current()  # no version table yet
+    with db.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0090_serverless")
+    assert not db.schema_is_current()
+    db.migrate()
+    assert db.schema_is_current()
+    with db.engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []

@@ -3,23 +3,54 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 APIS = ("core", "serverless", "pubsub", "memorystore", "vectordb")
 
 
 def serve(args: argparse.Namespace) -> int:
+    probe = probe_sandbox_early()
     from caiplatform import logjson
     from caiplatform.startup import configure_logging, scripted_model
 
     configure_logging(args.log_level)
     logjson.configure(getattr(args, "log_format", "text"))
-    with contextlib.ExitStack() as stack:
-        model = stack.enter_context(scripted_model()) if args.scripted_model else None
-        return _serve(args, model)
+    try:
+        with contextlib.ExitStack() as stack:
+            model = stack.enter_context(scripted_model()) if args.scripted_model else None
+            return _serve(args, model)
+    finally:
+        probe.join(PROBE_JOIN_SECONDS)  # never left half done (its probe network is closed by it)
+
+
+PROBE_JOIN_SECONDS = 30.0
+
+
+def probe_sandbox_early() -> threading.Thread:
+    """The sandbox's probe (a sandboxed `true`, a probe network: child processes, about 1.7 s on a loaded
+    2-core machine) in a thread from the first moment, while the server imports its modules and opens its
+    database; `sandbox_refusal` reads its outcome later, in order (the probe is made once per process and
+    waited for under its lock), and nothing runs in the sandbox before (docs/performance.md, "Restart")."""
+
+    def probe() -> None:
+        try:
+            from caiplatform.sandbox import shared_sandbox
+            from caiplatform.settings import Settings
+
+            shared_sandbox(Settings()).describe()  # type: ignore[call-arg]  # (from the environment)
+        except Exception:  # noqa: BLE001 - the same probe runs again where its answer is used, and says why
+            return
+
+    thread = threading.Thread(target=probe, name="cai-sandbox-probe", daemon=True)
+    thread.start()
+    return thread
 
 
 def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
@@ -31,7 +62,6 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
     from caiplatform.settings import Settings
     from caiplatform.startup import startup_log
     from caiplatform.web import serving
-    from caiplatform_server.app import create_app
 
     os.umask(0o077)  # the server's own files (database, keys, engine state, logs) are owner-only
     settings = Settings()
@@ -61,9 +91,15 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
         print(f"caiplatform serve: {refusal}", file=sys.stderr)
         return 2
     apis = args.apis or APIS
-    app = create_app(platform, apis=apis)
+    failed: list[BaseException] = []
+
+    def start_failed(exc: BaseException) -> None:  # the engines did not come up: stop serving
+        failed.append(exc)
+        server.should_exit = True
+
+    # The app is set below, once built (`config.load()` reads it when the server starts).
     log_config = logjson.uvicorn_log_config(args.log_level)  # JSON lines: uvicorn's through the root's handler
-    config = serving.uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level,
+    config = serving.uvicorn_config(None, host=args.host, port=args.port, log_level=args.log_level,
                                     forwarded_allow_ips=settings.cai_forwarded_allow_ips,
                                     **({"log_config": log_config} if log_config else {}))
 
@@ -73,7 +109,50 @@ def _serve(args: argparse.Namespace, model: dict[str, str] | None) -> int:
             if self.started:
                 startup_log.info("serving %s on http://%s:%d", ", ".join(apis), args.host, args.port)
 
-    AnnouncingServer(config).run()
+    server = AnnouncingServer(config)
+
+    def build_app() -> Any:
+        from caiplatform_server.app import create_app
+
+        return create_app(platform, apis=apis, answer_while_starting=True, on_start_failed=start_failed)
+
+    async def run() -> None:
+        # The platform starts first (docs/performance.md, "Restart"): the instances that ran at the stop
+        # import their frameworks in their own processes while this one builds its app in a worker thread;
+        # the app then answers at once, each request waiting for the engines its route needs.
+        # Until uvicorn takes the signals over, a stop asked for meanwhile stops what has started (the engines'
+        # processes) rather than leaving them behind.
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        signals = (signal.SIGINT, signal.SIGTERM)
+        for signum in signals:
+            loop.add_signal_handler(signum, stop.set)
+        starting = platform.start_soon()
+        building = asyncio.ensure_future(asyncio.to_thread(build_app))
+        try:
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait((building, stopped), return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if stop.is_set():
+                raise asyncio.CancelledError
+            config.app = building.result()
+        except BaseException:
+            starting.cancel()
+            await asyncio.gather(starting, building, return_exceptions=True)
+            await platform.aclose()
+            if stop.is_set():
+                return
+            raise
+        finally:
+            for signum in signals:
+                loop.remove_signal_handler(signum)
+        await server.serve()
+
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(run())
+    if failed:
+        print(f"caiplatform serve: the platform could not start: {failed[0]}", file=sys.stderr)
+        return 3
     return 0
 
 

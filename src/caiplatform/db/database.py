@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -29,6 +31,29 @@ def normalize_url(url: str) -> str:
 
 
 # The advisory lock key of schema and bootstrap setup (an arbitrary constant).
+_REVISION = re.compile(r"^revision(?:\s*:[^=]+)?\s*=\s*['\"]([^'\"]+)['\"]\s*$", re.MULTILINE)
+_DOWN_REVISION = re.compile(r"^down_revision(?:\s*:[^=]+)?\s*=\s*(None|['\"]([^'\"]+)['\"])\s*$", re.MULTILINE)
+
+
+@functools.cache
+def migration_heads() -> frozenset[str] | None:
+    """The head revisions of the package's migrations, read from the scripts' `revision` and `down_revision`
+    lines (None when a script has another shape, such as a merge: Alembic then decides)."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for script in (files("caiplatform.db") / "migrations" / "versions").iterdir():
+        if not script.name.endswith(".py") or script.name.startswith("_"):
+            continue
+        source = script.read_text(encoding="utf-8")
+        revision, down = _REVISION.findall(source), _DOWN_REVISION.findall(source)
+        if len(revision) != 1 or len(down) != 1:
+            return None
+        revisions.add(revision[0])
+        if down[0][0] != "None":
+            parents.add(down[0][1])
+    return frozenset(revisions - parents) if revisions else None
+
+
 SETUP_LOCK_KEY = 0x636169736574757
 # Pooled connections kept open: a request path that reads in a worker thread checks one out, and with
 # more requests in flight than this the pool opened and closed a connection per request (SQLAlchemy's
@@ -163,7 +188,14 @@ class Database:
 
     def migrate(self, **attributes: Any) -> None:
         """Bring the schema to the newest Alembic revision. `attributes` reach the revisions through
-        `context.config.attributes` (the secret box that seals existing agent secrets)."""
+        `context.config.attributes` (the secret box that seals existing agent secrets).
+
+        A database already at the newest revisions (every restart but the first after an upgrade) is
+        told by one read of `alembic_version` against the revisions the package holds, without Alembic:
+        importing it and loading its scripts was about a fifth of a second before the server could start
+        anything (docs/performance.md, "Restart"). Anything else goes through Alembic as before."""
+        if self.schema_is_current():
+            return
         from alembic import command
         from alembic.config import Config
 
@@ -174,6 +206,19 @@ class Database:
             config.attributes.update(attributes)
             config.attributes["connection"] = connection
             command.upgrade(config, "heads")  # every branch, so unrelinked area revisions all apply
+
+    def schema_is_current(self) -> bool:
+        """Whether the database's Alembic revisions are exactly the heads of the package's migrations (False
+        when either cannot be told: no version table yet, a script this does not read)."""
+        heads = migration_heads()
+        if heads is None:
+            return False
+        try:
+            with self.engine.connect() as connection:
+                stored = set(connection.execute(text("SELECT version_num FROM alembic_version")).scalars())
+        except Exception:  # noqa: BLE001 - no version table (a new database): Alembic creates it
+            return False
+        return stored == heads
 
     def serialize_setup(self, connection: Any) -> None:
         """Make this transaction the only one setting the database up (schema, bootstrap accounts) until

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import httpx
@@ -85,8 +85,10 @@ class VectorMemory:
     """`AgentMemory` (see `caiplatform.services.invoke`) on the vector-engine port."""
 
     def __init__(self, engine: Callable[[], VectorEngine], embedder: Embedder | None = None, *,
-                 top_k: int = RECALL_TOP_K, min_score: float = RECALL_MIN_SCORE):
+                 top_k: int = RECALL_TOP_K, min_score: float = RECALL_MIN_SCORE,
+                 ready: Callable[[], Awaitable[None]] | None = None):
         self._engine = engine
+        self._ready = ready  # until the engine is open (a server answers invokes before it has opened it)
         self.embedder = embedder or Embedder()
         self.top_k = top_k
         self.min_score = min_score
@@ -94,6 +96,11 @@ class VectorMemory:
     @property
     def engine(self) -> VectorEngine:
         return self._engine()
+
+    async def _open_engine(self) -> VectorEngine:
+        if self._ready is not None:
+            await self._ready()
+        return self.engine
 
     async def commit(self, target: InvokeTarget, session: dict[str, Any]) -> None:
         texts = exchanges(session.get("events") or [])
@@ -104,11 +111,12 @@ class VectorMemory:
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             raise Unavailable(f"the embedding service failed: {exc}") from None
         name = collection_for(target)
-        if await self.engine.collection_info(name) is None:
+        engine = await self._open_engine()
+        if await engine.collection_info(name) is None:
             try:
-                await self.engine.create_collection(name, CollectionConfig(dimensions=len(vectors[0])))
+                await engine.create_collection(name, CollectionConfig(dimensions=len(vectors[0])))
             except VectorEngineRejected:
-                if await self.engine.collection_info(name) is None:  # not a lost race: a real refusal
+                if await engine.collection_info(name) is None:  # not a lost race: a real refusal
                     raise
         session_id = str(session.get("session_id", ""))
         points = [
@@ -118,36 +126,38 @@ class VectorMemory:
                            "agent": target.agent})
             for n, (text, vector) in enumerate(zip(texts, vectors, strict=True))
         ]
-        await self.engine.upsert(name, points)
+        await engine.upsert(name, points)
 
     async def recall(self, target: InvokeTarget, text: str) -> list[str]:
         name = collection_for(target)
         try:
-            if await self.engine.collection_info(name) is None:
+            engine = await self._open_engine()
+            if await engine.collection_info(name) is None:
                 return []
             (vector,) = await self.embedder.embed([text])
-            hits = await self.engine.query(name, vector, top_k=self.top_k, score_threshold=self.min_score)
+            hits = await engine.query(name, vector, top_k=self.top_k, score_threshold=self.min_score)
         except Exception as exc:  # noqa: BLE001 - a turn goes on without memories rather than fail
             log.warning("memory recall for %s failed: %s", target.agent, exc)
             return []
         return [str(hit.payload.get("text", "")) for hit in hits if hit.payload and hit.payload.get("text")]
 
     async def forget(self, target: InvokeTarget) -> None:
-        await self.engine.drop_collection(collection_for(target))
+        await (await self._open_engine()).drop_collection(collection_for(target))
 
     async def forget_user(self, target: InvokeTarget, user_id: str) -> int:
         """Delete the memories the user's sessions contributed (their payload's `user_id`); how many."""
         name = collection_for(target)
-        if await self.engine.collection_info(name) is None:
+        engine = await self._open_engine()
+        if await engine.collection_info(name) is None:
             return 0
         ids: list[Any] = []
         offset = None
         while True:
-            page, offset = await self.engine.scroll(name, limit=SCROLL_PAGE, offset=offset,
+            page, offset = await engine.scroll(name, limit=SCROLL_PAGE, offset=offset,
                                                     filter=memory_filter(user_id))
             ids += [record.id for record in page]
             if offset is None:
                 break
         if ids:
-            await self.engine.delete_points(name, ids=ids)  # one call: all or nothing
+            await engine.delete_points(name, ids=ids)  # one call: all or nothing
         return len(ids)

@@ -3,7 +3,8 @@
 The process runs the `caiplatform` package the tests import (its source directory goes first on
 `PYTHONPATH`), signs in the bootstrap admin of `caiplatform.testing.http`, writes its output to a log
 file beside the data dir, and runs in a session of its own so that a stop reaches what it started.
-`start()` waits until `/healthz` answers; `stop()` ends it (SIGTERM, then SIGKILL to the whole session).
+`start()` waits until `/healthz` answers with anything but `starting` (the server answers while its
+engines come up; see `caiplatform_server.app.gates_of`); `stop()` ends it (SIGTERM, then SIGKILL to the whole session).
 Start and stop again on the same port and data dir to test a restart.
 """
 
@@ -41,6 +42,7 @@ class ServeProcess:
         startup_timeout: float = 90.0,
         python: str | None = None,
         cwd: Path | None = None,
+        answering: bool = False,
     ):
         self.data_dir = Path(data_dir)
         self.args = args
@@ -51,6 +53,7 @@ class ServeProcess:
         # The interpreter as an operator names it (a relative path is relative to `cwd`, where it starts).
         self.python = python or sys.executable
         self.cwd = cwd
+        self.answering = answering  # `start()` returns at the first answer, `starting` included
         self.env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(filter(None, (str(SOURCE_DIR), os.environ.get("PYTHONPATH")))),
@@ -76,8 +79,11 @@ class ServeProcess:
             if self.proc.poll() is not None:
                 raise ServeFailed(f"caiplatform serve exited early:\n{self.log_tail()}")
             try:
-                httpx.get(f"{self.base_url}/healthz", timeout=1)  # any answer: the server is up
-                return self
+                # Any answer but `starting` (the server answers while its engines come up): started.
+                health = httpx.get(f"{self.base_url}/healthz", timeout=1)
+                if self.answering or not _starting(health):
+                    return self
+                time.sleep(0.05)
             except httpx.HTTPError:
                 time.sleep(0.2)
         self.stop()
@@ -99,3 +105,13 @@ class ServeProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _starting(health: httpx.Response) -> bool:
+    """`/healthz` says the server is still bringing its engines up (503 `{"status": "starting"}`)."""
+    if health.status_code != 503:
+        return False
+    try:
+        return bool(health.json().get("status") == "starting")
+    except ValueError:
+        return False
