@@ -276,20 +276,33 @@ def shutdown() -> None:
 
 
 def span(name: str, attributes: Mapping[str, Any] | None = None, *, kind: str = "INTERNAL",
-         root: bool = False) -> Any:
+         root: bool = False, carrier: Mapping[str, str] | None = None) -> Any:
     """A current span for a `with` block; the shared null context when tracing is off. `root`: a trace of
-    its own, whatever the context (a background task inherits the context of the request that started it)."""
+    its own, whatever the context (a background task inherits the context of the request that started it).
+    `carrier`: a W3C trace context that came with the work (a message's `traceparent`): the span continues
+    that trace as a child and links to it (the messaging conventions' creation context); one that is
+    missing or malformed is ignored."""
     if _tracer is None:
         return NULL
-    return _span(name, attributes, kind, root)
+    return _span(name, attributes, kind, root, carrier)
 
 
 @contextlib.contextmanager
-def _span(name: str, attributes: Mapping[str, Any] | None, kind: str, root: bool = False) -> Iterator[Any]:
+def _span(name: str, attributes: Mapping[str, Any] | None, kind: str, root: bool = False,
+          carrier: Mapping[str, str] | None = None) -> Iterator[Any]:
     from opentelemetry.context import Context
-    from opentelemetry.trace import SpanKind
+    from opentelemetry.trace import Link, SpanKind
 
-    with _tracer.start_as_current_span(name, context=Context() if root else None, kind=SpanKind[kind],
+    context, links = (Context() if root else None), None
+    if carrier:
+        from opentelemetry.trace import get_current_span
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        continued = TraceContextTextMapPropagator().extract(carrier, context=Context())
+        creation = get_current_span(continued).get_span_context()
+        if creation.is_valid:
+            context, links = continued, [Link(creation)]
+    with _tracer.start_as_current_span(name, context=context, kind=SpanKind[kind], links=links,
                                        attributes=_clean(attributes)) as current:
         yield current
 
@@ -317,13 +330,18 @@ def finish(current: Any, error: BaseException | str | None = None) -> None:
     if current is None:
         return
     if error is not None:
-        from opentelemetry.trace import Status, StatusCode
-
-        if isinstance(error, BaseException):
-            current.record_exception(error)
-            current.set_attribute("error.type", type(error).__name__)
-        current.set_status(Status(StatusCode.ERROR, str(error)[:200]))
+        set_error(current, error)
     current.end()
+
+
+def set_error(current: Any, error: BaseException | str) -> None:
+    """Mark a span (not None) failed, with the exception recorded when there is one."""
+    from opentelemetry.trace import Status, StatusCode
+
+    if isinstance(error, BaseException):
+        current.record_exception(error)
+        current.set_attribute("error.type", type(error).__name__)
+    current.set_status(Status(StatusCode.ERROR, str(error)[:200]))
 
 
 def _clean(attributes: Mapping[str, Any] | None) -> dict[str, Any]:

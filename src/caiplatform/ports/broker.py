@@ -99,6 +99,9 @@ class OutgoingMessage:
     #: De-duplication id: a message with the id of one the stream stored within its `duplicate_window` is
     #: not stored again, and its publish answers the sequence of the one stored (a retried publish).
     msg_id: str | None = None
+    #: W3C trace context of the publish (`traceparent`, `tracestate`), only while tracing is on: the push
+    #: delivery continues the publisher's trace (docs/observability.md "Traces").
+    trace: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ class Delivery:
     key: str | None
     published_at: datetime
     delivery_count: int
+    trace: dict[str, str] | None = None  # the publish's W3C trace context, when it carried one
 
 
 @dataclass(frozen=True)

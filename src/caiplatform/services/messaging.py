@@ -58,6 +58,7 @@ from caiplatform.ports.broker import (
 from caiplatform.principal import Principal
 from caiplatform.services.access import GATE_COLUMNS, GATE_MEMBER_JOIN, Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
+from caiplatform.services.messaging_tracing import traced_publish
 from caiplatform.services.purge import remove_each
 
 log = logging.getLogger(__name__)
@@ -606,6 +607,7 @@ class TopicService:
             raise Conflict(m.TOPIC_NOT_READY)
         return await self.publish_to(topic, messages)
 
+    @traced_publish  # while tracing: the `publish <topic>` span, its context in each message
     async def publish_to(
         self, topic: Topic, messages: list[OutgoingMessage]
     ) -> tuple[int, views.PublishResult | views.PublishPartial]:

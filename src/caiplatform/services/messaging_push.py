@@ -214,12 +214,16 @@ class PushWorker:
         try:
             if tracing.tracer() is None:
                 outcome = await self.handle(sub, dead, delivery)
-            else:  # a trace of its own per delivery; the endpoint gets its traceparent (`post`)
+            else:  # the publish's trace (the message carries it), else one of its own; the endpoint
+                # gets the delivery's traceparent (`post`)
                 with tracing.span(f"process {sub.topic}", {
                         "messaging.system": "nats", "messaging.operation.name": "process",
+                        "messaging.operation.type": "process",
                         "messaging.destination.name": sub.topic, "messaging.consumer.group.name": sub.name,
                         "messaging.message.id": m.message_id(delivery.sequence),
-                        "caiplatform.project": sub.project_short}, kind="CONSUMER", root=True) as current:
+                        "caiplatform.push.attempt": delivery.delivery_count,
+                        "caiplatform.project": sub.project_short}, kind="CONSUMER", root=True,
+                        carrier=delivery.trace) as current:
                     outcome = await self.handle(sub, dead, delivery)
                     current.set_attribute("caiplatform.push.outcome", outcome)
             self.topics.prometheus.observe_push(sub.project_short, sub.topic, outcome)

@@ -40,6 +40,7 @@ class _Message:
     published_at: datetime
     stored_at: float
     size: int
+    trace: dict[str, str] | None = None
 
 
 @dataclass
@@ -157,7 +158,7 @@ class InMemoryBroker(Broker):
             if stream.consumers and size <= stream.config.max_bytes:
                 stream.messages[seq] = _Message(
                     seq, message.data, dict(message.attributes), message.key, self.clock.now(),
-                    self.clock.monotonic(), size,
+                    self.clock.monotonic(), size, message.trace,
                 )
             if message.msg_id is not None:
                 stream.seen[message.msg_id] = (seq, self.clock.monotonic())
@@ -241,7 +242,7 @@ class InMemoryBroker(Broker):
         consumer.delivered += 1
         token = f"mem.{self._instance}.{stream.config.name}.{consumer.config.name}.{message.sequence}.{count}"
         return Delivery(token, message.sequence, message.data, dict(message.attributes), message.key,
-                        message.published_at, count)
+                        message.published_at, count, message.trace)
 
     async def pull(self, stream_name: str, consumer_name: str, max_messages: int, timeout: float) -> list[Delivery]:
         loop = asyncio.get_running_loop()

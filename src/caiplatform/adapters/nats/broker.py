@@ -48,6 +48,10 @@ ATTRIBUTES_HEADER = "Cai-Attributes"
 KEY_HEADER = "Cai-Key"
 MSG_ID_HEADER = "Nats-Msg-Id"  # JetStream's de-duplication id
 PIN_HEADER = "Nats-Pin-Id"
+# W3C trace context of the publish, written only while tracing is on (`OutgoingMessage.trace`); never one of
+# the headers above, which the platform's own values always win over.
+TRACE_HEADERS = ("traceparent", "tracestate")
+TRACE_HEADER_MAX = 512  # W3C's tracestate is at most 32 members; a longer header is not a trace context
 PIN_GROUP = "cai"  # the single priority group of a single-reader consumer
 PRIORITY_GROUPS_SINCE = (2, 11)
 # After the first message of a pull, how long to wait for the server to hand over what else it has.
@@ -245,8 +249,10 @@ class JetStreamBroker(Broker):
             try:
                 for index, message in enumerate(messages):
                     headers = plain
-                    if message.attributes or message.key is not None or message.msg_id is not None:
+                    if message.attributes or message.key is not None or message.msg_id is not None or message.trace:
                         headers = dict(plain)
+                        if message.trace:
+                            headers.update((k, v) for k, v in message.trace.items() if k in TRACE_HEADERS)
                         if message.msg_id is not None:
                             headers[MSG_ID_HEADER] = message.msg_id
                         if message.attributes:
@@ -474,7 +480,10 @@ class JetStreamBroker(Broker):
         key = _header_json(headers, KEY_HEADER)
         key = key if isinstance(key, str) else None
         sequence, delivered, published = _ack_metadata(msg)
-        return Delivery(msg.reply, sequence, msg.data, attributes, key, published, delivered)
+        trace = None
+        if "traceparent" in headers:  # what the propagator cannot parse it ignores: a direct client's too
+            trace = {k: headers[k] for k in TRACE_HEADERS if k in headers and len(headers[k]) <= TRACE_HEADER_MAX}
+        return Delivery(msg.reply, sequence, msg.data, attributes, key, published, delivered, trace)
 
     # ------------------------------------------------------------------ acknowledgements
 
