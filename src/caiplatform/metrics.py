@@ -51,6 +51,28 @@ class _InstancesCollector(Collector):
         yield family
 
 
+class _BacklogCollector(Collector):
+    """`cai_subscription_backlog` and `cai_subscription_unacknowledged`, from the last round of the backlog
+    sampler (`services/messaging_backlog.py`): the scrape reads memory, never the broker. A subscription
+    gone since is gone from the next round's rows."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str, str], tuple[int, int]] = {}
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        labels = ["project", "topic", "subscription"]
+        backlog = GaugeMetricFamily("cai_subscription_backlog",
+                                    "Messages a subscription owes (not yet delivered or not yet acknowledged), "
+                                    "as of the last sampling round", labels=labels)
+        unacked = GaugeMetricFamily("cai_subscription_unacknowledged",
+                                    "Messages delivered and not yet acknowledged, as of the last sampling round",
+                                    labels=labels)
+        for key, (owed, pending_ack) in list(self.rows.items()):
+            backlog.add_metric(list(key), owed)
+            unacked.add_metric(list(key), pending_ack)
+        yield from (backlog, unacked)
+
+
 class _PoolsCollector(Collector):
     """The warm sandbox pools (`caiplatform.codesandbox.pool.BasePool.describe()`), read at scrape time:
     `cai_sandbox_pool_size`, `cai_sandbox_pool_sandboxes{state}` (warm, starting, running) and the
@@ -118,6 +140,8 @@ class Metrics:
         r.register(self._instances)
         self._pools = _PoolsCollector()
         r.register(self._pools)
+        self._backlog = _BacklogCollector()
+        r.register(self._backlog)
 
     def instances_from(self, source: Callable[[], Iterable[tuple[str, str, int]]]) -> None:
         """Where `cai_agent_instances` is read at scrape time: (project, agent, count) rows."""
@@ -128,6 +152,10 @@ class Metrics:
         self._pools.pools[name] = pool
         waits = self.sandbox_waits.labels(name)
         pool.observe_wait = waits.observe
+
+    def set_backlog(self, rows: dict[tuple[str, str, str], tuple[int, int]]) -> None:
+        """A sampling round's (project, topic, subscription) -> (backlog, unacknowledged), replacing the last."""
+        self._backlog.rows = rows
 
     def observe_trigger(self, project: str, kind: str, ok: bool) -> None:
         self.trigger_firings.labels(project, kind, "ok" if ok else "error").inc()

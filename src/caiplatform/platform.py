@@ -1009,6 +1009,13 @@ class Platform:
         await worker.start()
         self.components["push_worker"] = worker
         self._closers.append(worker.close)
+        if self.settings.backlog_interval > 0:  # consumer lag for /metrics, sampled off the scrape
+            from caiplatform.services.messaging_backlog import BacklogSampler
+
+            sampler = BacklogSampler(self.db, self.topics.broker, self.metrics, self.settings.backlog_interval)
+            sampler.start()
+            self.components["backlog_sampler"] = sampler
+            self._closers.append(sampler.close)
 
     # -- health ---------------------------------------------------------------------------------
 

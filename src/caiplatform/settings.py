@@ -82,6 +82,8 @@ class Settings(BaseSettings):
     apps_domain: str = Field("apps.localhost", validation_alias=_env("CAI_APPS_DOMAIN"))
     # GET /metrics without a credential on a non-loopback bind (docs/observability.md).
     metrics_public: bool = Field(False, validation_alias=_env("CAI_METRICS_PUBLIC"))
+    # Seconds between two readings of the subscriptions' backlog for /metrics (0: never sampled).
+    backlog_interval: float = Field(15.0, ge=0, validation_alias=_env("CAI_BACKLOG_INTERVAL"))
     # The address `caiplatform serve` listens on (set by it, from --host); unknown in process.
     bind_host: str | None = Field(None, validation_alias=_env("CAI_BIND_HOST"))
 

@@ -39,6 +39,6 @@ def test_every_queried_series_is_exported_and_the_panels_are_distinct():
     assert covered >= {"cai_http_requests", "cai_http_request_duration_seconds", "cai_agent_invokes",
                        "cai_agent_invoke_duration_seconds", "cai_agent_cold_starts", "cai_agent_instances",
                        "cai_instance_start_duration_seconds", "cai_builds", "cai_build_duration_seconds",
-                       "cai_messages_published", "cai_push_deliveries"}
+                       "cai_messages_published", "cai_push_deliveries", "cai_subscription_backlog"}
     assert len({p["id"] for p in panels}) == len(panels)
     assert all("route=~" not in e and "path" not in e for e in exprs)  # templates only, never raw paths
