@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     # Knative feature flags the cluster's `config-features` enables (comma-separated, e.g.
     # `kubernetes.podspec-runtimeclassname`): the pod-spec fields Knative's webhook refuses without them.
     knative_features: str = Field("", validation_alias=_env("CAI_KNATIVE_FEATURES"))
+    # The OTLP/HTTP base URL workload pods send their spans to (docs/observability.md); unset, the
+    # server's own OTEL_EXPORTER_OTLP_ENDPOINT unless it is a loopback address.
+    kube_otel_endpoint: str = Field("", validation_alias=_env("CAI_KUBE_OTEL_ENDPOINT"))
 
     # Addresses (DECISIONS.md).
     base_url: str | None = Field(None, validation_alias=_env("CAI_BASE_URL"))

@@ -227,6 +227,32 @@ def workload_env() -> dict[str, str]:
     return {WORKLOAD_ENDPOINT: _workload_endpoint, WORKLOAD_CAPTURE: "true" if _capture else ""}
 
 
+def cluster_workload_env(cluster_endpoint: str = "") -> dict[str, str]:
+    """What the Kubernetes runtime sets in a revision's pods, after the tenant's variables: the traces URL
+    a pod reaches, which is the operator's to name (`cluster_endpoint`, an OTLP/HTTP base URL like
+    `OTEL_EXPORTER_OTLP_ENDPOINT`: `CAI_KUBE_OTEL_ENDPOINT`), else the server's own collector unless it
+    is on loopback (the server's loopback is not the pod's). Empty values while tracing is off, or when no
+    endpoint a pod could reach is known (the pods then serve untraced)."""
+    url = ""
+    if _tracer is not None and _workload_endpoint:
+        if cluster_endpoint.strip():
+            url = cluster_endpoint.strip().rstrip("/") + "/v1/traces"
+        elif not _on_loopback(_workload_endpoint):
+            url = _workload_endpoint
+    return {WORKLOAD_ENDPOINT: url, WORKLOAD_CAPTURE: "true" if url and _capture else ""}
+
+
+def _on_loopback(url: str) -> bool:
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").lower()
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def collector_ports() -> tuple[int, ...]:
     """The host loopback port of the collector, forwarded into the sandbox while tracing is on."""
     if not _workload_endpoint:

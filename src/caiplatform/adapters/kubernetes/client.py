@@ -90,6 +90,8 @@ class ClusterSettings:
     # Knative feature flags enabled in the cluster's `config-features` (Knative enables none of the
     # pod-spec ones by default; its webhook refuses a field whose flag is off).
     knative_features: frozenset[str] = frozenset()
+    # The OTLP/HTTP base URL workload pods send their spans to while tracing is on (`CAI_KUBE_OTEL_ENDPOINT`).
+    otel_endpoint: str = ""
 
 
 def cluster_settings(settings: Any) -> ClusterSettings:
@@ -100,7 +102,8 @@ def cluster_settings(settings: Any) -> ClusterSettings:
                            valkey_image=settings.valkey_image, build_push_secret=settings.build_push_secret,
                            build_insecure_registry=settings.build_insecure_registry,
                            knative_features=frozenset(f.strip() for f in (settings.knative_features or "").split(",")
-                                                      if f.strip()))
+                                                      if f.strip()),
+                           otel_endpoint=getattr(settings, "kube_otel_endpoint", "") or "")
 
 
 class KubeClient:

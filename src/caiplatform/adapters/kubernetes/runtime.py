@@ -41,6 +41,7 @@ from typing import Any
 import anyio
 import httpx
 
+from caiplatform import logjson, tracing
 from caiplatform.adapters.instances import DEFAULT_LOG_RETENTION, parse_duration
 from caiplatform.adapters.kubernetes.client import (
     KIND_LABEL,
@@ -228,8 +229,14 @@ class KnativeRuntime(WorkloadRuntime):
     # -- writing ------------------------------------------------------------------------------------
     def _template(self, spec: RevisionSpec, image: Image | None, secret_name: str) -> dict[str, Any]:
         ref = spec.workload
-        env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in {**(image.env if image else {}), **spec.env}.items() if k != "PORT"]
-        env += [{"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": k}}} for k in sorted(spec.secret_env)]
+        # After the tenant's variables, which never name them: the traces endpoint and the log format, as the
+        # local runtime gives its instances (fixed per revision: a revision's template is never rewritten).
+        ours = self._observability_env()
+        env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in {**(image.env if image else {}), **spec.env}.items()
+                                     if k != "PORT" and k not in ours]
+        env += [{"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": k}}} for k in sorted(spec.secret_env)
+                if k not in ours]
+        env += [{"name": k, "value": v} for k, v in ours.items() if v]
         container: dict[str, Any] = {"name": "workload", "image": spec.image, "env": env,
                                      "ports": [{"containerPort": spec.port, "name": spec.port_name}]}
         command = spec.command if spec.command is not None else (image.command if image and image.command else None)
@@ -254,6 +261,9 @@ class KnativeRuntime(WorkloadRuntime):
         return {"metadata": {"name": knative_revision(ref, spec.revision), "annotations": annotations,
                              "labels": {**workload_labels(ref), GENERATION_LABEL: str(spec.generation)}},
                 "spec": pod}
+
+    def _observability_env(self) -> dict[str, str]:
+        return {**tracing.cluster_workload_env(self.kube.settings.otel_endpoint), **logjson.workload_env()}
 
     @staticmethod
     def _traffic(ref: WorkloadRef, traffic: list[TrafficTarget] | None) -> list[dict[str, Any]]:
