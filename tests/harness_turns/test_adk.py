@@ -106,3 +106,37 @@ async def test_adk_events_round_trip_through_durable_stores(model, tmp_path, dur
     summary = (await durable_store.list_sessions("weather", "user-d")).items[0]
     assert summary.preview == "weather in Paris?" and summary.event_count == len(
         (await durable_store.get("weather", "sess-d")).events)
+
+
+# A tool that keeps a file of the user's as an ADK artifact (as ADK's code executors keep a snippet's output).
+KEEPER = {
+    "agent.py": '''
+        from google.adk.agents import LlmAgent
+        from google.adk.tools import ToolContext
+        from google.genai import types
+        from caiplatform.turns.models import adk_model
+
+        async def keep(text: str, tool_context: ToolContext) -> str:
+            """Keep a note."""
+            await tool_context.save_artifact("note.txt", types.Part(text=text))
+            await tool_context.save_artifact("user:profile.txt", types.Part(text=text))
+            return "kept: " + ", ".join(await tool_context.list_artifacts())
+
+        root_agent = LlmAgent(name="keeper", model=adk_model(), instruction="Keep notes.", tools=[keep])
+    ''',
+}
+
+
+async def test_a_turns_artifacts_do_not_outlive_the_turn(model, tmp_path):
+    """ADK's artifact service lives in the instance's memory: a user's files kept there would outlive the
+    erasure of their sessions (docs/erasure.md), so they live for the turn that made them."""
+    runner = load_runner("adk", write_agent(tmp_path / "keeper", KEEPER), agent="keeper",
+                         sessions=InMemorySessionStore())
+    model.set_script([tool_step("keep", text="the user's secret"), Step(content="Kept.")])
+    result = await runner.run("keep this", "s-1", "u-1", [])
+    assert result.output == "Kept."
+    kept = [e for e in result.events for p in e["content"]["parts"] if "function_response" in p]
+    assert "note.txt" in str(kept) and "user:profile.txt" in str(kept), kept  # there during the turn
+    artifacts = runner.runner.artifact_service
+    assert await artifacts.list_artifact_keys(app_name=runner.runner.app_name, user_id="u-1", session_id="s-1") == []
+    assert not getattr(artifacts, "artifacts", {}), "nothing of the user's is left in the instance's memory"

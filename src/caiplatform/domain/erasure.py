@@ -48,6 +48,8 @@ NOTHING_ELSE = {
                     "keeps only the session id",
     "caches": "an instance's live conversation state follows the transcript's version: a session erased and "
               "begun again under the same id starts empty",
+    "adk_artifacts": "files an ADK turn kept (a code-executor snippet's output, a tool's save_artifact) are "
+                     "deleted when the turn ends: none outlives it in the instance's memory",
 }
 
 MIN_TEXT_CHARS = 12

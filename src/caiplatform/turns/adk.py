@@ -181,12 +181,14 @@ class AdkRunner(TurnRunner):
         self.sessions = sessions
         self.session_service = StoreSessionService(sessions, self.agent)
         self.root_agent = root_agent
-        # ADK's code executors need an artifact service (they keep a snippet's output files there); they
-        # live only as long as this process, like the turn that made them.
+        # ADK's code executors need an artifact service (they keep a snippet's output files there). It is
+        # in this process's memory, where the erasure of a user's sessions cannot reach (docs/erasure.md),
+        # so a turn's artifacts live as long as the turn that made them (`_forget_artifacts`).
+        self.artifacts = InMemoryArtifactService()
         # Model and tool spans while tracing is on; otherwise no plugins argument at all (ADK deprecates it).
         extra: dict[str, Any] = {"plugins": plugins} if (plugins := telemetry.adk_plugins()) else {}
         self.runner = Runner(app_name=self.agent, agent=root_agent, session_service=self.session_service,
-                             artifact_service=InMemoryArtifactService(), auto_create_session=True, **extra)
+                             artifact_service=self.artifacts, auto_create_session=True, **extra)
 
     @classmethod
     def from_dir(cls, code_dir: str | Path, **kwargs: Any) -> AdkRunner:
@@ -194,6 +196,20 @@ class AdkRunner(TurnRunner):
         return cls(load_entry(code_dir, "adk").root_agent, **kwargs)
 
     async def _turn(self, ctx: TurnContext) -> AsyncIterator[StreamLine]:
+        try:
+            async for line in self._adk_turn(ctx):
+                yield line
+        finally:
+            await self._forget_artifacts(ctx.user_id, ctx.session_id)
+
+    async def _forget_artifacts(self, user_id: str, session_id: str) -> None:
+        """The files the turn kept (its session's and the user's `user:` ones): gone with the turn."""
+        for name in await self.artifacts.list_artifact_keys(app_name=self.agent, user_id=user_id,
+                                                            session_id=session_id):
+            await self.artifacts.delete_artifact(app_name=self.agent, user_id=user_id, session_id=session_id,
+                                                 filename=name)
+
+    async def _adk_turn(self, ctx: TurnContext) -> AsyncIterator[StreamLine]:
         content = types.Content(role="user", parts=[types.Part(text=ctx.message)])
         if ctx.preamble:
             self.session_service.preambles[ctx.session_id] = ctx.preamble
