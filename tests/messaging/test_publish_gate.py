@@ -13,8 +13,9 @@ from caiplatform.db.models import MessagingSubscription, MessagingTopic, Project
 from caiplatform.errors import NotFound, PlatformError
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal, PrincipalKind
-from caiplatform.services import messaging
 from caiplatform.services.access import Axis, Role
+from caiplatform.services.messaging_base import MessagingBase, subscription_of, topic_of
+from caiplatform.services.messaging_delivery import _SUBSCRIPTION_GATE, _TOPIC_GATE
 from tests.agents.test_agents_lookup import _build, _principals
 
 
@@ -75,7 +76,7 @@ def _check(platform) -> None:
                         return access.project_sync(s, principal, project_id, need=need, axis=axis, bad_id=NotFound)
 
                     def new(c: Connection, principal=principal, project_id=project_id, need=need, axis=axis) -> object:
-                        grant, rows = access.project_gate_sync(c, principal, project_id, messaging._TOPIC_GATE,
+                        grant, rows = access.project_gate_sync(c, principal, project_id, _TOPIC_GATE,
                                                                {"topic": "none"}, need=need, axis=axis,
                                                                bad_id=NotFound)
                         assert all(row.id is None for row in rows)
@@ -98,20 +99,20 @@ def _check_topic(platform, project_id: str) -> None:
     automation = Principal.automation()
 
     def gate(c: Connection) -> object:
-        grant, rows = platform.access.project_gate_sync(c, automation, project_id, messaging._TOPIC_GATE,
+        grant, rows = platform.access.project_gate_sync(c, automation, project_id, _TOPIC_GATE,
                                                         {"topic": "orders"})
-        return messaging._topic_of(rows[0], grant.project)
+        return topic_of(rows[0], grant.project)
 
     def orm(s: Session) -> object:
         grant = platform.access.project_sync(s, automation, project_id)
-        return messaging._topic_of(messaging.TopicService._topic_row(s, project_id, "orders"), grant.project)
+        return topic_of(MessagingBase._topic_row(s, project_id, "orders"), grant.project)
 
     topic = platform.db.read_sync(gate)
     assert topic == platform.db.read_session_sync(orm)
     assert (topic.max_age_seconds, topic.max_bytes_value, topic.created_at) == (90.5, 1 << 20, now)
 
     def subscribe(s: Session) -> None:
-        row = messaging.TopicService._topic_row(s, project_id, "orders")
+        row = MessagingBase._topic_row(s, project_id, "orders")
         s.add(MessagingSubscription(
             project_id=project_id, topic_id=row.id, topic_name="orders", name="workers", display_name="W",
             type="key-shared", ack_deadline_seconds=30, max_deliver=7, start_from="new", max_ack_pending=50,
@@ -121,15 +122,15 @@ def _check_topic(platform, project_id: str) -> None:
     platform.db.run_sync(subscribe)
 
     def subscription_gate(c: Connection, topic: str, name: str) -> tuple:
-        grant, rows = platform.access.project_gate_sync(c, automation, project_id, messaging._SUBSCRIPTION_GATE,
+        grant, rows = platform.access.project_gate_sync(c, automation, project_id, _SUBSCRIPTION_GATE,
                                                         {"topic": topic, "subscription": name})
         row = rows[0]
-        found = messaging.subscription_of(row, grant.project.short) if row.id is not None else None
+        found = subscription_of(row, grant.project.short) if row.id is not None else None
         return row.topic_row_id is not None, found
 
     def subscription_orm(s: Session) -> object:
-        topic_row = messaging.TopicService._topic_row(s, project_id, "orders")
-        return messaging.subscription_of(messaging.TopicService._sub_row(s, topic_row, "workers"),
+        topic_row = MessagingBase._topic_row(s, project_id, "orders")
+        return subscription_of(MessagingBase._sub_row(s, topic_row, "workers"),
                                          platform.access.project_sync(s, automation, project_id).project.short)
 
     assert platform.db.read_sync(lambda c: subscription_gate(c, "orders", "workers")) == (
