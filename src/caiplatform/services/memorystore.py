@@ -38,6 +38,7 @@ from caiplatform.errors import (
     Unavailable,
 )
 from caiplatform.models import memorystore as views
+from caiplatform.models.base import BodyOrReader, body_after_gate
 from caiplatform.models.memorystore import NAME_RULE as NAME_RULE
 from caiplatform.models.memorystore import POLICY_RULE as POLICY_RULE
 from caiplatform.models.memorystore import SIZE_CLASS_RULE as SIZE_CLASS_RULE
@@ -124,10 +125,6 @@ class MemoryStoreService:
         return await self.access.project_ref(principal, project_id, Role.ADMIN if admin else Role.MEMBER,
                                              bad_id=BadRequest)
 
-    async def require_member(self, principal: Principal, project_id: str) -> None:
-        """The member gate alone, so that a route can refuse a stranger before it reads the body."""
-        await self._project(principal, project_id)
-
     async def _instance(self, principal: Principal, project_id: str, name: str, *, admin: bool = False):
         project = await self._project(principal, project_id, admin=admin)
         if not isinstance(name, str) or len(name) > NAME_MAX or not NAME_PATTERN.match(name):
@@ -180,9 +177,11 @@ class MemoryStoreService:
             storage_class_name=body.storage_class_name,
         )
 
-    async def create(self, principal: Principal, project_id: str, body: MemoryStoreCreate) -> views.MemoryStoreCreated:
+    async def create(self, principal: Principal, project_id: str,
+                     body: BodyOrReader[MemoryStoreCreate]) -> views.MemoryStoreCreated:
         """201 body: `{memorystore: {name, state, ready}, credential, note}`; the password is shown here once."""
         project = await self._project(principal, project_id)
+        body = await body_after_gate(body)
         spec = self.parse_create(project, body)
         if await self.provisioner.get(project.id, spec.name) is not None:
             raise Conflict(NAME_TAKEN)
