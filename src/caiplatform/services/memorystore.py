@@ -35,6 +35,7 @@ from caiplatform.errors import (
     Conflict,
     NotFound,
     PlatformError,
+    Unauthenticated,
     Unavailable,
 )
 from caiplatform.models import memorystore as views
@@ -121,7 +122,10 @@ class MemoryStoreService:
             await self.on_change(project_id)
 
     async def _project(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef:
-        """The project gate (a malformed project id is 400)."""
+        """The project gate (a malformed project id is 400); document 3's memory stores word their 401
+        their own way (`AUTH_REQUIRED`: how to sign in and send the token)."""
+        if not principal.authenticated:
+            raise Unauthenticated(AUTH_REQUIRED)
         return await self.access.project_ref(principal, project_id, Role.ADMIN if admin else Role.MEMBER,
                                              bad_id=BadRequest)
 
