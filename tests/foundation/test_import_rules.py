@@ -89,6 +89,30 @@ def test_services_do_not_import_adapters():
     assert _offenders(_modules(LIBRARY / "services"), "caiplatform.adapters") == []
 
 
+# What opens a connection itself: the sockets and HTTP machinery below a client library, and asyncio's
+# stream openers. Services use a client (httpx, `caiplatform.web.harness_http`); they do not write one.
+CONNECTION_MODULES = ("socket", "ssl", "h11", "httpcore")
+CONNECTION_CALLS = {"open_connection", "open_unix_connection", "start_server", "start_unix_server",
+                    "create_connection", "create_unix_connection"}
+
+
+def _opens_connections(path: Path) -> list[str]:
+    found = sorted(n for n in _imports(path) for m in CONNECTION_MODULES if n == m or n.startswith(m + "."))
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr in CONNECTION_CALLS:
+            found.append(f"{node.attr} (line {node.lineno})")
+    return found
+
+
+def test_no_service_is_an_http_client():
+    """Infrastructure is not in `services/`: the HTTP clients and transports (the harness client, the
+    transport to private hostnames) live in `caiplatform/web/` or `adapters/`."""
+    found = {path.relative_to(LIBRARY).as_posix(): opened for path in _modules(LIBRARY / "services")
+             if (opened := _opens_connections(path))}
+    assert found == {}
+    assert _opens_connections(LIBRARY / "web" / "harness_http.py")  # the rule sees what it forbids
+
+
 def test_the_rules_see_the_imports_they_forbid():
     """The reader above finds imports inside functions and relative ones (a rule that sees nothing passes)."""
     assert "caiplatform.services.agents.AgentService" in _imports(LIBRARY / "platform.py")  # in a function

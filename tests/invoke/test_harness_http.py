@@ -1,4 +1,4 @@
-"""The platform's HTTP/1.1 client to harnesses (`caiplatform.services.harness_http`) against a raw
+"""The platform's HTTP/1.1 client to harnesses (`caiplatform.web.harness_http`) against a raw
 loopback server that answers with exactly the bytes each test gives it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from caiplatform.services.harness_http import HarnessClient, RemoteProtocolError
+from caiplatform.web.harness_http import HarnessClient, RemoteProtocolError
 
 Answer = Callable[[bytes], bytes | None]  # request head + body -> the bytes to send (None: close at once)
 

@@ -1,5 +1,6 @@
-"""Publish (and pull, acknowledge) read the caller's grant and the topic in one prepared statement (`Access.project_gate_sync`);
-it must answer exactly as `Access.project_sync` does, for every kind of caller and grant: owner, member,
+"""The project gate (`Access.project_gate_sync`: the gate of every service, and of publish, pull and acknowledge with
+the topic in the same prepared statement) must answer exactly as the gate read through the ORM did (the project,
+then `Access.grant_sync`), for every kind of caller and grant: owner, member,
 org admin, platform admin, break-glass active and expired, an outsider, a deleted account, service accounts
 (granted, disabled, deleted, ungranted, of another project), the automation token and the platform itself;
 for every need and axis; and for a project id that is malformed or names no project."""
@@ -9,12 +10,20 @@ from __future__ import annotations
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from caiplatform.db.models import MessagingSubscription, MessagingTopic, ProjectMember, ServiceAccount
-from caiplatform.errors import NotFound, PlatformError
+from caiplatform.db.models import (
+    MessagingSubscription,
+    MessagingTopic,
+    Project,
+    ProjectMember,
+    ServiceAccount,
+)
+from caiplatform.errors import BadRequest, NotFound, PlatformError
 from caiplatform.platform import Platform
 from caiplatform.principal import Principal, PrincipalKind
-from caiplatform.services import messaging
-from caiplatform.services.access import Axis, Role
+from caiplatform.services.access import PROJECT_ADMIN_REQUIRED, Axis, ProjectGrant, Role, _checked
+from caiplatform.services.messaging_base import MessagingBase, subscription_of, topic_of
+from caiplatform.services.messaging_delivery import _SUBSCRIPTION_GATE, _TOPIC_GATE
+from caiplatform.validation import project_uuid
 from tests.agents.test_agents_lookup import _build, _principals
 
 
@@ -47,11 +56,20 @@ def _outcome(call) -> tuple:
     return "ok", grant.project, grant.metadata_role, grant.resource_role
 
 
-def test_the_gate_answers_as_project_sync(platform):
+def _orm_gate(access, session: Session, principal: Principal, project_id: str, *, need: Role | None = Role.MEMBER,
+              axis: Axis = Axis.RESOURCE, bad_id: type[PlatformError] = BadRequest) -> ProjectGrant:
+    """The gate as it was read through the ORM: the project by id, then the caller's grant on it."""
+    project = session.get(Project, project_uuid(project_id, bad_id))
+    if project is None:
+        raise NotFound("not found")
+    return _checked(access.grant_sync(session, principal, project), need, axis, PROJECT_ADMIN_REQUIRED)
+
+
+def test_the_gate_answers_as_the_orm_read(platform):
     _check(platform)
 
 
-async def test_the_gate_answers_as_project_sync_on_postgres(settings, fresh_postgres_url, tmp_path, clock):
+async def test_the_gate_answers_as_the_orm_read_on_postgres(settings, fresh_postgres_url, tmp_path, clock):
     platform = Platform.from_settings(settings.model_copy(update={"database_url": fresh_postgres_url,
                                                                   "data_dir": tmp_path}), clock=clock)
     await platform.start()
@@ -72,17 +90,24 @@ def _check(platform) -> None:
             for need in (Role.MEMBER, Role.ADMIN, None):
                 for axis in (Axis.RESOURCE, Axis.METADATA):
                     def old(s: Session, principal=principal, project_id=project_id, need=need, axis=axis) -> object:
-                        return access.project_sync(s, principal, project_id, need=need, axis=axis, bad_id=NotFound)
+                        return _orm_gate(access, s, principal, project_id, need=need, axis=axis, bad_id=NotFound)
 
                     def new(c: Connection, principal=principal, project_id=project_id, need=need, axis=axis) -> object:
-                        grant, rows = access.project_gate_sync(c, principal, project_id, messaging._TOPIC_GATE,
+                        grant, rows = access.project_gate_sync(c, principal, project_id, _TOPIC_GATE,
                                                                {"topic": "none"}, need=need, axis=axis,
                                                                bad_id=NotFound)
                         assert all(row.id is None for row in rows)
                         return grant
 
+                    def alone(c: Connection, principal=principal, project_id=project_id, need=need,
+                              axis=axis) -> object:
+                        return access.project_gate_sync(c, principal, project_id, need=need, axis=axis,
+                                                        bad_id=NotFound)[0]
+
                     expected = _outcome(lambda old=old: platform.db.read_session_sync(old))
                     assert _outcome(lambda new=new: platform.db.read_sync(new)) == expected, (
+                        who, project_id, need, axis)
+                    assert _outcome(lambda alone=alone: platform.db.read_sync(alone)) == expected, (
                         who, project_id, need, axis)
                     seen.add(expected[0])
     assert seen == {"ok", "NotFound", "Forbidden"}
@@ -98,20 +123,20 @@ def _check_topic(platform, project_id: str) -> None:
     automation = Principal.automation()
 
     def gate(c: Connection) -> object:
-        grant, rows = platform.access.project_gate_sync(c, automation, project_id, messaging._TOPIC_GATE,
+        grant, rows = platform.access.project_gate_sync(c, automation, project_id, _TOPIC_GATE,
                                                         {"topic": "orders"})
-        return messaging._topic_of(rows[0], grant.project)
+        return topic_of(rows[0], grant.project)
 
     def orm(s: Session) -> object:
-        grant = platform.access.project_sync(s, automation, project_id)
-        return messaging._topic_of(messaging.TopicService._topic_row(s, project_id, "orders"), grant.project)
+        grant = _orm_gate(platform.access, s, automation, project_id)
+        return topic_of(MessagingBase._topic_row(s, project_id, "orders"), grant.project)
 
     topic = platform.db.read_sync(gate)
     assert topic == platform.db.read_session_sync(orm)
     assert (topic.max_age_seconds, topic.max_bytes_value, topic.created_at) == (90.5, 1 << 20, now)
 
     def subscribe(s: Session) -> None:
-        row = messaging.TopicService._topic_row(s, project_id, "orders")
+        row = MessagingBase._topic_row(s, project_id, "orders")
         s.add(MessagingSubscription(
             project_id=project_id, topic_id=row.id, topic_name="orders", name="workers", display_name="W",
             type="key-shared", ack_deadline_seconds=30, max_deliver=7, start_from="new", max_ack_pending=50,
@@ -121,16 +146,16 @@ def _check_topic(platform, project_id: str) -> None:
     platform.db.run_sync(subscribe)
 
     def subscription_gate(c: Connection, topic: str, name: str) -> tuple:
-        grant, rows = platform.access.project_gate_sync(c, automation, project_id, messaging._SUBSCRIPTION_GATE,
+        grant, rows = platform.access.project_gate_sync(c, automation, project_id, _SUBSCRIPTION_GATE,
                                                         {"topic": topic, "subscription": name})
         row = rows[0]
-        found = messaging.subscription_of(row, grant.project.short) if row.id is not None else None
+        found = subscription_of(row, grant.project.short) if row.id is not None else None
         return row.topic_row_id is not None, found
 
     def subscription_orm(s: Session) -> object:
-        topic_row = messaging.TopicService._topic_row(s, project_id, "orders")
-        return messaging.subscription_of(messaging.TopicService._sub_row(s, topic_row, "workers"),
-                                         platform.access.project_sync(s, automation, project_id).project.short)
+        topic_row = MessagingBase._topic_row(s, project_id, "orders")
+        return subscription_of(MessagingBase._sub_row(s, topic_row, "workers"),
+                                         _orm_gate(platform.access, s, automation, project_id).project.short)
 
     assert platform.db.read_sync(lambda c: subscription_gate(c, "orders", "workers")) == (
         True, platform.db.read_session_sync(subscription_orm))

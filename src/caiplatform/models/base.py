@@ -13,8 +13,9 @@ model dumps to exactly the JSON the specification shows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar, Self, TypeVar, cast
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar, Self, TypeAlias, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -106,3 +107,18 @@ def parse_request(model: type[M], body: Any) -> M:
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         raise BadRequest(message_of(errors[0]) if errors else "invalid request body") from None
+
+
+B = TypeVar("B")
+#: A request body as a service takes it: the model itself (a library caller), or how to read it (a route:
+#: the body is read and decoded once the service's project gate has passed, in the one service call).
+BodyOrReader: TypeAlias = B | Callable[[], B | Awaitable[B]]
+
+
+async def body_after_gate(body: BodyOrReader[B]) -> B:
+    """`body`, read now if it was given as how to read it (call it after the caller's checks: a caller who
+    may not reach the project is refused before its body is read, and its body's faults are not told)."""
+    if not callable(body):
+        return body
+    value = body()
+    return cast(B, await value) if inspect.isawaitable(value) else cast(B, value)

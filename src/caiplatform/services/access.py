@@ -131,7 +131,7 @@ def user_grant(ref: ProjectRef, platform_admin: bool, org_admin: bool,
 
 
 def _checked(grant: ProjectGrant, need: Role | None, axis: Axis, admin_message: str) -> ProjectGrant:
-    """`grant` when it shows the project and holds `need` on `axis`; else the refusal `project_sync` gives."""
+    """`grant` when it shows the project and holds `need` on `axis`; else the refusal the project gate gives."""
     if not grant.visible:
         raise NotFound("not found")
     if need is not None and _RANK[grant.role(axis)] < _RANK[need.value]:
@@ -163,6 +163,42 @@ GATE_MEMBER_JOIN = and_(ProjectMember.project_id == Project.id, ProjectMember.us
 def gate_project(row: Any) -> ProjectRef:
     """The project of a row that selects `GATE_COLUMNS`."""
     return ProjectRef(*(getattr(row, f"gate_project_{f}") for f in _GATE_PROJECT_FIELDS))
+
+
+# The project gate alone: the caller's grant on the project (`Access.project`).
+_PROJECT_GATE = PreparedRead(
+    select(*GATE_COLUMNS).select_from(Project).outerjoin(ProjectMember, GATE_MEMBER_JOIN)
+    .where(Project.id == bindparam("project"))
+)
+
+
+def _grant_unread(principal: Principal, ref: ProjectRef) -> ProjectGrant | None:
+    """The grant that needs no read: the automation token and the platform itself hold every role; a service
+    account outside its project, a workload key and a caller who is no one hold none. None: a read decides
+    (a person; a service account in its own project)."""
+    kind = principal.kind
+    if kind in (PrincipalKind.AUTOMATION, PrincipalKind.INTERNAL):
+        return ProjectGrant(ref, "admin", "admin")
+    if kind is PrincipalKind.SERVICE_ACCOUNT and principal.project_id == ref.id:
+        return None
+    if kind is PrincipalKind.USER and principal.user_id:
+        return None
+    return ProjectGrant(ref, None, None)
+
+
+def _service_account_grant_sync(session: Session, principal: Principal, ref: ProjectRef) -> ProjectGrant:
+    """A service account's grant on its own project: its grant's role, while the account is enabled and not
+    deleted (resource axis only)."""
+    row = session.scalar(
+        select(ProjectMember).where(
+            ProjectMember.project_id == ref.id,
+            ProjectMember.service_account_id == principal.service_account_id,
+        )
+    )
+    sa = session.get(ServiceAccount, principal.service_account_id)
+    if row is None or sa is None or sa.disabled or sa.deleted_at is not None:
+        return ProjectGrant(ref, None, None)
+    return ProjectGrant(ref, None, row.role)
 
 
 def gate_user_grant(ref: ProjectRef, rows: Sequence[Any], now: datetime) -> ProjectGrant:
@@ -257,25 +293,13 @@ class Access:
         return self.grant_of_sync(session, principal, ProjectRef.of(project))
 
     def grant_of_sync(self, session: Session, principal: Principal, ref: ProjectRef) -> ProjectGrant:
-        kind = principal.kind
-        if kind in (PrincipalKind.AUTOMATION, PrincipalKind.INTERNAL):
-            return ProjectGrant(ref, "admin", "admin")
-        if kind is PrincipalKind.SERVICE_ACCOUNT:
-            if principal.project_id != ref.id:
-                return ProjectGrant(ref, None, None)
-            row = session.scalar(
-                select(ProjectMember).where(
-                    ProjectMember.project_id == ref.id,
-                    ProjectMember.service_account_id == principal.service_account_id,
-                )
-            )
-            sa = session.get(ServiceAccount, principal.service_account_id)
-            if row is None or sa is None or sa.disabled or sa.deleted_at is not None:
-                return ProjectGrant(ref, None, None)
-            return ProjectGrant(ref, None, row.role)
-        if kind is not PrincipalKind.USER or not principal.user_id:
-            return ProjectGrant(ref, None, None)
-
+        """The caller's grant on `ref`, read through the ORM (the lists of projects; one project's gate reads
+        it with the request's own statement: `gate_grant_sync`)."""
+        known = _grant_unread(principal, ref)
+        if known is not None:
+            return known
+        if principal.kind is PrincipalKind.SERVICE_ACCOUNT:
+            return _service_account_grant_sync(session, principal, ref)
         platform_admin = self.is_platform_admin(session, principal)
         if ref.org_id in self.org_admin_of(session, principal):
             return user_grant(ref, platform_admin, True, (), self.clock.now())
@@ -286,52 +310,42 @@ class Access:
         ).all()
         return user_grant(ref, platform_admin, False, rows, self.clock.now())
 
-    def project_sync(
-        self,
-        session: Session,
-        principal: Principal,
-        project_id: str,
-        *,
-        need: Role | None = Role.MEMBER,
-        axis: Axis = Axis.RESOURCE,
-        bad_id: type[PlatformError] = BadRequest,
-        admin_message: str = PROJECT_ADMIN_REQUIRED,
-    ) -> ProjectGrant:
-        """Resolve a project by id for `principal` and check `need` on `axis` (None: just visible)."""
-        pid = project_uuid(project_id, bad_id)
-        project = session.get(Project, pid)
-        if project is None:
-            raise NotFound("not found")
-        return _checked(self.grant_sync(session, principal, project), need, axis, admin_message)
+    def gate_grant_sync(self, connection: Connection, principal: Principal, ref: ProjectRef, rows: Sequence[Any],
+                        now: datetime | None = None) -> ProjectGrant:
+        """The caller's grant on `ref` from the rows of a statement that selects `GATE_COLUMNS` (one per grant
+        row of the user, at least one): a person's from the rows themselves, a service account's read as
+        `grant_of_sync` reads it (an ORM session on `connection`), the other callers' without a read."""
+        known = _grant_unread(principal, ref)
+        if known is not None:
+            return known
+        if principal.kind is PrincipalKind.USER:
+            return gate_user_grant(ref, rows, now or self.clock.now())
+        with Session(bind=connection) as session:
+            return _service_account_grant_sync(session, principal, ref)
 
     def project_gate_sync(
         self,
         connection: Connection,
         principal: Principal,
         project_id: str,
-        statement: PreparedRead,
-        params: dict[str, object],
+        statement: PreparedRead | None = None,
+        params: dict[str, object] | None = None,
         *,
         need: Role | None = Role.MEMBER,
         axis: Axis = Axis.RESOURCE,
         bad_id: type[PlatformError] = BadRequest,
         admin_message: str = PROJECT_ADMIN_REQUIRED,
     ) -> tuple[ProjectGrant, list[Any]]:
-        """`project_sync` and the request's own read in one prepared statement (see `GATE_COLUMNS`): the
-        grant, checked as `project_sync` checks it, and the statement's rows (one per grant row of the
-        user, at least one). A service account's grant is read as `grant_sync` reads it, through an ORM
-        session on `connection`."""
+        """The project gate: the project by id for `principal`, checked for `need` on `axis` (None: just
+        visible), in one prepared statement with the request's own read (`statement`, see `GATE_COLUMNS`;
+        None: the gate alone). The grant and the statement's rows (one per grant row of the user, at least
+        one). A malformed id is `bad_id`; no such project, or one the caller does not see, 404."""
         pid = project_uuid(project_id, bad_id)
         user_id = principal.user_id if principal.kind is PrincipalKind.USER else None
-        rows = statement.all(connection, {**params, "project": pid, "grant_user": user_id})
+        rows = (statement or _PROJECT_GATE).all(connection, {**(params or {}), "project": pid, "grant_user": user_id})
         if not rows:
             raise NotFound("not found")
-        ref = gate_project(rows[0])
-        if principal.kind is PrincipalKind.USER and user_id:
-            grant = gate_user_grant(ref, rows, self.clock.now())
-        else:
-            with Session(bind=connection) as session:  # used by a service account's grant only
-                grant = self.grant_of_sync(session, principal, ref)
+        grant = self.gate_grant_sync(connection, principal, gate_project(rows[0]), rows)
         return _checked(grant, need, axis, admin_message), rows
 
     async def project(
@@ -343,10 +357,14 @@ class Access:
         axis: Axis = Axis.RESOURCE,
         bad_id: type[PlatformError] = BadRequest,
     ) -> ProjectGrant:
-        """The check every project-scoped route makes first (after `require_management`)."""
-        return await self.db.run(
-            lambda s: self.project_sync(s, principal, project_id, need=need, axis=axis, bad_id=bad_id)
-        )
+        """The check every project-scoped route makes first (after `require_management`): `project_gate_sync`
+        on the database's read path, without a transaction to commit (on a session's connection: the
+        service's unit of work, so a database that cannot be reached fails here as it would there)."""
+        def read(session: Session) -> ProjectGrant:
+            return self.project_gate_sync(session.connection(), principal, project_id, need=need, axis=axis,
+                                          bad_id=bad_id)[0]
+
+        return await self.db.read_session(read)
 
     async def project_grant(self, principal: Principal, project_id: str, need: Role | None = Role.MEMBER, *,
                             human: bool = False, **where: Any) -> ProjectGrant:

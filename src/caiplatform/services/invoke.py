@@ -56,10 +56,11 @@ from caiplatform.models.invoke import (
 from caiplatform.ports.runtime import Endpoint, NoCapacity, WorkloadError, WorkloadRuntime
 from caiplatform.principal import Principal
 from caiplatform.redaction import one_line
-from caiplatform.services import harness_http, invoke_ids
+from caiplatform.services import invoke_ids
 from caiplatform.services.access import AUTH_REQUIRED
 from caiplatform.services.agent_directory import AgentDirectory, EmbedTarget, InvokeTarget
 from caiplatform.turns.browse import INTERNAL_HEADER, NOT_CONFIGURED, workload_internal_token
+from caiplatform.web import harness_http
 
 MiB = 1024 * 1024
 AGENT_BODY_LIMIT = 1 * MiB  # invoke, stream, memorize (document 1, Limits)

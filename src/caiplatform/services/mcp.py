@@ -27,6 +27,7 @@ from caiplatform.domain.mcp import TOOL_NAME_MESSAGE, VERSION_VERBS, parse_versi
 from caiplatform.errors import BadRequest, Conflict, NotFound, Unavailable
 from caiplatform.mcp.source import check_helper_import, decorator_credential_keys
 from caiplatform.models import mcp as models
+from caiplatform.models.base import BodyOrReader, body_after_gate
 from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.mcp_host import (
     McpBuild,
@@ -184,12 +185,10 @@ class McpServerService:
 
     # -- servers --------------------------------------------------------------------------------
 
-    async def require_admin(self, principal: Principal, project_id: str) -> None:
-        """The admin check alone: the server makes it before it reads a body."""
-        await self._grant(principal, project_id, Role.ADMIN)
-
-    async def create(self, principal: Principal, project_id: str, body: models.McpServerCreate) -> models.McpServer:
+    async def create(self, principal: Principal, project_id: str,
+                     body: BodyOrReader[models.McpServerCreate]) -> models.McpServer:
         project = await self._grant(principal, project_id, Role.ADMIN)
+        body = await body_after_gate(body)
         name, expose = body.name, body.expose
 
         def create(session: Session) -> dict[str, Any]:
@@ -274,9 +273,10 @@ class McpServerService:
         return models.McpToolList.of(await self.db.run(run))
 
     async def publish_tool(
-        self, principal: Principal, project_id: str, name: str, tool: str, body: models.McpToolPublish
+        self, principal: Principal, project_id: str, name: str, tool: str, body: BodyOrReader[models.McpToolPublish]
     ) -> models.McpToolPublished:
         project = await self._grant(principal, project_id, Role.ADMIN)
+        body = await body_after_gate(body)
         if not MCP_TOOL_NAME.match(tool or ""):
             raise BadRequest(TOOL_NAME_MESSAGE)
         handler, description, schema = body.handler, body.description, dict(body.tool_schema)

@@ -35,9 +35,11 @@ from caiplatform.errors import (
     Conflict,
     NotFound,
     PlatformError,
+    Unauthenticated,
     Unavailable,
 )
 from caiplatform.models import memorystore as views
+from caiplatform.models.base import BodyOrReader, body_after_gate
 from caiplatform.models.memorystore import NAME_RULE as NAME_RULE
 from caiplatform.models.memorystore import POLICY_RULE as POLICY_RULE
 from caiplatform.models.memorystore import SIZE_CLASS_RULE as SIZE_CLASS_RULE
@@ -120,13 +122,12 @@ class MemoryStoreService:
             await self.on_change(project_id)
 
     async def _project(self, principal: Principal, project_id: str, *, admin: bool = False) -> ProjectRef:
-        """The project gate (a malformed project id is 400)."""
+        """The project gate (a malformed project id is 400); document 3's memory stores word their 401
+        their own way (`AUTH_REQUIRED`: how to sign in and send the token)."""
+        if not principal.authenticated:
+            raise Unauthenticated(AUTH_REQUIRED)
         return await self.access.project_ref(principal, project_id, Role.ADMIN if admin else Role.MEMBER,
                                              bad_id=BadRequest)
-
-    async def require_member(self, principal: Principal, project_id: str) -> None:
-        """The member gate alone, so that a route can refuse a stranger before it reads the body."""
-        await self._project(principal, project_id)
 
     async def _instance(self, principal: Principal, project_id: str, name: str, *, admin: bool = False):
         project = await self._project(principal, project_id, admin=admin)
@@ -180,9 +181,11 @@ class MemoryStoreService:
             storage_class_name=body.storage_class_name,
         )
 
-    async def create(self, principal: Principal, project_id: str, body: MemoryStoreCreate) -> views.MemoryStoreCreated:
+    async def create(self, principal: Principal, project_id: str,
+                     body: BodyOrReader[MemoryStoreCreate]) -> views.MemoryStoreCreated:
         """201 body: `{memorystore: {name, state, ready}, credential, note}`; the password is shown here once."""
         project = await self._project(principal, project_id)
+        body = await body_after_gate(body)
         spec = self.parse_create(project, body)
         if await self.provisioner.get(project.id, spec.name) is not None:
             raise Conflict(NAME_TAKEN)

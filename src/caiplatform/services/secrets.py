@@ -50,6 +50,7 @@ from caiplatform.errors import (
     Unavailable,
 )
 from caiplatform.models import secrets as models
+from caiplatform.models.base import BodyOrReader, body_after_gate
 from caiplatform.pagination import Pager, page_body
 from caiplatform.ports.agent_secrets import AgentRef, AgentSecrets
 from caiplatform.ports.secrets import (
@@ -111,11 +112,6 @@ class SecretStore:
     async def _grant(self, principal: Principal, project_id: str, need: Role) -> str:
         return (await self.access.project_ref(principal, project_id, need)).id
 
-    async def require_member(self, principal: Principal, project_id: str) -> None:
-        """The member check alone: the server makes it before it reads a body, so an outsider learns
-        nothing from the body's validation."""
-        await self._grant(principal, project_id, Role.MEMBER)
-
     check_name = staticmethod(secret_rules.check_name)
     ttl_of = staticmethod(secret_rules.ttl_of)
     pin_of = staticmethod(secret_rules.pin_of)
@@ -161,10 +157,12 @@ class SecretStore:
         page = self.pager.page(items, request)
         return models.SecretList.of(page_body("secrets", page, path_prefix=self.backend.path_prefix(pid)))
 
-    async def put(self, principal: Principal, project_id: str, body: models.SecretWrite) -> models.SecretWritten:
+    async def put(self, principal: Principal, project_id: str,
+                  body: BodyOrReader[models.SecretWrite]) -> models.SecretWritten:
         """Create a secret or store its next version: `created` is true (201) for a first version, false
         (200) for a rotation."""
         pid = await self._grant(principal, project_id, Role.MEMBER)
+        body = await body_after_gate(body)
         name, value = body.name, body.value
         version = await self.backend.write(pid, name, value)
         created = version == 1
@@ -377,9 +375,11 @@ class SecretStore:
         return raw
 
     async def bind(
-        self, principal: Principal, project_id: str, agent_name: str, env_name: str, body: models.BindingPut
+        self, principal: Principal, project_id: str, agent_name: str, env_name: str,
+        body: BodyOrReader[models.BindingPut],
     ) -> models.BindingSaved:
         pid = await self._grant(principal, project_id, Role.MEMBER)
+        body = await body_after_gate(body)
         agent = await self._agent(pid, agent_name)
         # (1) env name pattern, not reserved
         env = self._env_name(env_name)

@@ -40,6 +40,7 @@ from caiplatform.domain.serverless import (
 from caiplatform.domain.spec_document import sanitize_spec
 from caiplatform.errors import BadRequest, Conflict, InternalError, NotFound, PlatformError, Unavailable
 from caiplatform.models import serverless as models
+from caiplatform.models.base import BodyOrReader, body_after_gate
 from caiplatform.pagination import Page, Pager, page_body
 from caiplatform.ports.runtime import (
     WorkloadError,
@@ -180,9 +181,11 @@ class ServerlessService(RuntimeGlue):
 
     # ------------------------------------------------------------------------------------ create / read
 
-    async def create(self, principal: Principal, project_id: str, body: models.ServiceCreate) -> models.Service:
+    async def create(self, principal: Principal, project_id: str,
+                     body: BodyOrReader[models.ServiceCreate]) -> models.Service:
         """202 with the Service object; `status.phase` is `Pending` until the runtime reports."""
         project = await self.project(principal, project_id)
+        body = await body_after_gate(body)
         spec = body.spec()
         if await self._named_workload_exists(project, spec.name):
             raise Conflict(NAME_TAKEN)
@@ -362,9 +365,11 @@ class ServerlessService(RuntimeGlue):
         if verb != "set-traffic":
             raise NotFound(unknown_verb(verb))
 
-    async def set_traffic(self, principal: Principal, project_id: str, name: str, body: models.TrafficUpdate) -> models.Service:
+    async def set_traffic(self, principal: Principal, project_id: str, name: str,
+                          body: BodyOrReader[models.TrafficUpdate]) -> models.Service:
         """Replace the whole split (202 with the updated Service)."""
         project = await self.project(principal, project_id)
+        body = await body_after_gate(body)
         row, rows = await self._load(project, name)
         traffic = parse_traffic([t.model_dump() for t in body.traffic], {r.name for r in rows}, required=True)
         current = ServiceSpec.model_validate(row.spec)

@@ -51,6 +51,7 @@ from caiplatform.domain.vector import (
 )
 from caiplatform.errors import BadRequest, Conflict, NotFound, PlatformError, Unavailable
 from caiplatform.models import vector as vector_models
+from caiplatform.models.base import BodyOrReader, body_after_gate
 from caiplatform.models.vector import MISSING_VERB as MISSING_VERB
 from caiplatform.models.vector import UNKNOWN_VERB as UNKNOWN_VERB
 from caiplatform.models.vector import (
@@ -315,9 +316,10 @@ class IndexService:
 
     # ------------------------------------------------------------------------------------ resource
 
-    async def create(self, principal: Principal, project_id: str, body: IndexCreate) -> vector_models.Index:
+    async def create(self, principal: Principal, project_id: str, body: BodyOrReader[IndexCreate]) -> vector_models.Index:
         """201: the index in state `pending`; its collection is created right after."""
         project = await self._project(principal, project_id)
+        body = await body_after_gate(body)
         spec = body.spec()
         now = self.clock.now()
 

@@ -43,8 +43,9 @@ ERRORS = (403, 404)
 async def create(
     projectID: str, request: Request, principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of)
 ) -> JSONResponse:
-    await platform.mcp.require_admin(principal, projectID)
-    body = McpServerCreate.parse(await json_body(request, 4 * KiB, optional=True))
+    async def body() -> McpServerCreate:  # read once the service's gate has passed
+        return McpServerCreate.parse(await json_body(request, 4 * KiB, optional=True))
+
     return reply(await platform.mcp.create(principal, projectID, body), status=201)
 
 
@@ -101,8 +102,9 @@ async def publish_tool(
     principal: Principal = Depends(principal_of),
     platform: Platform = Depends(platform_of),
 ) -> JSONResponse:
-    await platform.mcp.require_admin(principal, projectID)
-    body = McpToolPublish.parse(await json_body(request, 1 * MiB, optional=True))
+    async def body() -> McpToolPublish:  # read once the service's gate has passed
+        return McpToolPublish.parse(await json_body(request, 1 * MiB, optional=True))
+
     return reply(await platform.mcp.publish_tool(principal, projectID, name, tool, body), status=202)
 
 

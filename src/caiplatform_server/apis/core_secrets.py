@@ -108,8 +108,9 @@ async def put_secret(
     project_id: str, request: Request,
     principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of),
 ) -> JSONResponse:
-    await platform.secrets.require_member(principal, project_id)
-    body = SecretWrite.parse(await json_body(request, CREATE_BODY_LIMIT))
+    async def body() -> SecretWrite:  # read once the service's gate has passed
+        return SecretWrite.parse(await json_body(request, CREATE_BODY_LIMIT))
+
     result = await platform.secrets.put(principal, project_id, body)
     return reply(result, 201 if result.created else 200)
 
@@ -208,8 +209,9 @@ async def bind(
     project_id: str, agent: str, env_name: str, request: Request,
     principal: Principal = Depends(principal_of), platform: Platform = Depends(platform_of),
 ) -> JSONResponse:
-    await platform.secrets.require_member(principal, project_id)
-    body = BindingPut.parse(await json_body(request, BINDING_BODY_LIMIT))
+    async def body() -> BindingPut:  # read once the service's gate has passed
+        return BindingPut.parse(await json_body(request, BINDING_BODY_LIMIT))
+
     return reply(await platform.secrets.bind(principal, project_id, agent, env_name, body))
 
 

@@ -50,9 +50,9 @@ async def create_memorystore(
     platform: Platform = Depends(platform_of),
 ) -> JSONResponse:
     raw = await read_body(request, MAX_CREATE_BODY_BYTES)  # a body over the limit is 413 before anything else
-    await platform.memorystores.require_member(principal, project_id)
-    body = MemoryStoreCreate.parse(decode_object(raw))
-    return reply(await platform.memorystores.create(principal, project_id, body), status=201)
+    # The body is decoded once the service's gate has passed (a stranger is refused first).
+    created = await platform.memorystores.create(principal, project_id, lambda: MemoryStoreCreate.parse(decode_object(raw)))
+    return reply(created, status=201)
 
 
 @router.get(INSTANCE, summary="Read a memory store (never its password)",

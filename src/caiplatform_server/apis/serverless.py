@@ -75,8 +75,9 @@ async def list_services(project_id: str, request: Request, principal: Principal 
              **operation(body=ServiceCreate, response=Service, status=202, errors=(*ERRORS, 409, 413, 500)))
 async def create_service(project_id: str, request: Request, principal: Principal = Depends(principal_of),
                          platform: Platform = Depends(platform_of)) -> JSONResponse:
-    await platform.serverless.project(principal, project_id)  # access before the body is read
-    body = ServiceCreate.parse(await json_body(request, MAX_BODY_BYTES))
+    async def body() -> ServiceCreate:  # read once the service's gate has passed
+        return ServiceCreate.parse(await json_body(request, MAX_BODY_BYTES))
+
     return reply(await platform.serverless.create(principal, project_id, body), status=202)
 
 
@@ -110,8 +111,9 @@ async def service_verb(project_id: str, name: str, request: Request, principal: 
     if not colon:
         raise MethodNotAllowed("method not allowed")
     platform.serverless.check_verb(principal, verb)
-    await platform.serverless.project(principal, project_id)
-    body = TrafficUpdate.parse(await json_body(request, MAX_BODY_BYTES, optional=True))
+    async def body() -> TrafficUpdate:  # read once the service's gate has passed
+        return TrafficUpdate.parse(await json_body(request, MAX_BODY_BYTES, optional=True))
+
     return reply(await platform.serverless.set_traffic(principal, project_id, service, body), status=202)
 
 

@@ -92,8 +92,9 @@ async def create_index(
     principal: Principal = Depends(principal_of),
     platform: Platform = Depends(platform_of),
 ) -> JSONResponse:
-    await platform.indexes.require_member(principal, project_id)
-    body = IndexCreate.parse(await json_body(request, _body_limit(platform)))
+    async def body() -> IndexCreate:  # read once the service's gate has passed
+        return IndexCreate.parse(await json_body(request, _body_limit(platform)))
+
     return reply(await platform.indexes.create(principal, project_id, body), status=201)
 
 

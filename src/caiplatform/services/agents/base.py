@@ -35,7 +35,7 @@ from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.routing import HostRouter
 from caiplatform.services.access import Access, ProjectGrant, ProjectRef
 from caiplatform.services.agent_directory import InvokeTarget
-from caiplatform.services.agents.lookup import LEAN_KINDS, AgentRow, visible_candidates
+from caiplatform.services.agents.lookup import AgentRow, visible_candidates
 from caiplatform.services.agents.records import (
     MODEL_FRAMEWORKS,
     NO_MODEL_ENDPOINT_NOTE,
@@ -157,24 +157,6 @@ class AgentBase:
             grants = [g for g in grants if g.project.id == principal.project_id]
         return grants
 
-    def _visible_candidates_sync(self, session: Session, principal: Principal, name: str,
-                                 project: str | None) -> list[tuple[Agent, Project, ProjectGrant]]:
-        """The agents named `name` in the projects the caller sees (narrowed by `?project=`)."""
-        if project:
-            return self._candidates_sync(session, self._projects_sync(session, principal, project), name)
-        # Only the projects that hold an agent of that name need a grant: the same answer as filtering by
-        # every visible project, in statements per candidate (usually one) rather than per project.
-        found = []
-        for agent, proj in session.execute(
-            select(Agent, Project).join(Project, Project.id == Agent.project_id).where(Agent.name == name)
-        ).all():
-            if principal.kind is PrincipalKind.SERVICE_ACCOUNT and proj.id != principal.project_id:
-                continue
-            grant = self.access.grant_sync(session, principal, proj)
-            if grant.visible:
-                found.append((agent, proj, grant))
-        return found
-
     def _candidates_sync(self, session: Session, grants: list[ProjectGrant], name: str) -> list[tuple[Agent, Project, ProjectGrant]]:
         by_id = {g.project.id: g for g in grants}
         if not by_id:
@@ -201,10 +183,17 @@ class AgentBase:
         if agent.owner_ref != owner_ref_of(principal):
             raise NotFound(unknown_agent(agent.name))
 
-    def _locate_sync(self, session: Session, principal: Principal, name: str, project: str | None) -> tuple[Agent, Project, ProjectGrant]:
-        """The owner gate of every management route."""
+    def _locate_sync(self, session: Session, principal: Principal, name: str,
+                     project: str | None) -> tuple[Agent | AgentRow, Project | ProjectRef, ProjectGrant]:
+        """The owner gate of every management route, in a unit of work: the agents named `name` in the
+        projects the caller sees (narrowed by `?project=`; without it the one-statement read of `lookup`,
+        on the session's connection), then the one the caller may manage."""
         validation.agent_name(name)  # 400 `invalid agent name (must be a lowercase DNS label)`
-        return self._choose(principal, name, self._visible_candidates_sync(session, principal, name, project))
+        if project:
+            return self._choose(principal, name,
+                                self._candidates_sync(session, self._projects_sync(session, principal, project), name))
+        return self._choose(principal, name,
+                            visible_candidates(session.connection(), self.access, principal, name, self.clock.now()))
 
     def _choose(self, principal: Principal, name: str, found: list[tuple[A, P, ProjectGrant]]) -> tuple[A, P, ProjectGrant]:
         """The one candidate the caller may manage, or the refusal the owner gate owes."""
@@ -233,14 +222,12 @@ class AgentBase:
 
     def gate_read(self, name: str, project: str | None) -> Then | None:
         """The owner gate's read of `_locate`, to make in the credential's thread job instead of a second
-        one (`caiplatform.db.prefetch`); only for the one-statement path (no `?project=`, a valid name)."""
+        one (`caiplatform.db.prefetch`); only for the one-statement read (no `?project=`, a valid name)."""
         if project is not None or not isinstance(name, str) or not validation.AGENT_NAME.match(name):
             return None
 
         def read(connection: Connection, principal: Principal) -> Any:
-            if principal.kind not in LEAN_KINDS:
-                return None  # `_locate` takes the ORM path for this caller and never looks at it
-            return visible_candidates(connection, principal, name, self.clock.now())
+            return visible_candidates(connection, self.access, principal, name, self.clock.now())
 
         return Then((GATE, name), read)
 
@@ -258,14 +245,14 @@ class AgentBase:
     async def _locate(self, principal: Principal, name: str, project: str | None,
                       prefetched: Prefetched | None = None) -> AgentRecord:
         self.access.require_management(principal)
-        if project is None and principal.kind in LEAN_KINDS:
-            # Most management calls: the whole gate in one Core statement (`lookup`), same rules.
+        if project is None:
+            # The whole gate in one Core statement (`lookup`), on the read path.
             validation.agent_name(name)
             if prefetched is not None and prefetched.answers((GATE, name), principal):
                 found = prefetched.result()  # read for this request, with its credential
             else:
                 now = self.clock.now()
-                found = await self.db.read(lambda c: visible_candidates(c, principal, name, now))
+                found = await self.db.read(lambda c: visible_candidates(c, self.access, principal, name, now))
             agent, ref, _ = self._choose(principal, name, found)
             return AgentRecord.of(agent, ref)
 

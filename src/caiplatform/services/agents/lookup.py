@@ -1,13 +1,12 @@
-"""The owner gate's read in one statement, for the callers that make most management calls: a person's
-credential (session token or personal key), the automation token and the platform itself, without
-`?project=`.
+"""The owner gate's read in one statement: the agents of a name with their project and the caller's grant
+there, for every caller without `?project=` (with it, `AgentBase._projects_sync` resolves the project by
+slug, short or id first).
 
-What the ORM path (`AgentBase._visible_candidates_sync`) reads in four statements and an ORM session, this
-reads in one Core statement on a pooled connection: the agents of that name with their project, the
-caller's platform role, whether they administer the project's org, and their grants on the project (an
-outer join: one row per grant), the columns of the project gate (`access.GATE_COLUMNS`). The rules that
-turn these facts into a grant are `access.user_grant` (through `gate_user_grant`), shared with the ORM path,
-so both paths answer alike.
+One Core statement on a pooled connection reads the agents of that name with their project, the caller's
+platform role, whether they administer the project's org, and their grants on the project (an outer join:
+one row per grant), the columns of the project gate (`access.GATE_COLUMNS`). The grant is the project
+gate's own (`Access.gate_grant_sync`: `access.user_grant` for a person, a service account's grant read as
+every gate reads it), so the owner gate and the project gate answer alike.
 """
 
 from __future__ import annotations
@@ -25,14 +24,12 @@ from caiplatform.principal import Principal, PrincipalKind
 from caiplatform.services.access import (
     GATE_COLUMNS,
     GATE_MEMBER_JOIN,
+    Access,
     ProjectGrant,
     ProjectRef,
     gate_project,
-    gate_user_grant,
 )
 
-#: The callers this read serves; any other (service accounts, workload keys) takes the ORM path.
-LEAN_KINDS = (PrincipalKind.USER, PrincipalKind.AUTOMATION, PrincipalKind.INTERNAL)
 
 class AgentRow(Protocol):
     """The agent columns of a candidate row, under the attribute names `AgentRecord.of` reads (the row
@@ -79,7 +76,7 @@ def named_agents(connection: Connection, name: str) -> list[tuple[AgentRow, Proj
     return [(cast(AgentRow, row), gate_project(row)) for row in rows]
 
 
-def visible_candidates(connection: Connection, principal: Principal, name: str,
+def visible_candidates(connection: Connection, access: Access, principal: Principal, name: str,
                        now: datetime) -> list[tuple[AgentRow, ProjectRef, ProjectGrant]]:
     """The agents named `name` in the projects the caller sees, each with the caller's grant there."""
     user_id = principal.user_id if principal.kind is PrincipalKind.USER else None
@@ -91,12 +88,7 @@ def visible_candidates(connection: Connection, principal: Principal, name: str,
         while i < len(rows) and rows[i].id == first.id:
             i += 1
         ref = gate_project(first)
-        if principal.kind is not PrincipalKind.USER:
-            grant = ProjectGrant(ref, "admin", "admin")
-        elif not user_id:
-            grant = ProjectGrant(ref, None, None)
-        else:
-            grant = gate_user_grant(ref, rows[start:i], now)
+        grant = access.gate_grant_sync(connection, principal, ref, rows[start:i], now)
         if grant.visible:
             found.append((cast(AgentRow, first), ref, grant))
     return found

@@ -22,7 +22,7 @@ from caiplatform.services.access import ProjectRef
 from caiplatform.services.agent_directory import InvokeTarget
 from caiplatform.services.agents.base import GATE
 from caiplatform.services.agents.configuration import AgentConfiguration
-from caiplatform.services.agents.lookup import LEAN_KINDS, AgentRow, named_agents, visible_candidates
+from caiplatform.services.agents.lookup import AgentRow, named_agents, visible_candidates
 from caiplatform.services.agents.records import (
     AgentRecord,
     owner_ref_of,
@@ -169,9 +169,9 @@ class AgentService(AgentConfiguration):
                             prefetched: Prefetched | None = None) -> InvokeTarget:
         """`prefetched`: the outcome of `gate_read(name, project)` made with the credential, if it was."""
         validation.agent_name(name)
-        if project is None and (not principal.authenticated or principal.kind in LEAN_KINDS):
-            # Most invokes: one Core statement on the read path, the same rules as the ORM path below (the
-            # caller's visible projects; every project for an anonymous caller).
+        if project is None:
+            # One Core statement on the read path: the agents of that name in the caller's visible projects
+            # (every project for an anonymous caller). With `?project=`, the project is resolved first.
             if not principal.authenticated:
                 found = await self.db.read(lambda c: named_agents(c, name))
             else:
@@ -179,7 +179,7 @@ class AgentService(AgentConfiguration):
                     candidates = prefetched.result()  # read for this request, with its credential
                 else:
                     now = self.clock.now()
-                    candidates = await self.db.read(lambda c: visible_candidates(c, principal, name, now))
+                    candidates = await self.db.read(lambda c: visible_candidates(c, self.access, principal, name, now))
                 found = [(agent, ref) for agent, ref, _ in candidates]
             return self._one_target(name, found)
 
