@@ -161,10 +161,10 @@ class ErasureService:
         """The project's id when the caller may erase there: project admin, or a platform admin (every
         project); no role at all is 404, another role 403 (document 2)."""
         try:
-            return self.access.project_sync(session, principal, project_id, need=Role.ADMIN, bad_id=NotFound).project.id
+            return self.access.project_gate_sync(session.connection(), principal, project_id, need=Role.ADMIN, bad_id=NotFound)[0].project.id
         except Forbidden:
             if self.access.is_platform_admin(session, principal):
-                return self.access.project_sync(session, principal, project_id, need=None, bad_id=NotFound).project.id
+                return self.access.project_gate_sync(session.connection(), principal, project_id, need=None, bad_id=NotFound)[0].project.id
             raise
 
     def _scope_sync(self, session: Session, principal: Principal, project_id: str, named: list[str] | None) -> str:
@@ -173,7 +173,7 @@ class ErasureService:
             return self._gate_sync(session, principal, project_id)
         grant: ProjectGrant | None = None
         try:
-            grant = self.access.project_sync(session, principal, project_id, need=Role.MEMBER, bad_id=NotFound)
+            grant = self.access.project_gate_sync(session.connection(), principal, project_id, need=Role.MEMBER, bad_id=NotFound)[0]
             pid = grant.project.id
         except Forbidden:
             if not self.access.is_platform_admin(session, principal):
