@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import secrets
@@ -83,6 +84,40 @@ def _refused_in_qdrant_words(fn: Callable[[], T]) -> T:
         return fn()
     except (ValueError, TypeError) as exc:  # Edge refuses bad input with these
         raise VectorEngineRejected(f"Wrong input: {exc}") from None
+
+
+# Beyond 2**53 an integer's conversion through a double could round differently from numpy's; no
+# embedding comes near it, and such a vector simply takes the array's path.
+_PLAIN_BOUND = 2.0**53
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+def _edge_vector(vector: Sequence[float], dimensions: int) -> list[float]:
+    """What Edge takes for a vector: a list of the right width whose numbers are finite as float32 is
+    handed over as it is (Edge converts it once); anything else goes through `checked_vector`, which
+    converts it and words the refusal. A finite sum means every term is finite; the bound keeps every
+    value inside float32's range."""
+    if type(vector) is list and len(vector) == dimensions:
+        try:
+            if (math.isfinite(sum(vector)) and max(vector) <= _PLAIN_BOUND
+                    and min(vector) >= -_PLAIN_BOUND):
+                return vector
+        except (TypeError, OverflowError):  # a string, None, or an integer beyond a float: refused below
+            pass
+    return checked_vector(vector, dimensions).tolist()
+
+
+def _edge_payload(payload: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`json_payload`'s private copy, made without a JSON round trip when the payload is flat: string
+    keys and scalar values (finite floats) are already what JSON gives back."""
+    if type(payload) is dict and all(type(key) is str for key in payload) and _SCALARS.issuperset(
+            map(type, payload.values())):
+        floats = [value for value in payload.values() if type(value) is float]
+        if not floats or math.isfinite(sum(floats)):
+            return dict(payload)
+    if not payload:
+        return {}
+    return json_payload(payload)
 
 
 def _public_id(value: Any) -> PointId:
@@ -329,7 +364,7 @@ class EdgeVectorEngine(VectorEngine):
         dimensions = collection.config.dimensions
         # Everything is checked before anything is written: all or nothing.
         prepared = [
-            edge.Point(point_id(p.id), checked_vector(p.vector, dimensions).tolist(), json_payload(p.payload))
+            edge.Point(point_id(p.id), _edge_vector(p.vector, dimensions), _edge_payload(p.payload))
             for p in points
         ]
         if not prepared:
@@ -356,7 +391,7 @@ class EdgeVectorEngine(VectorEngine):
         params: SearchParams | None = None,
     ) -> list[ScoredPoint]:
         collection = await self._get(name)
-        dense = checked_vector(vector, collection.config.dimensions).tolist()
+        dense = _edge_vector(vector, collection.config.dimensions)
         parsed = parse_filter(filter)
         request = edge.QueryRequest(
             limit=top_k,
