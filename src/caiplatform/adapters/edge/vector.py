@@ -136,6 +136,8 @@ class Collection:
     lock: threading.Lock = field(default_factory=threading.Lock)
     journal: list[Any] | None = None  # updates applied while a background index build runs
     building: bool = False
+    # points not in the HNSW graph (searched by a scan), as the shard last said; None until it has
+    unindexed: int | None = None
 
     def write_settings(self) -> None:
         """collection.json, replaced atomically: the settings and the current shard directory."""
@@ -156,6 +158,32 @@ def _config_of(data: dict[str, Any]) -> CollectionConfig:
     data["quantization"] = Quantization(**data.get("quantization", {}))
     data["hnsw"] = HnswConfig(**(data.get("hnsw") or {}))  # absent in collections written before
     return CollectionConfig(**data)
+
+
+def _read_now(collection: Collection, fn: Callable[[edge.EdgeShard], T]) -> T:
+    """`EdgeVectorEngine._read` in the calling thread."""
+    while True:
+        shard = collection.shard
+
+        def on_this_shard(shard: edge.EdgeShard = shard) -> T:
+            return fn(shard)
+
+        try:
+            return _refused_in_qdrant_words(on_this_shard)
+        except VectorEngineRejected:
+            raise
+        except Exception:
+            if collection.shard is shard:
+                raise
+
+
+# A query is answered on the event loop, without a worker thread's round trip, when it is bounded to
+# well under a millisecond of CPU: a walk of the HNSW graph at a modest beam plus a scan of at most
+# this much of the vectors not yet in it, all in memory (no filter, not exact, vectors not on disk).
+# Anything else (a collection still mostly unindexed, an exact or filtered search, a wide beam) runs in a
+# worker thread as before, so the loop never waits for a scan.
+INLINE_SCAN_BYTES = 2 * 1024 * 1024
+INLINE_MAX_EF = 256
 
 
 class EdgeVectorEngine(VectorEngine):
@@ -262,23 +290,7 @@ class EdgeVectorEngine(VectorEngine):
     async def _read(self, collection: Collection, fn: Callable[[edge.EdgeShard], T]) -> T:
         """Readers take no lock, so a build's copy does not hold them up; a read that met the shard a
         build had just replaced (and closed) is read again from the new one."""
-
-        def read() -> T:
-            while True:
-                shard = collection.shard
-
-                def on_this_shard(shard: edge.EdgeShard = shard) -> T:
-                    return fn(shard)
-
-                try:
-                    return _refused_in_qdrant_words(on_this_shard)
-                except VectorEngineRejected:
-                    raise
-                except Exception:
-                    if collection.shard is shard:
-                        raise
-
-        return await anyio.to_thread.run_sync(read)
+        return await anyio.to_thread.run_sync(_read_now, collection, fn)
 
     async def create_collection(self, name: str, config: CollectionConfig) -> None:
         if not _NAME.match(name):
@@ -403,7 +415,13 @@ class EdgeVectorEngine(VectorEngine):
             score_threshold=score_threshold,
             params=self._search_params(params, filtered=parsed is not None, wanted=top_k + offset),
         )
-        found = await self._read(collection, lambda shard: shard.query(request))
+        search = request.params
+        if (parsed is None and not search.exact and search.hnsw_ef <= INLINE_MAX_EF
+                and not collection.config.on_disk and collection.unindexed is not None
+                and collection.unindexed * collection.config.dimensions * 4 <= INLINE_SCAN_BYTES):
+            found = _read_now(collection, lambda shard: shard.query(request))
+        else:
+            found = await self._read(collection, lambda shard: shard.query(request))
         return [
             ScoredPoint(
                 id=_public_id(p.id),
