@@ -405,6 +405,7 @@ class EdgeVectorEngine(VectorEngine):
         collection = await self._get(name)
         dense = _edge_vector(vector, collection.config.dimensions)
         parsed = parse_filter(filter)
+        search = self._search_params(params, filtered=parsed is not None, wanted=top_k + offset)
         request = edge.QueryRequest(
             limit=top_k,
             offset=offset,
@@ -413,9 +414,8 @@ class EdgeVectorEngine(VectorEngine):
             with_payload=with_payload,
             with_vector=with_vector,
             score_threshold=score_threshold,
-            params=self._search_params(params, filtered=parsed is not None, wanted=top_k + offset),
+            params=search,
         )
-        search = request.params
         if (parsed is None and not search.exact and search.hnsw_ef <= INLINE_MAX_EF
                 and not collection.config.on_disk and collection.unindexed is not None
                 and collection.unindexed * collection.config.dimensions * 4 <= INLINE_SCAN_BYTES):
