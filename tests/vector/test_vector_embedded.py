@@ -121,3 +121,35 @@ async def test_deleting_a_project_drops_its_collections_even_before_start(tmp_pa
         assert await engine.list_collections() == [collections[2]]
     finally:
         await engine.close()
+
+
+async def test_edge_answers_bounded_queries_on_the_loop_and_the_rest_in_a_thread(tmp_path, monkeypatch):
+    """A graph walk plus a small scan is answered without a worker thread; a filtered or exact search,
+    or a collection whose unindexed part is larger than the bound, still runs in one (issue 35)."""
+    from caiplatform.adapters.edge import vector as edge_vector
+    from caiplatform.ports.vector import CollectionConfig, Point, SearchParams
+
+    engine = edge_vector.EdgeVectorEngine(tmp_path)
+    await engine.start()
+    try:
+        await engine.create_collection("c", CollectionConfig(dimensions=2))
+        await engine.upsert("c", [Point(1, [1.0, 0.0], {"k": "a"}), Point(2, [0.0, 1.0], {"k": "b"})])
+        threaded: list[str] = []
+        original = engine._read
+
+        async def read(collection, fn):
+            threaded.append(collection.name)
+            return await original(collection, fn)
+
+        monkeypatch.setattr(engine, "_read", read)
+        assert [h.id for h in await engine.query("c", [1.0, 0.1], top_k=1)] == [1]
+        assert threaded == []
+        assert [h.id for h in await engine.query("c", [1.0, 0.1], top_k=1, filter={"must": [
+            {"key": "k", "match": {"value": "b"}}]})] == [2]
+        assert [h.id for h in await engine.query("c", [1.0, 0.1], top_k=1, params=SearchParams(exact=True))] == [1]
+        assert threaded == ["c", "c"]
+        monkeypatch.setattr(edge_vector, "INLINE_SCAN_BYTES", 8)
+        assert [h.id for h in await engine.query("c", [1.0, 0.1], top_k=1)] == [1]
+        assert threaded == ["c", "c", "c"]
+    finally:
+        await engine.close()

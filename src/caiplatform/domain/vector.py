@@ -435,13 +435,22 @@ def parse_point_id(value: Any, *, message: str) -> PointId:
 _NUMBER_TYPES = frozenset((int, float))
 
 
-def _vector(value: Any, *, what: str) -> np.ndarray:
-    """A JSON array of finite numbers (booleans are not numbers), as float64."""
+def _vector(value: Any, *, what: str) -> list[float] | np.ndarray:
+    """A JSON array of finite numbers (booleans are not numbers): the list itself, or as float64 when
+    it has to be converted to be checked."""
     if not isinstance(value, list) or not value:
         raise BadRequest(f"{what} must be a non-empty array of numbers")
     # Exact types, not isinstance (bool is an int subclass); `map(type)` keeps the per-coordinate work in C.
     if not set(map(type, value)) <= _NUMBER_TYPES:
         raise BadRequest(f"{what} must contain only finite numbers")
+    # A finite sum means every number is finite (an infinite or NaN term makes the sum so): the list is
+    # then handed on as it is, not copied into an array the engine converts again. A sum that overflows,
+    # or an integer too large for a float, takes the array's path, which words the refusal.
+    try:
+        if math.isfinite(sum(value)):
+            return value
+    except OverflowError:
+        pass
     try:
         array = np.asarray(value, dtype=np.float64)
     except OverflowError:
@@ -497,7 +506,7 @@ def parse_filter(value: Any) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class QueryRequest:
-    vector: np.ndarray
+    vector: list[float] | np.ndarray
     top_k: int = DEFAULT_TOP_K
     filter: dict[str, Any] | None = None
     with_payload: bool = True

@@ -66,7 +66,8 @@ class IndexBuilder:
 
     def consider(self, collection: Collection, info: Any) -> None:
         """Start a background build when enough vectors wait outside the index (and none is running)."""
-        unindexed_kb = (info.points_count - info.indexed_vectors_count) * collection.config.dimensions * 4 / 1024
+        collection.unindexed = info.points_count - info.indexed_vectors_count
+        unindexed_kb = collection.unindexed * collection.config.dimensions * 4 / 1024
         threshold = collection.config.indexing_threshold
         if threshold is None:
             threshold = self.settings.threshold_kb

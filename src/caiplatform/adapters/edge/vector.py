@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import secrets
@@ -85,6 +86,40 @@ def _refused_in_qdrant_words(fn: Callable[[], T]) -> T:
         raise VectorEngineRejected(f"Wrong input: {exc}") from None
 
 
+# Beyond 2**53 an integer's conversion through a double could round differently from numpy's; no
+# embedding comes near it, and such a vector simply takes the array's path.
+_PLAIN_BOUND = 2.0**53
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+def _edge_vector(vector: Sequence[float], dimensions: int) -> list[float]:
+    """What Edge takes for a vector: a list of the right width whose numbers are finite as float32 is
+    handed over as it is (Edge converts it once); anything else goes through `checked_vector`, which
+    converts it and words the refusal. A finite sum means every term is finite; the bound keeps every
+    value inside float32's range."""
+    if type(vector) is list and len(vector) == dimensions:
+        try:
+            if (math.isfinite(sum(vector)) and max(vector) <= _PLAIN_BOUND
+                    and min(vector) >= -_PLAIN_BOUND):
+                return vector
+        except (TypeError, OverflowError):  # a string, None, or an integer beyond a float: refused below
+            pass
+    return checked_vector(vector, dimensions).tolist()
+
+
+def _edge_payload(payload: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`json_payload`'s private copy, made without a JSON round trip when the payload is flat: string
+    keys and scalar values (finite floats) are already what JSON gives back."""
+    if type(payload) is dict and all(type(key) is str for key in payload) and _SCALARS.issuperset(
+            map(type, payload.values())):
+        floats = [value for value in payload.values() if type(value) is float]
+        if not floats or math.isfinite(sum(floats)):
+            return dict(payload)
+    if not payload:
+        return {}
+    return json_payload(payload)
+
+
 def _public_id(value: Any) -> PointId:
     return value if isinstance(value, int) else str(value)
 
@@ -101,6 +136,8 @@ class Collection:
     lock: threading.Lock = field(default_factory=threading.Lock)
     journal: list[Any] | None = None  # updates applied while a background index build runs
     building: bool = False
+    # points not in the HNSW graph (searched by a scan), as the shard last said; None until it has
+    unindexed: int | None = None
 
     def write_settings(self) -> None:
         """collection.json, replaced atomically: the settings and the current shard directory."""
@@ -121,6 +158,32 @@ def _config_of(data: dict[str, Any]) -> CollectionConfig:
     data["quantization"] = Quantization(**data.get("quantization", {}))
     data["hnsw"] = HnswConfig(**(data.get("hnsw") or {}))  # absent in collections written before
     return CollectionConfig(**data)
+
+
+def _read_now(collection: Collection, fn: Callable[[edge.EdgeShard], T]) -> T:
+    """`EdgeVectorEngine._read` in the calling thread."""
+    while True:
+        shard = collection.shard
+
+        def on_this_shard(shard: edge.EdgeShard = shard) -> T:
+            return fn(shard)
+
+        try:
+            return _refused_in_qdrant_words(on_this_shard)
+        except VectorEngineRejected:
+            raise
+        except Exception:
+            if collection.shard is shard:
+                raise
+
+
+# A query is answered on the event loop, without a worker thread's round trip, when it is bounded to
+# well under a millisecond of CPU: a walk of the HNSW graph at a modest beam plus a scan of at most
+# this much of the vectors not yet in it, all in memory (no filter, not exact, vectors not on disk).
+# Anything else (a collection still mostly unindexed, an exact or filtered search, a wide beam) runs in a
+# worker thread as before, so the loop never waits for a scan.
+INLINE_SCAN_BYTES = 2 * 1024 * 1024
+INLINE_MAX_EF = 256
 
 
 class EdgeVectorEngine(VectorEngine):
@@ -227,23 +290,7 @@ class EdgeVectorEngine(VectorEngine):
     async def _read(self, collection: Collection, fn: Callable[[edge.EdgeShard], T]) -> T:
         """Readers take no lock, so a build's copy does not hold them up; a read that met the shard a
         build had just replaced (and closed) is read again from the new one."""
-
-        def read() -> T:
-            while True:
-                shard = collection.shard
-
-                def on_this_shard(shard: edge.EdgeShard = shard) -> T:
-                    return fn(shard)
-
-                try:
-                    return _refused_in_qdrant_words(on_this_shard)
-                except VectorEngineRejected:
-                    raise
-                except Exception:
-                    if collection.shard is shard:
-                        raise
-
-        return await anyio.to_thread.run_sync(read)
+        return await anyio.to_thread.run_sync(_read_now, collection, fn)
 
     async def create_collection(self, name: str, config: CollectionConfig) -> None:
         if not _NAME.match(name):
@@ -329,7 +376,7 @@ class EdgeVectorEngine(VectorEngine):
         dimensions = collection.config.dimensions
         # Everything is checked before anything is written: all or nothing.
         prepared = [
-            edge.Point(point_id(p.id), checked_vector(p.vector, dimensions).tolist(), json_payload(p.payload))
+            edge.Point(point_id(p.id), _edge_vector(p.vector, dimensions), _edge_payload(p.payload))
             for p in points
         ]
         if not prepared:
@@ -356,8 +403,9 @@ class EdgeVectorEngine(VectorEngine):
         params: SearchParams | None = None,
     ) -> list[ScoredPoint]:
         collection = await self._get(name)
-        dense = checked_vector(vector, collection.config.dimensions).tolist()
+        dense = _edge_vector(vector, collection.config.dimensions)
         parsed = parse_filter(filter)
+        search = self._search_params(params, filtered=parsed is not None, wanted=top_k + offset)
         request = edge.QueryRequest(
             limit=top_k,
             offset=offset,
@@ -366,9 +414,14 @@ class EdgeVectorEngine(VectorEngine):
             with_payload=with_payload,
             with_vector=with_vector,
             score_threshold=score_threshold,
-            params=self._search_params(params, filtered=parsed is not None, wanted=top_k + offset),
+            params=search,
         )
-        found = await self._read(collection, lambda shard: shard.query(request))
+        if (parsed is None and not search.exact and search.hnsw_ef <= INLINE_MAX_EF
+                and not collection.config.on_disk and collection.unindexed is not None
+                and collection.unindexed * collection.config.dimensions * 4 <= INLINE_SCAN_BYTES):
+            found = _read_now(collection, lambda shard: shard.query(request))
+        else:
+            found = await self._read(collection, lambda shard: shard.query(request))
         return [
             ScoredPoint(
                 id=_public_id(p.id),
