@@ -131,12 +131,10 @@ async def test_what_a_controller_creates_meets_the_quota_too():
         assert condition["reason"] == "FailedCreate"
         assert condition["message"] == ('pods "fn-00001-deployment-00001" is forbidden: exceeded quota: cai-quota, '
                                         "requested: pods=1, used: pods=1, limited: pods=1")
-        # One pod admitted, the second refused. The controller doubles run beside this test, so on a loaded
-        # machine the admitted pod may be listed a moment after the revision's condition is seen.
-        deadline = time.monotonic() + 20
-        while (pods := len([1 for n_s, _, _ in live(cluster.emulator, "pods") if n_s == ns])) != 1:
-            assert time.monotonic() < deadline, pods
-            await asyncio.sleep(0.05)
+        # One pod admitted (`used: pods=1`), the second refused by the API server itself. The admitted pod is
+        # not counted here: the revision is failed now, so the controller double scales it down, on a loaded
+        # machine sometimes before this line runs.
+        assert (403, condition["message"]) in cluster.emulator.refusals
         await kube.close()
 
 
