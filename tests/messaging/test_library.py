@@ -48,3 +48,35 @@ async def test_library_roundtrip(platform):
         await topics.list_topics(Principal.anonymous(None), pid)
     assert (await topics.delete_topic(who, pid, "jobs")) == PubsubDeletion(name="jobs", status="deleting")
     assert await platform.topics.broker.stream_stats(f"cai-{short}-jobs") is None  # the stream went with it
+
+
+async def test_a_topic_or_subscription_the_broker_refuses_is_not_kept(platform, monkeypatch):
+    """The row inserted before the broker's stream or consumer goes again when the broker refuses (500)."""
+    from caiplatform.errors import InternalError
+    from caiplatform.ports.broker import BrokerError
+
+    who = Principal.automation()
+    pid = await platform.db.run(lambda s: s.execute(select(Project.id).where(Project.slug == "default")).scalar_one())
+    topics = platform.topics
+
+    async def refuse(*args, **kwargs):
+        raise BrokerError("refused by the test")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(topics.broker, "create_stream", refuse)
+        with pytest.raises(InternalError, match="^could not create the topic on the broker: refused by the test$"):
+            await topics.create_topic(who, pid, TopicCreate(name="jobs"))
+    with pytest.raises(NotFound):
+        await topics.get_topic(who, pid, "jobs")
+    await topics.create_topic(who, pid, TopicCreate(name="jobs"))  # answered as it was before the broker's part
+    assert (await topics.get_topic(who, pid, "jobs")).state.ready
+
+    with monkeypatch.context() as patched:
+        patched.setattr(topics.broker, "create_consumer", refuse)
+        with pytest.raises(InternalError,
+                           match="^could not create the subscription on the broker: refused by the test$"):
+            await topics.create_subscription(who, pid, "jobs", SubscriptionCreate(name="workers"))
+    with pytest.raises(NotFound):
+        await topics.get_subscription(who, pid, "jobs", "workers")
+    await topics.create_subscription(who, pid, "jobs", SubscriptionCreate(name="workers"))
+    assert (await topics.get_subscription(who, pid, "jobs", "workers")).state.ready

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.engine import Row
@@ -22,10 +22,10 @@ from caiplatform.db import Database
 from caiplatform.db.models import MessagingSubscription, MessagingTopic
 from caiplatform.domain import messaging as m
 from caiplatform.domain.messaging import Subscription, Topic, TopicCounters
-from caiplatform.errors import NotFound
+from caiplatform.errors import InternalError, NotFound
 from caiplatform.metrics import Metrics
 from caiplatform.pagination import Pager
-from caiplatform.ports.broker import Broker, ConsumerConfig, CredentialIssuer
+from caiplatform.ports.broker import Broker, BrokerError, ConsumerConfig, CredentialIssuer
 from caiplatform.principal import Principal
 from caiplatform.services.access import Access, ProjectRef, Role
 from caiplatform.services.audit import AuditLog
@@ -85,6 +85,9 @@ def consumer_config(sub: Subscription) -> ConsumerConfig:
         deliver_new=sub.start_from == "new",
         single_reader=sub.type in ("exclusive", "failover"),
     )
+
+
+Provisioned = TypeVar("Provisioned", MessagingTopic, MessagingSubscription)
 
 
 class MessagingBase:
@@ -174,3 +177,20 @@ class MessagingBase:
         counters = self.counters(project_id, topic)
         counters.delivered += count
         counters.delivered_bytes += n_bytes
+
+    async def _made_on_broker(self, model: type[Provisioned], row_id: Any,
+                              make: Callable[[], Awaitable[object]], what: str) -> None:
+        """The broker's side of a row just inserted (a topic's stream, a subscription's consumer): made, then
+        the row is ready; if the broker refuses, the row goes and the caller gets a 500."""
+        try:
+            await make()
+        except BrokerError as exc:
+            await self.db.run(lambda s: s.delete(s.get(model, row_id)))
+            raise InternalError(f"could not create the {what} on the broker: {exc}") from exc
+
+        def ready(session: Session) -> None:
+            stored = session.get(model, row_id)
+            if stored is not None:
+                stored.phase = m.PHASE_READY
+
+        await self.db.run(ready)

@@ -225,18 +225,8 @@ class SubscriptionManagement(MessagingBase):
             row = await self.db.run(insert)
         except IntegrityError:  # a concurrent create of the same name won the insert
             raise Conflict(m.SUBSCRIPTION_EXISTS) from None
-        try:
-            await self.broker.create_consumer(consumer_config(sub))
-        except BrokerError as exc:
-            await self.db.run(lambda s: s.delete(s.get(MessagingSubscription, row.id)))
-            raise InternalError(f"could not create the subscription on the broker: {exc}") from exc
-
-        def ready(session: Session) -> None:
-            stored = session.get(MessagingSubscription, row.id)
-            if stored is not None:
-                stored.phase = m.PHASE_READY
-
-        await self.db.run(ready)
+        await self._made_on_broker(MessagingSubscription, row.id,
+                                   lambda: self.broker.create_consumer(consumer_config(sub)), "subscription")
         sub.phase = m.PHASE_READY
         await self._subscriptions_changed()
         return views.Subscription.of(sub.to_json(await self._sub_state(sub)))

@@ -141,20 +141,8 @@ class TopicManagement(MessagingBase):
             raise Conflict(m.TOPIC_EXISTS) from None
         topic = topic_of(row, project)
         created = topic.to_json(await self._topic_state(topic, 0))
-        try:
-            await self.broker.create_stream(
-                StreamConfig(topic.stream, topic.subject, max_value, max_age, discard)
-            )
-        except BrokerError as exc:
-            await self.db.run(lambda s: s.delete(s.get(MessagingTopic, row.id)))
-            raise InternalError(f"could not create the topic on the broker: {exc}") from exc
-
-        def ready(session: Session) -> None:
-            stored = session.get(MessagingTopic, row.id)
-            if stored is not None:
-                stored.phase = m.PHASE_READY
-
-        await self.db.run(ready)
+        stream = StreamConfig(topic.stream, topic.subject, max_value, max_age, discard)
+        await self._made_on_broker(MessagingTopic, row.id, lambda: self.broker.create_stream(stream), "topic")
         self._counters[(project.id, name)] = TopicCounters()
         await self._topics_changed()
         return views.Topic.of(created)
