@@ -119,6 +119,8 @@ class ConventionsMiddleware:
     async def _starting_refusal(self, path: str) -> str | None:
         """None once the engines `path` needs are up (waiting for them, bounded), else why not."""
         gates = self.platform.gates
+        if gates.is_open("started"):  # every gate is: no request of a started server classifies its path
+            return None
         needed = gates_of(path)
         if not needed or all(gates.is_open(name) for name in needed):
             return None
