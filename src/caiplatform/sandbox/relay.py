@@ -32,7 +32,9 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         if writer.can_write_eof():
             writer.write_eof()
     except (ConnectionError, OSError):
-        pass
+        # A reset on one side: the other side is closed too (what was written is still sent first), so the
+        # copy the other way ends as well rather than waiting on a peer that waits for this side's end.
+        writer.close()
 
 
 async def splice(host: str, port: int, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
